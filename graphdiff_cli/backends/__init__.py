@@ -1,0 +1,1 @@
+"""The only place faiss, torch devices and sentence-transformers are touched; all imported lazily."""

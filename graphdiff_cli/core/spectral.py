@@ -1,0 +1,175 @@
+"""Spectral clustering of W into K latent difficulty states (Section 3.4, "Graph Prior").
+
+Ng-Jordan-Weiss: the top eigenvectors of the normalized affinity D^{-1/2} W D^{-1/2}, rows normalized
+to unit length, then seeded k-means (k-means++ initialization, several restarts, best inertia kept).
+
+Disconnected graphs are handled on purpose rather than left to the eigensolver. A mutual-kNN graph
+routinely has several components and some isolated prompts, and the normalized affinity of such a
+graph has one eigenvalue 1 per component, so a global eigen-decomposition spends states on tiny
+components and leaves isolated nodes with an undefined (all-zero) spectral row. Instead:
+
+1. States are shared out between connected components in proportion to their size (largest remainder).
+2. A component that receives >= 2 states is clustered spectrally on its own; one that receives exactly
+   one state is a cluster as it stands.
+3. Components too small to earn a state (K * size / N < 1/2, which includes every isolated node) are
+   "orphans". With ``fallback_neighbors`` (the directed kNN lists from before the mutual filter) each
+   orphan takes the label of its most similar non-orphan neighbour, so it starts in the state of the
+   prompts it most resembles; without them, or when none of its neighbours is placed, orphans share
+   one pooled state. Either way every label is in [0, K) and every state is non-empty when N >= K.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import InvalidArgumentError
+
+DENSE_EIGEN_MAX = 2000  # below this many nodes a dense eigh is faster and more robust than ARPACK
+
+
+def kmeans(x: np.ndarray, k: int, seed: int = 0, n_init: int = 4, max_iter: int = 100) -> np.ndarray:
+    """Lloyd's k-means with k-means++ seeding; returns labels in [0, k), every cluster non-empty.
+
+    An empty cluster is re-seeded with the point farthest from its centre, so exactly k clusters come
+    back whenever x has at least k distinct rows.
+    """
+    rng = np.random.default_rng(seed)
+    n = x.shape[0]
+    if k >= n:
+        return np.arange(n) % k
+    best_labels, best_inertia = None, np.inf
+    sq = np.einsum("ij,ij->i", x, x)
+    for _ in range(n_init):
+        centers = _kmeanspp(x, sq, k, rng)
+        labels = np.zeros(n, dtype=np.int64)
+        for it in range(max_iter):
+            d = sq[:, None] - 2 * x @ centers.T + np.einsum("ij,ij->i", centers, centers)[None, :]
+            new = np.argmin(d, axis=1)
+            dist = d[np.arange(n), new]
+            counts = np.bincount(new, minlength=k)
+            for empty in np.flatnonzero(counts == 0):
+                far = int(np.argmax(dist))
+                new[far] = empty
+                dist[far] = -np.inf
+            if it > 0 and np.array_equal(new, labels):
+                break
+            labels = new
+            centers = np.zeros_like(centers)
+            np.add.at(centers, labels, x)
+            centers /= np.bincount(labels, minlength=k)[:, None]
+        inertia = float(np.sum((x - centers[labels]) ** 2))
+        if inertia < best_inertia:
+            best_inertia, best_labels = inertia, labels.copy()
+    return best_labels
+
+
+def _kmeanspp(x, sq, k, rng):
+    n = x.shape[0]
+    centers = np.empty((k, x.shape[1]), dtype=x.dtype)
+    centers[0] = x[rng.integers(n)]
+    d2 = np.maximum(sq - 2 * x @ centers[0] + centers[0] @ centers[0], 0)
+    for c in range(1, k):
+        total = d2.sum()
+        idx = rng.choice(n, p=d2 / total) if total > 0 else rng.integers(n)
+        centers[c] = x[idx]
+        d2 = np.minimum(d2, np.maximum(sq - 2 * x @ centers[c] + centers[c] @ centers[c], 0))
+    return centers
+
+
+def spectral_embedding(w: sp.csr_matrix, dim: int, seed: int = 0) -> np.ndarray:
+    """Top-``dim`` eigenvectors of D^{-1/2} W D^{-1/2} for a connected graph, rows unit-normalized."""
+    n = w.shape[0]
+    deg = np.asarray(w.sum(axis=1)).ravel()
+    dinv = 1.0 / np.sqrt(deg)
+    m = sp.diags(dinv) @ w @ sp.diags(dinv)
+    if n <= DENSE_EIGEN_MAX or dim >= n - 1:
+        vals, vecs = np.linalg.eigh(m.toarray())
+        vecs = vecs[:, np.argsort(vals)[::-1][:dim]]
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        # Shift by +I so the wanted eigenvalues (largest, near 1) are also the largest in magnitude,
+        # which is what ARPACK finds fastest; the shift leaves eigenvectors unchanged.
+        v0 = np.random.default_rng(seed).standard_normal(n)
+        vals, vecs = eigsh(m + sp.identity(n), k=dim, which="LA", v0=v0, tol=1e-6)
+        vecs = vecs[:, np.argsort(vals)[::-1]]
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    return vecs / np.where(norms == 0, 1.0, norms)
+
+
+def allocate_states(sizes: np.ndarray, n_states: int) -> np.ndarray:
+    """Share n_states between components in proportion to size (largest remainder, ties by size)."""
+    total = sizes.sum()
+    quota = n_states * sizes / total
+    alloc = np.floor(quota).astype(np.int64)
+    remainder = n_states - alloc.sum()
+    order = np.lexsort((-sizes, -(quota - alloc)))
+    alloc[order[:remainder]] += 1
+    return np.minimum(alloc, sizes)  # a component cannot use more states than it has nodes
+
+
+def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
+                        fallback_neighbors: np.ndarray | None = None) -> np.ndarray:
+    """Static cluster labels c_i in [0, K) of W (see the module docstring for components/orphans)."""
+    from scipy.sparse.csgraph import connected_components
+
+    n = w.shape[0]
+    if n_states < 1:
+        raise InvalidArgumentError(f"the number of states K must be >= 1, got {n_states}")
+    if n_states > n:
+        raise InvalidArgumentError(
+            f"K = {n_states} states is more than the {n} prompts in the graph; choose K <= {n}")
+    w = sp.csr_matrix(w, dtype=np.float64)
+    n_comp, comp = connected_components(w, directed=False)
+    sizes = np.bincount(comp, minlength=n_comp)
+    alloc = allocate_states(sizes, n_states)
+    if _needs_pool(comp, alloc, fallback_neighbors) and alloc.sum() >= n_states:
+        # keep one state free for orphans that cannot be attached to a neighbour: take it from the
+        # component with the most states (it loses the least resolution)
+        alloc[np.argmax(alloc)] -= 1
+    labels = np.full(n, -1, dtype=np.int64)
+    next_label = 0
+    for c in np.flatnonzero(alloc > 0):
+        nodes = np.flatnonzero(comp == c)
+        kc = int(alloc[c])
+        if kc == 1:
+            labels[nodes] = next_label
+        else:
+            emb = spectral_embedding(w[nodes][:, nodes], kc, seed=seed)
+            labels[nodes] = next_label + kmeans(emb, kc, seed=seed)
+        next_label += kc
+    orphans = np.flatnonzero(labels < 0)
+    if orphans.size:
+        if fallback_neighbors is not None:
+            labels = _attach_orphans(labels, orphans, np.asarray(fallback_neighbors))
+        still = labels < 0
+        if still.any():
+            labels[still] = next_label
+            next_label += 1
+    # If every orphan found a placed neighbour, the state kept free for them stays empty. Empty states
+    # are legal: no prompt's prior favours them and their Beta stays at the prior.
+    return labels
+
+
+def _needs_pool(comp: np.ndarray, alloc: np.ndarray, neighbors: np.ndarray | None) -> bool:
+    """Whether some orphan will find no placed neighbour, so a pooled state must be kept free for it."""
+    orphan = alloc[comp] == 0
+    if not orphan.any():
+        return False
+    if neighbors is None:
+        return True
+    nb = np.asarray(neighbors)[orphan]
+    placed = (nb >= 0) & (alloc[comp[np.clip(nb, 0, None)]] > 0)
+    return not bool(placed.any(axis=1).all())
+
+
+def _attach_orphans(labels: np.ndarray, orphans: np.ndarray, neighbors: np.ndarray) -> np.ndarray:
+    placed = labels  # only nodes placed by the spectral step count, so the result is order-free
+    out = labels.copy()
+    for i in orphans:
+        for j in neighbors[i]:
+            if 0 <= j < placed.size and placed[j] >= 0:
+                out[i] = placed[j]
+                break
+    return out

@@ -1,0 +1,395 @@
+"""``Estimator``: the Python API over the mean-field core (the contract other tools call).
+
+    est = Estimator(graph, labels, n_states=K, beta=2.0, epsilon=0.1, gamma=0.5, window=None,
+                    max_iters=50, tol=1e-6, schedule="synchronous", device="auto")
+    stats = est.update(ids, n, s)   # one training step; stats["elbo"], stats["iterations"], ...
+    p = est.predict(ids=None)       # p-hat for those node indices (all if None)
+    est.save(path); est = Estimator.load(path)
+
+An update that raises leaves the estimator exactly as it was: everything is validated first, inference
+runs on copies, and the new state is committed by plain assignments at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .core import meanfield as mf
+from .core.graph import validate_graph
+from .errors import DataError, InvalidArgumentError
+
+DTYPES = ("float32", "float64")
+MIXINGS = ("gamma", "evidence", "offset")
+STATE_PRIORS = ("uniform", "observed")
+
+
+@dataclass(frozen=True)
+class EstimatorConfig:
+    """Every hyper-parameter of the estimator, with the paper's names."""
+
+    n_states: int
+    beta: float = 2.0
+    epsilon: float = mf.DEFAULT_EPSILON
+    gamma: float = 0.5
+    window: int | None = None  # None: cumulative (Section 3.4); L >= 1: windowed (Appendix G)
+    max_iters: int = 50
+    tol: float = 1e-6  # synchronous/sequential: stop when a round raises the ELBO by less than tol per prompt
+    schedule: str = "synchronous"
+    residual_tol: float = 1e-4  # residual: revisit a prompt's neighbours when its q moved by more than this
+    device: str = "auto"
+    dtype: str = "float32"
+    # -- beyond the paper (docs/estimator.md, "Improvements"); the values here reproduce the paper --
+    mixing: str = "gamma"  # "evidence": p = (kappa p_model + S_i) / (kappa + C_i), empirical Bayes;
+    # "offset": p = p_model + sum_visits (s - n p_model_then) / (kappa + C_i), the prompt's offset from
+    # its states, so the states carry the drift and the prompt keeps its own level
+    prior_strength: float = 4.0  # kappa, in rollouts: the weight of the graph's estimate in "evidence"
+    prompt_forgetting: float = 1.0  # lambda: a prompt's own counts decay by this at each of its visits
+    state_forgetting: float = 1.0  # rho: state evidence decays by this at every step (1 = cumulative)
+    state_prior: str = "uniform"  # "observed": Beta prior of mean = recent global success rate
+
+    def validate(self) -> None:
+        def bad(msg):
+            raise InvalidArgumentError(msg)
+
+        if not isinstance(self.n_states, (int, np.integer)) or self.n_states < 1:
+            bad(f"n_states must be a positive integer, got {self.n_states!r}")
+        if not np.isfinite(self.beta) or self.beta < 0:
+            bad(f"beta must be a finite number >= 0, got {self.beta!r}")
+        if self.n_states > 1 and not 0 < self.epsilon < 1:
+            bad(f"epsilon must lie strictly between 0 and 1 (A_ik > 0 always), got {self.epsilon!r}")
+        if not 0 <= self.gamma <= 1:
+            bad(f"gamma must lie in [0, 1], got {self.gamma!r}")
+        if self.window is not None and (not isinstance(self.window, (int, np.integer)) or self.window < 1):
+            bad(f"window must be None (cumulative) or an integer >= 1, got {self.window!r}")
+        if not isinstance(self.max_iters, (int, np.integer)) or self.max_iters < 1:
+            bad(f"max_iters must be an integer >= 1, got {self.max_iters!r}")
+        if not self.tol >= 0:
+            bad(f"tol must be >= 0, got {self.tol!r}")
+        if not self.residual_tol > 0:
+            bad(f"residual_tol must be > 0, got {self.residual_tol!r}")
+        if self.schedule not in mf.SCHEDULES:
+            bad(f"unknown schedule {self.schedule!r}; choose one of {', '.join(mf.SCHEDULES)}")
+        if self.dtype not in DTYPES:
+            bad(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if self.mixing not in MIXINGS:
+            bad(f"unknown mixing {self.mixing!r}; choose one of {', '.join(MIXINGS)}")
+        if self.state_prior not in STATE_PRIORS:
+            bad(f"unknown state_prior {self.state_prior!r}; choose one of {', '.join(STATE_PRIORS)}")
+        if not self.prior_strength > 0:
+            bad(f"prior_strength must be > 0, got {self.prior_strength!r}")
+        for name in ("prompt_forgetting", "state_forgetting"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                bad(f"{name} must lie in (0, 1], got {v!r}")
+        if self.window is not None and self.state_forgetting != 1.0:
+            bad("choose either a window or state_forgetting < 1, not both")
+        from .backends.device import check_device_name
+
+        check_device_name(self.device)
+
+    @property
+    def paper_exact(self) -> bool:
+        """True when the state-level Beta update is the paper's (cumulative or windowed, Beta(1, 1))."""
+        return self.state_forgetting == 1.0 and self.state_prior == "uniform"
+
+
+class Estimator:
+    """Online graph-based estimator of each prompt's success probability under the current policy."""
+
+    def __init__(self, graph, labels, n_states: int, beta: float = 2.0, epsilon: float = mf.DEFAULT_EPSILON,
+                 gamma: float = 0.5, window: int | None = None, max_iters: int = 50, tol: float = 1e-6,
+                 schedule: str = "synchronous", device: str = "auto", dtype: str = "float32",
+                 residual_tol: float = 1e-4, mixing: str = "gamma", prior_strength: float = 4.0,
+                 prompt_forgetting: float = 1.0, state_forgetting: float = 1.0, state_prior: str = "uniform"):
+        config = EstimatorConfig(n_states=n_states, beta=float(beta), epsilon=float(epsilon),
+                                 gamma=float(gamma), window=window, max_iters=max_iters, tol=float(tol),
+                                 schedule=schedule, device=device, dtype=dtype, residual_tol=float(residual_tol),
+                                 mixing=mixing, prior_strength=float(prior_strength),
+                                 prompt_forgetting=float(prompt_forgetting),
+                                 state_forgetting=float(state_forgetting), state_prior=state_prior)
+        config.validate()
+        labels = np.asarray(labels)
+        if labels.ndim != 1 or labels.dtype.kind not in "iu":
+            raise DataError(f"labels must be a 1-D integer array, got dtype {labels.dtype}, shape {labels.shape}")
+        labels = labels.astype(np.int64)
+        if labels.size and (labels.min() < 0 or labels.max() >= n_states):
+            i = int(np.flatnonzero((labels < 0) | (labels >= n_states))[0])
+            raise DataError(f"labels[{i}] = {labels[i]} is out of range [0, {n_states})")
+        w = validate_graph(graph, n_nodes=labels.size)
+        self.config = config
+        self._spec = mf.ModelSpec(graph=w, labels=labels, n_states=int(n_states), beta=config.beta,
+                                  epsilon=config.epsilon)
+        self._init_state()
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def _init_state(self) -> None:
+        """t = 0: q = A (the smoothed spectral prior), every state Beta(1, 1), no history."""
+        import torch
+
+        from .backends.device import resolve_device
+
+        self.device_ = resolve_device(self.config.device)
+        if self.config.schedule == "sequential":
+            self.device_ = torch.device("cpu")  # Gauss-Seidel is inherently serial
+        k, n = self.config.n_states, self.n_nodes
+        q = mf.smoothed_prior(self._spec.labels, k, self.config.epsilon)
+        self._q = torch.as_tensor(q, dtype=self._torch_dtype).to(self.device_)
+        self.a_ = np.ones(k)
+        self.b_ = np.ones(k)
+        self.successes_ = np.zeros(n, dtype=np.int64)
+        self.rollouts_ = np.zeros(n, dtype=np.int64)
+        # a prompt's own evidence with prompt_forgetting applied at each visit (= the raw counts at 1)
+        self.successes_decayed_ = np.zeros(n)
+        self.rollouts_decayed_ = np.zeros(n)
+        self.offset_decayed_ = np.zeros(n)  # sum over visits of s - n p_model (as predicted then)
+        # state evidence with state_forgetting applied (a = prior + evidence) and the global counts
+        # (successes, rollouts) with the same forgetting, for the "observed" state prior
+        self.state_evidence_ = np.zeros((2, k))
+        self.global_counts_ = np.zeros(2)
+        self.step_ = 0
+        # per-step evidence (sum q s, sum q f) of the last window - 1 steps (windowed variant only)
+        self._window_evidence = np.zeros((0, 2, k))
+        # residual schedule: rows whose inputs changed since q last reached its fixed point; None means
+        # q is not at a fixed point (q = A after init), so the next residual step starts from every row
+        self._dirty: np.ndarray | None = None
+
+    @property
+    def _torch_dtype(self):
+        import torch
+
+        return torch.float64 if self.config.dtype == "float64" else torch.float32
+
+    @property
+    def n_nodes(self) -> int:
+        return self._spec.n_nodes
+
+    @property
+    def n_states(self) -> int:
+        return self.config.n_states
+
+    @property
+    def graph(self):
+        return self._spec.graph
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self._spec.labels
+
+    @property
+    def q_(self) -> np.ndarray:
+        """The assignment probabilities q (N x K) as a numpy copy."""
+        return self._q.detach().cpu().numpy().copy()
+
+    def _history_prior(self) -> tuple[np.ndarray, np.ndarray]:
+        """(a_hist, b_hist) for the coming step.
+
+        Cumulative: the previous posterior (Section 3.4). Windowed (Appendix G): Beta(1, 1) plus the
+        responsibility-weighted counts of the previous L - 1 steps, each weighted by the q that step
+        converged to (S^(L), F^(L) of Appendix G.1); with the coming step that makes the L-step window.
+        When L covers every step this is exactly the cumulative posterior, as the paper states.
+        """
+        c = self.config
+        if c.window is None and c.paper_exact:
+            return self.a_.copy(), self.b_.copy()
+        a0, b0 = self._state_prior()
+        if c.window is None:
+            ev = c.state_forgetting * self.state_evidence_
+        else:
+            ev = self._window_evidence.sum(axis=0)
+        return a0 + ev[0], b0 + ev[1]
+
+    def _state_prior(self) -> tuple[float, float]:
+        """(a0, b0): Beta(1, 1) as in the paper, or, with state_prior="observed", a prior of the same
+        strength (2 pseudo-rollouts) centred on the recent global success rate (s + 1) / (n + 2), so that
+        a state without recent evidence predicts what the policy solves on average rather than 0.5 (the
+        weakness Appendix G points out)."""
+        if self.config.state_prior == "uniform":
+            return 1.0, 1.0
+        gs, gn = self.global_counts_
+        g = (gs + 1.0) / (gn + 2.0)
+        return 2.0 * g, 2.0 * (1.0 - g)
+
+    # -- the API -----------------------------------------------------------------------------------
+
+    def update(self, ids, n, s) -> dict:
+        """Apply one training step: prompts ``ids`` (node indices) got ``n`` rollouts, ``s`` successes.
+
+        Returns {"step", "elbo" (one value per evaluated state), "iterations", "converged",
+        "n_observed", "rollouts", "successes", "seconds"}.
+        """
+        t0 = time.perf_counter()
+        obs = mf.make_observations(ids, n, s, self.n_nodes)
+        p_then = mf.model_prediction(self._q_rows(obs.ids), self.a_, self.b_)[0] if len(obs) else np.zeros(0)
+        a_hist, b_hist = self._history_prior()
+        if self.config.schedule == "residual":
+            res = mf.run_step_residual(self._spec, self._q, a_hist, b_hist, obs, self._dirty,
+                                       max_iters=self.config.max_iters, tol=self.config.residual_tol)
+            dirty = obs.ids.copy() if res.converged else None  # their l_ik leaves at the next step
+        else:
+            res = mf.run_step(self._spec, self._q, a_hist, b_hist, obs, schedule=self.config.schedule,
+                              max_iters=self.config.max_iters, tol=self.config.tol)
+            dirty = None
+        # commit (nothing above touched self)
+        successes = self.successes_.copy()
+        rollouts = self.rollouts_.copy()
+        successes[obs.ids] += obs.s.astype(np.int64)
+        rollouts[obs.ids] += obs.n.astype(np.int64)
+        lam = self.config.prompt_forgetting
+        succ_d, roll_d = self.successes_decayed_.copy(), self.rollouts_decayed_.copy()
+        succ_d[obs.ids] = lam * succ_d[obs.ids] + obs.s
+        roll_d[obs.ids] = lam * roll_d[obs.ids] + obs.n
+        off_d = self.offset_decayed_.copy()
+        off_d[obs.ids] = lam * off_d[obs.ids] + (obs.s - obs.n * p_then)
+        rho = self.config.state_forgetting
+        state_ev = rho * self.state_evidence_ + np.stack(res.evidence)
+        global_counts = rho * self.global_counts_ + np.array([obs.s.sum(), obs.n.sum()])
+        window_ev = self._window_evidence
+        if self.config.window is not None:
+            keep = self.config.window - 1
+            window_ev = np.concatenate([window_ev, np.stack(res.evidence)[None]])[-keep:] if keep else \
+                window_ev[:0]
+        self._q, self.a_, self.b_ = res.q, res.a, res.b
+        self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
+        self.successes_decayed_, self.rollouts_decayed_, self.offset_decayed_ = succ_d, roll_d, off_d
+        self.state_evidence_, self.global_counts_ = state_ev, global_counts
+        self._dirty = dirty
+        self.step_ += 1
+        return {
+            "step": self.step_,
+            "elbo": res.elbo,
+            "iterations": res.iterations,
+            "converged": res.converged,
+            "rows_updated": res.rows_updated,
+            "n_observed": len(obs),
+            "rollouts": int(obs.n.sum()),
+            "successes": int(obs.s.sum()),
+            "seconds": time.perf_counter() - t0,
+        }
+
+    def _rows(self, ids) -> np.ndarray:
+        if ids is None:
+            return np.arange(self.n_nodes)
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise DataError("ids must be a 1-D array of integer node indices")
+        ids = ids.astype(np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n_nodes):
+            i = int(np.flatnonzero((ids < 0) | (ids >= self.n_nodes))[0])
+            raise DataError(f"ids[{i}] = {ids[i]} is out of range: the graph has {self.n_nodes} prompts")
+        return ids
+
+    def _q_rows(self, rows: np.ndarray) -> np.ndarray:
+        import torch
+
+        idx = torch.as_tensor(rows, device=self.device_)
+        return self._q.index_select(0, idx).cpu().numpy()
+
+    def predict(self, ids=None) -> np.ndarray:
+        """p-hat_i (Section 3.6) for the given node indices, all prompts if None."""
+        return self.estimates(ids)["p"]
+
+    def estimates(self, ids=None, group_size: int = 8) -> dict[str, np.ndarray]:
+        """Everything a scheduler needs per prompt.
+
+        p (Section 3.6), difficulty = 1 - p, p_model = sum_k q_ik mu_k, uncertainty = u-hat_i of
+        Appendix E, variance (of the belief about p that p_zero_variance and Thompson sampling use),
+        n_seen (rollouts observed so far), and p_zero_variance = E[p^g + (1 - p)^g], the
+        probability that a group of ``group_size`` rollouts is all-correct or all-wrong. Its belief is
+        a Beta with mean p and variance (weight of the model in p)^2 * u-hat: the prompt's own history
+        enters p as a fixed number, the model part carries the uncertainty.
+        """
+        rows = self._rows(ids)
+        c = self.config
+        p_model, u = mf.model_prediction(self._q_rows(rows), self.a_, self.b_)
+        roll = self.rollouts_[rows]
+        if c.mixing == "gamma":
+            p = mf.mix_with_history(p_model, self.successes_[rows].astype(np.float64), roll.astype(np.float64),
+                                    c.gamma)
+            weight = np.where(roll > 0, c.gamma, 1.0)
+            var = weight * weight * u
+        elif c.mixing == "offset":
+            roll_d = self.rollouts_decayed_[rows]
+            p = np.clip(p_model + self.offset_decayed_[rows] / (c.prior_strength + roll_d), 0.0, 1.0)
+            var = np.where(roll > 0, p * (1.0 - p) / (c.prior_strength + roll_d + 1.0), u)
+        else:
+            p, var = mf.mix_by_evidence(p_model, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows],
+                                        c.prior_strength)
+        pzv = mf.zero_variance_probability(p, var, group_size)
+        return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "variance": var,
+                "n_seen": roll, "p_zero_variance": pzv}
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Arrays and config that determine the estimator completely (what ``save`` writes)."""
+        return {
+            "config": asdict(self.config),
+            "step": self.step_,
+            "graph": self._spec.graph,
+            "labels": self._spec.labels,
+            "q": self.q_,
+            "a": self.a_.copy(),
+            "b": self.b_.copy(),
+            "successes": self.successes_.copy(),
+            "rollouts": self.rollouts_.copy(),
+            "window_evidence": self._window_evidence.copy(),
+            "successes_decayed": self.successes_decayed_.copy(),
+            "rollouts_decayed": self.rollouts_decayed_.copy(),
+            "state_evidence": self.state_evidence_.copy(),
+            "global_counts": self.global_counts_.copy(),
+            "offset_decayed": self.offset_decayed_.copy(),
+            "dirty": np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy(),
+            "at_fixed_point": np.array(self._dirty is not None),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict, device: str | None = None) -> "Estimator":
+        import torch
+
+        cfg = dict(state["config"])
+        if device is not None:
+            cfg["device"] = device
+        est = cls(state["graph"], state["labels"], **cfg)
+        q = np.asarray(state["q"])
+        if q.shape != (est.n_nodes, est.n_states):
+            raise DataError(f"saved q has shape {q.shape}, expected {(est.n_nodes, est.n_states)}")
+        est._q = torch.as_tensor(q, dtype=est._torch_dtype).to(est.device_)
+        est.a_ = np.asarray(state["a"], dtype=np.float64).copy()
+        est.b_ = np.asarray(state["b"], dtype=np.float64).copy()
+        est.successes_ = np.asarray(state["successes"], dtype=np.int64).copy()
+        est.rollouts_ = np.asarray(state["rollouts"], dtype=np.int64).copy()
+        est._window_evidence = np.asarray(state["window_evidence"], dtype=np.float64).reshape(-1, 2, est.n_states)
+        est.step_ = int(state["step"])
+        for name in ("successes_decayed", "rollouts_decayed", "state_evidence", "global_counts", "offset_decayed"):
+            if name in state:  # absent in states written before these options existed
+                setattr(est, name + "_", np.asarray(state[name], dtype=np.float64).copy())
+        if "successes_decayed" not in state:
+            est.successes_decayed_ = est.successes_.astype(np.float64)
+            est.rollouts_decayed_ = est.rollouts_.astype(np.float64)
+            est.state_evidence_ = np.stack([est.a_ - 1.0, est.b_ - 1.0])
+        if bool(np.asarray(state.get("at_fixed_point", False))):
+            est._dirty = np.asarray(state["dirty"], dtype=np.int64).copy()
+        return est
+
+    def save(self, path) -> None:
+        """Write the estimator as a stamped Zarr v3 group, atomically (staging folder, then rename)."""
+        from .io.estimator_store import save_estimator
+
+        save_estimator(self, path)
+
+    @classmethod
+    def load(cls, path, device: str | None = None) -> "Estimator":
+        """Read a saved estimator, or the current state of a STATE directory."""
+        from .io.estimator_store import load_estimator
+
+        return load_estimator(path, device=device)
+
+    def __repr__(self) -> str:
+        c = self.config
+        mode = "cumulative" if c.window is None else f"window={c.window}"
+        return (f"Estimator(N={self.n_nodes}, K={c.n_states}, beta={c.beta}, epsilon={c.epsilon}, "
+                f"gamma={c.gamma}, {mode}, schedule={c.schedule}, device={self.device_}, step={self.step_})")

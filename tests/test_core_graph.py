@@ -1,0 +1,115 @@
+"""The mutual-kNN graph of Section 3.3 against its definition, computed by brute force."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from graphdiff_cli.core.graph import (
+    drop_self,
+    exact_knn,
+    mutual_knn_graph,
+    normalize_rows,
+    summarize_graph,
+    truncate_matryoshka,
+    validate_graph,
+)
+from graphdiff_cli.errors import DataError
+
+
+def brute_force_w(x: np.ndarray, k: int) -> np.ndarray:
+    """W_ij = c_ij if i, j are mutual k-nearest neighbours and c_ij > 0, else 0 (dense, by definition)."""
+    phi = x / np.linalg.norm(x, axis=1, keepdims=True)
+    c = phi @ phi.T
+    n = len(x)
+    knn = []
+    for i in range(n):
+        order = [j for j in np.argsort(-c[i], kind="stable") if j != i][:k]
+        knn.append(set(order))
+    w = np.zeros((n, n))
+    for i in range(n):
+        for j in knn[i]:
+            if i in knn[j] and c[i, j] > 0:
+                w[i, j] = c[i, j]
+    return w
+
+
+@pytest.mark.parametrize("seed,k", [(0, 3), (1, 5), (2, 10)])
+def test_mutual_knn_matches_definition(seed, k):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((60, 8))
+    nbr, sim = exact_knn(x, k)
+    w = mutual_knn_graph(nbr, sim)
+    assert isinstance(w, sp.csr_matrix)
+    np.testing.assert_allclose(w.toarray(), brute_force_w(x, k), atol=1e-5)
+
+
+def test_graph_properties():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((200, 16))
+    w = mutual_knn_graph(*exact_knn(x, 12))
+    dense = w.toarray()
+    assert np.array_equal(dense, dense.T), "W must be exactly symmetric"
+    assert not dense.diagonal().any(), "W must have a zero diagonal"
+    assert w.data.min() > 0, "only positive similarities are kept"
+    assert w.has_sorted_indices
+    deg = np.diff(w.indptr)
+    assert deg.max() <= 12, "a node has at most k mutual neighbours"
+    s = summarize_graph(w)
+    assert s.n_nodes == 200 and s.n_edges == w.nnz // 2
+    validate_graph(w)  # the estimator accepts it
+
+
+def test_negative_similarities_are_dropped():
+    # two opposite directions: every cosine across the groups is negative
+    x = np.array([[1, 0.01], [1, -0.01], [-1, 0.02], [-1, -0.02]], dtype=float)
+    w = mutual_knn_graph(*exact_knn(x, 3)).toarray()
+    assert w[0, 1] > 0 and w[2, 3] > 0
+    assert w[0, 2] == 0 and w[1, 3] == 0
+
+
+def test_drop_self_handles_duplicates_and_padding():
+    # row 0's self appears second (a duplicate tied with it); row 1 has -1 padding
+    nbr = np.array([[5, 0, 3, 4], [1, 2, -1, -1]])
+    sim = np.array([[1.0, 1.0, 0.5, 0.4], [1.0, 0.9, 0, 0]], dtype=np.float32)
+    out_n, out_s = drop_self(nbr, sim, 3)
+    assert out_n[0].tolist() == [5, 3, 4]
+    np.testing.assert_allclose(out_s[0], [1.0, 0.5, 0.4])
+    assert out_n[1].tolist() == [2, -1, -1]
+
+
+def test_exact_knn_excludes_self_and_sorts():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((50, 4))
+    nbr, sim = exact_knn(x, 5, block=7)  # several blocks
+    assert not (nbr == np.arange(50)[:, None]).any()
+    assert np.all(np.diff(sim, axis=1) <= 1e-7)
+    phi = normalize_rows(x)
+    np.testing.assert_allclose(sim, np.take_along_axis(phi @ phi.T, nbr, axis=1), atol=1e-6)
+
+
+def test_matryoshka_truncation_renormalizes():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((10, 32))
+    t = truncate_matryoshka(x, 8)
+    assert t.shape == (10, 8)
+    np.testing.assert_allclose(np.linalg.norm(t, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(t, normalize_rows(x[:, :8]), atol=1e-6)
+
+
+def test_bad_embeddings_refused():
+    with pytest.raises(DataError, match="row 1 is all zeros"):
+        normalize_rows(np.array([[1.0, 0.0], [0.0, 0.0]]))
+    with pytest.raises(DataError, match="NaN"):
+        normalize_rows(np.array([[np.nan, 1.0]]))
+
+
+@pytest.mark.parametrize("graph,match", [
+    (sp.csr_matrix(np.array([[0, 1.0], [0.5, 0]])), "not symmetric"),
+    (sp.csr_matrix(np.array([[1.0, 0], [0, 0]])), "self-loops"),
+    (sp.csr_matrix(np.array([[0, -1.0], [-1.0, 0]])), "non-negative"),
+    (sp.csr_matrix(np.ones((2, 3))), "square"),
+    (np.zeros((2, 2)), "scipy.sparse"),
+])
+def test_validate_graph_refusals(graph, match):
+    with pytest.raises(DataError, match=match):
+        validate_graph(graph)
