@@ -1,0 +1,151 @@
+"""Benchmark one trainer round trip through the STATE directory: `graphdiff update` + `graphdiff predict`.
+
+Builds a synthetic prompt graph (N nodes, K planted states, about `deg` mutual neighbours per node,
+85% of them inside the node's state), writes it as "graph" and "clusters" artifacts (the planted
+states stand in for the spectral clusters: clustering is not what is timed), runs `graphdiff init`,
+then times, as a trainer would run them, the real CLI processes
+
+    graphdiff update  --state STATE --step 1 --outcomes step1.jsonl   (B prompts x n rollouts)
+    graphdiff predict --state STATE --out predictions.<fmt>           (every prompt)
+
+and reports each one's wall time (process start and imports included) and its own split into load,
+inference and write (from --json). Prints one JSON object (and writes it to --out if given).
+Not run by the tests.
+
+    .venv/bin/python bench/handoff_roundtrip.py --n 150000 --k 320 --deg 40 --batch 256 --max-iters 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
+
+
+def synthetic_graph(n, k, deg, seed=0):
+    """Symmetric CSR with ~deg neighbours per node, most inside the node's planted state."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    order = np.argsort(labels, kind="stable")
+    starts = np.searchsorted(labels[order], np.arange(k))
+    sizes = np.bincount(labels, minlength=k)
+    half = deg // 2  # each node proposes deg/2 edges; symmetrizing gives ~deg neighbours
+    rows = np.repeat(np.arange(n), half)
+    same = rng.random(n * half) < 0.85
+    lab = labels[rows]
+    pick = starts[lab] + (rng.random(n * half) * sizes[lab]).astype(np.int64)
+    cols = np.where(same, order[pick], rng.integers(0, n, n * half))
+    vals = rng.uniform(0.3, 0.9, rows.size).astype(np.float32)
+    keep = rows != cols
+    w = sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(n, n))
+    w = w.maximum(w.T).tocsr()
+    w.sort_indices()
+    return w, labels
+
+
+def write_inputs(folder: Path, n, k, deg):
+    from graphdiff_cli.io.artifacts import hash_arrays, write_artifact
+
+    w, labels = synthetic_graph(n, k, deg)
+    ids = np.asarray([f"p{i:07d}" for i in range(n)], dtype=str)
+    knn = np.zeros((n, 1), dtype=np.int64)  # unused downstream of clustering
+    arrays = {"ids": ids.astype(object), "indptr": w.indptr.astype(np.int64), "indices": w.indices.astype(np.int64),
+              "data": w.data.astype(np.float32), "knn_indices": knn}
+    g_hash = hash_arrays(ids, arrays["indptr"], arrays["indices"], arrays["data"], knn, extra="graph")
+    write_artifact(folder / "graph.zarr", "graph", arrays, params={"k_nn": deg, "synthetic": True},
+                   inputs={"embeddings": "synthetic"}, content_hash=g_hash)
+    labels = labels.astype(np.int64)
+    write_artifact(folder / "clusters.zarr", "clusters", {"ids": ids.astype(object), "labels": labels},
+                   params={"states": k, "seed": 0, "planted": True}, inputs={"graph": g_hash},
+                   content_hash=hash_arrays(ids, labels, extra="clusters"))
+    return ids, labels, w
+
+
+def run(*args) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    res = subprocess.run([str(GRAPHDIFF), *map(str, args), "--json"], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.exit(f"{args[0]} failed: {res.stderr}")
+    return json.loads(res.stdout), wall
+
+
+def du_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=150_000)
+    ap.add_argument("--k", type=int, default=320)
+    ap.add_argument("--deg", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--rollouts", type=int, default=8)
+    ap.add_argument("--max-iters", type=int, default=50)
+    ap.add_argument("--schedule", default="synchronous")
+    ap.add_argument("--format", default="jsonl", choices=["jsonl", "csv", "parquet"])
+    ap.add_argument("--workdir", default=None, help="Keep the files here (default: a temporary folder).")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="graphdiff-roundtrip-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        t0 = time.perf_counter()
+        ids, labels, w = write_inputs(work, args.n, args.k, args.deg)
+        t_inputs = time.perf_counter() - t0
+        state = work / "STATE"
+        shutil.rmtree(state, ignore_errors=True)
+        init, init_wall = run("init", "--graph", work / "graph.zarr", "--clusters", work / "clusters.zarr",
+                              "--out", state, "--device", "cpu", "--max-iters", args.max_iters,
+                              "--schedule", args.schedule)
+        rng = np.random.default_rng(1)
+        batch = rng.choice(args.n, size=args.batch, replace=False)
+        p_true = rng.beta(2, 2, args.k)[labels[batch]]
+        s = rng.binomial(args.rollouts, p_true)
+        outcomes = work / "step1.jsonl"
+        outcomes.write_text("".join(json.dumps({"id": ids[i], "n": args.rollouts, "s": int(si)}) + "\n"
+                                    for i, si in zip(batch, s)))
+        upd, upd_wall = run("update", "--state", state, "--step", 1, "--outcomes", outcomes)
+        pred, pred_wall = run("predict", "--state", state, "--out", work / f"predictions.{args.format}")
+        result = {
+            "benchmark": "handoff_roundtrip",
+            "date": date.today().isoformat(),
+            "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                        "python": platform.python_version()},
+            "n": args.n, "k": args.k, "mean_degree": float(w.nnz / args.n), "batch": args.batch,
+            "rollouts": args.rollouts, "schedule": args.schedule, "max_iters": args.max_iters,
+            "make_inputs_s": t_inputs,
+            "init": {"wall_s": init_wall, **init["timings"]},
+            "update": {"wall_s": upd_wall, "iterations": upd["iterations"], "converged": upd["converged"],
+                       **upd["timings"]},
+            "predict": {"wall_s": pred_wall, "format": args.format, "rows": pred["rows"], **pred["timings"]},
+            "round_trip_wall_s": upd_wall + pred_wall,
+            "disk_mb": {"model": du_mb(state / "model.zarr"), "step": du_mb(state / "steps" / "00000001.zarr"),
+                        "predictions": (work / f"predictions.{args.format}").stat().st_size / 2**20},
+        }
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

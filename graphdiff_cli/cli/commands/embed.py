@@ -1,0 +1,52 @@
+"""``graphdiff embed``: prompts file -> embeddings artifact (thin wrapper over stages.prepare.embed_prompts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..app import app
+from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, debug, emit, progress, run_guarded
+
+
+@app.command("embed")
+def embed(
+    prompts: Path = typer.Argument(..., help="Prompts file (.jsonl, .csv or .parquet), one prompt per row."),
+    out: Path = typer.Option(..., "--out", "-o", help="Embeddings artifact to write (a .zarr folder). An "
+                             "existing one made with the same model, instruction and dim is used as a cache."),
+    model: str = typer.Option("bundled", "--model", help="'bundled' (all-MiniLM-L6-v2 shipped with graphdiff), a "
+                              "local model folder, or a hub name already in the local Hugging Face cache "
+                              "(e.g. Qwen/Qwen3-Embedding-0.6B). Never downloads."),
+    instruction: Optional[str] = typer.Option(None, "--instruction", help="Replace the paper's difficulty-aware "
+                                              "instruction; the encoder sees 'Instruction: TEXT\\nPrompt: <prompt>'."),
+    no_instruction: bool = typer.Option(False, "--no-instruction", help="Embed the raw prompt text."),
+    dim: Optional[int] = typer.Option(None, "--dim", help="Matryoshka truncation: keep the first D coordinates, "
+                                      "then renormalize (default: the model's full size)."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Prompts per encoder batch."),
+    device: str = typer.Option("auto", "--device", help="auto (GPU where one works), cpu or cuda."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="I/N: embed only rows [I*ceil(M/N), "
+                                        "(I+1)*ceil(M/N)) of the M prompts; join with merge-embeddings."),
+    id_field: str = typer.Option("id", "--id-field", help="Column holding the prompt id."),
+    text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text."),
+    json_out: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+):
+    """Embed prompts (Section 3.3): L2-normalized sentence embeddings with the difficulty-aware instruction."""
+    configure(json_out, quiet, verbose)
+
+    def body():
+        from ...stages.prepare import embed_prompts
+
+        with progress("embedding prompts") as update:
+            res = embed_prompts(prompts, out, model=model, instruction=instruction,
+                                use_instruction=not no_instruction, dim=dim, batch_size=batch_size,
+                                device=device, shard=shard, id_field=id_field, text_field=text_field,
+                                progress=update)
+        debug(f"cache: {res['cache']}; timings: {res['timings']}")
+        emit(res, f"embedded {res['embedded']} prompts, reused {res['cached']} cached -> {res['out']} "
+                  f"({res['shape'][0]} x {res['shape'][1]}, {res['timings']['total_s']:.1f} s)")
+
+    run_guarded(body)

@@ -1,0 +1,47 @@
+"""``graphdiff select``: choose B prompts of a candidate pool from the STATE's current estimates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..app import app
+from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+
+
+@app.command("select")
+def select(
+    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    candidates: Path = typer.Option(..., "--candidates", help="Candidate pool: one id per line, or a "
+                                    ".jsonl/.csv/.parquet table with an 'id' column."),
+    batch_size: int = typer.Option(..., "--batch-size", "-B", help="How many distinct prompts to choose."),
+    strategy: str = typer.Option(..., "--strategy", help="target (closest p to --target), thompson "
+                                 "(posterior draw closest to --target), skip-zero-variance (drop with "
+                                 "P(all correct or all wrong)), or uniform."),
+    out: Path = typer.Option(..., "--out", "-o", help="Chosen prompts, best first (.txt: one id per line; "
+                             ".jsonl/.csv/.parquet: rank, id, p, variance, p_zero_variance, n_seen, key)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of every random choice (draws, drops, tie-breaks)."),
+    target: float = typer.Option(0.5, "--target", help="Target success probability (target, thompson)."),
+    group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet [default: from the "
+                                      "extension of --out]."),
+    json_out: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+):
+    """Choose --batch-size prompts of --candidates by --strategy and write them to --out."""
+    configure(json_out, quiet, verbose)
+
+    def body():
+        from ...stages.decide import select as run_select
+
+        with progress("selecting") as bar:
+            res = run_select(state, candidates, batch_size, strategy, out, seed=seed, target=target,
+                             group_size=group_size, fmt=fmt, progress=bar)
+        emit(res, f"step {res['step']}: chose {res['batch_size']} of {res['pool']} by {strategy} "
+                  f"(predicted effective share {res['predicted_effective_share']['chosen']:.3f} vs "
+                  f"{res['predicted_effective_share']['pool']:.3f} for the pool) -> {res['out']}")
+
+    run_guarded(body)

@@ -1,0 +1,99 @@
+"""``graphdiff watch``: apply a trainer's per-step outcomes files from an inbox, in step order, exactly once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..app import app
+from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, debug, emit, info, run_guarded
+
+
+def _describe(event: dict) -> str | None:
+    kind = event["event"]
+    if kind == "applied":
+        return (f"step {event['step']} <- {event['file']}: {event['prompts']} prompts, "
+                f"{event['successes']}/{event['rollouts']} successes, {event['iterations']} rounds "
+                f"({'converged' if event['converged'] else 'not converged'}) in {event['seconds']:.2f} s")
+    if kind == "predicted":
+        return f"  predictions of step {event['step']} -> {event['out']}"
+    if kind == "waiting":
+        parts = [f"waiting for step {event['next_step']}"]
+        if event["later_steps"]:
+            parts.append(f"held until then: step(s) {', '.join(map(str, event['later_steps']))}")
+        if event["incomplete"]:
+            parts.append(f"incomplete (no .done marker): {', '.join(event['incomplete'])}")
+        if event["invalid"]:
+            parts.append(f"ignored (step 0 is init's): {', '.join(event['invalid'])}")
+        return "; ".join(parts)
+    if kind == "conflict":
+        return (f"[yellow]warning:[/yellow] {event['file']} is for step {event['step']}, already applied from "
+                f"{event['applied_from']} with other bytes (hash {event['applied_hash']}, this file "
+                f"{event['hash']}); left alone. To re-apply, graphdiff rollback --to {event['step'] - 1} first.")
+    if kind == "moved":
+        return (f"[yellow]warning:[/yellow] another writer moved the STATE to step {event['current']} while "
+                f"step {event['step']} was being applied; following CURRENT")
+    return None
+
+
+@app.command("watch")
+def watch(
+    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    inbox: Path = typer.Option(..., "--inbox", help="Folder the trainer writes one outcomes file per step into: "
+                               "step-<T>.jsonl|csv|parquet, e.g. step-000012.jsonl."),
+    once: bool = typer.Option(False, "--once", help="Apply every step that is ready, then exit (for cron)."),
+    poll: float = typer.Option(2.0, "--poll", help="Seconds between looks at the inbox."),
+    predictions: Optional[Path] = typer.Option(None, "--predictions", help="Write the predictions table here "
+                                               "after each applied step (and at start); '{step}' in the name "
+                                               "makes one file per step (e.g. preds-{step}.jsonl)."),
+    complete: str = typer.Option("rename", "--complete", help="When a step file is complete: 'rename' (once it "
+                                 "exists under its name: write elsewhere, then rename into place) or 'done' "
+                                 "(once a marker <file>.done exists beside it)."),
+    until_step: Optional[int] = typer.Option(None, "--until-step", help="Exit once the STATE reaches this step."),
+    group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance."),
+    success_threshold: float = typer.Option(1.0, "--success-threshold", help="A rollout with reward >= this "
+                                            "is a success (binary 0/1 rewards pass through)."),
+    lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another update "
+                                       "or rollback of this STATE to finish."),
+    json_out: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
+):
+    """Apply each new outcomes file of an inbox to the STATE in step order, exactly once (safe to kill and restart)."""
+    configure(json_out, quiet, verbose)
+
+    def body():
+        import signal
+
+        from ...stages.watch import watch as run_watch
+
+        stopping = []
+
+        def on_signal(signum, frame):  # finish the step in progress, then exit cleanly
+            stopping.append(signum)
+
+        old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def listener(event: dict) -> None:
+            text = _describe(event)
+            if text is None:
+                return
+            if event["event"] in ("predicted", "waiting"):
+                debug(text) if event["event"] == "predicted" else info(text)
+            else:
+                info(text)
+
+        try:
+            res = run_watch(state, inbox, once=once, poll=poll, predictions=predictions, group_size=group_size,
+                            success_threshold=success_threshold, lock_timeout=lock_timeout, complete=complete,
+                            until_step=until_step, stop=lambda: bool(stopping), listener=listener)
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+        emit(res, f"STATE {res['state']} at step {res['step']}: applied {res['n_applied']} step(s) from "
+                  f"{res['inbox']} ({res['stopped']})"
+                  + (f"; {len(res['conflicts'])} conflicting file(s) left alone" if res["conflicts"] else ""))
+
+    run_guarded(body)

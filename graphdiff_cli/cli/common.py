@@ -1,0 +1,127 @@
+"""What every command shares: output modes, the progress display, and the error boundary.
+
+Results go to stdout (with ``--json`` exactly one JSON object), everything for humans to stderr, so
+``2> {log}`` in Snakemake captures logs cleanly. Library exceptions become one line and an exit code
+here and nowhere else; ``GRAPHDIFF_DEBUG=1`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import typer
+
+from ..errors import GraphdiffError
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass
+class Output:
+    """Per-invocation output settings (set by the global options)."""
+
+    json: bool = False
+    quiet: bool = False
+    verbose: bool = False
+
+
+OUT = Output()
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def info(message: str) -> None:
+    """A line for humans on stderr (hidden by -q)."""
+    if not OUT.quiet:
+        stderr_console().print(message)
+
+
+def debug(message: str) -> None:
+    if OUT.verbose and not OUT.quiet:
+        stderr_console().print(f"[dim]{message}[/dim]")
+
+
+def emit(result: dict, human: str | None = None) -> None:
+    """Print the command's result: one JSON object on stdout with --json, else a summary on stderr."""
+    if OUT.json:
+        sys.stdout.write(json.dumps(result, default=_default, sort_keys=True) + "\n")
+        sys.stdout.flush()
+    elif human is not None:
+        info(human)
+
+
+def _default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+@contextlib.contextmanager
+def progress(description: str):
+    """Yield a callback ``update(done, total)`` that draws a rich progress bar on stderr.
+
+    Stages receive the callback and never import rich; with -q or --json or a non-terminal stderr the
+    bar is not drawn (logs stay clean).
+    """
+    if OUT.quiet or OUT.json or not sys.stderr.isatty():
+        yield lambda done, total=None: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=stderr_console(), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done, total=None):
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> None:
+    """Print ``graphdiff: error: ...`` on stderr and exit."""
+    stderr_console().print(f"[bold red]graphdiff: error:[/bold red] {message}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def run_guarded(fn, *args, **kwargs):
+    """The one error boundary: GraphdiffError -> one line + its exit code; anything else -> exit 1."""
+    try:
+        return fn(*args, **kwargs)
+    except typer.Exit:
+        raise
+    except GraphdiffError as exc:
+        if os.environ.get("GRAPHDIFF_DEBUG"):
+            raise
+        fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as exc:  # noqa: BLE001 - the boundary: no traceback for users unless asked
+        if os.environ.get("GRAPHDIFF_DEBUG"):
+            raise
+        fail(f"{exc.__class__.__name__}: {exc} (set GRAPHDIFF_DEBUG=1 for the traceback)", EXIT_ERROR)
+
+
+# Options every command accepts after its name as well (``graphdiff embed ... --json``); they add to the
+# global ones given before the command name.
+JSON_OPTION = typer.Option(False, "--json", help="Print exactly one JSON object with the result on stdout.")
+QUIET_OPTION = typer.Option(False, "-q", "--quiet", help="Print nothing on stderr but errors.")
+VERBOSE_OPTION = typer.Option(False, "-v", "--verbose", help="Print more detail on stderr.")
+
+
+def configure(json_out: bool = False, quiet: bool = False, verbose: bool = False) -> None:
+    OUT.json = OUT.json or json_out
+    OUT.quiet = OUT.quiet or quiet
+    OUT.verbose = OUT.verbose or verbose

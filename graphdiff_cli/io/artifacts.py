@@ -1,0 +1,238 @@
+"""Stamped Zarr v3 artifacts, written atomically.
+
+Every artifact is a Zarr v3 group whose root attribute ``graphdiff`` is a stamp:
+
+    {"kind": "graph", "format_version": 1, "graphdiff_version": "0.1.0", "created": ISO-8601 UTC,
+     "params": {...the parameters that made it...}, "inputs": {"embeddings": "<content hash>", ...},
+     "content_hash": "<hash of this artifact's identifying content>"}
+
+Zarr makes single files atomic, never a whole group, so a group is written into a staging folder next to
+its destination and renamed into place: a reader sees the old artifact or the new one, never half of
+one. Readers check the kind and format version and turn anything unreadable into one ``ArtifactError``.
+The format is specified in docs/artifact-format.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ArtifactError
+
+FORMAT_VERSION = 1
+STAMP_KEY = "graphdiff"
+
+
+def graphdiff_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def hash_arrays(*arrays: np.ndarray, extra: str = "") -> str:
+    """A short, stable content hash (sha256, 16 hex digits) of arrays' dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for arr in arrays:
+        arr = np.asarray(arr)
+        if arr.dtype.kind in "OUT":  # text: hash the UTF-8 content, never object pointers
+            h.update(b"text" + str(arr.shape).encode())
+            h.update("\x1f".join(str(v) for v in arr.reshape(-1)).encode("utf-8"))
+            continue
+        arr = np.ascontiguousarray(arr)
+        h.update(str(arr.dtype).encode())
+        h.update(str(arr.shape).encode())
+        h.update(arr.tobytes())
+    h.update(extra.encode())
+    return h.hexdigest()[:16]
+
+
+def hash_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An opened artifact: its path, stamp and zarr group (arrays are read on access)."""
+
+    path: Path
+    stamp: dict
+    group: object
+
+    @property
+    def kind(self) -> str:
+        return self.stamp["kind"]
+
+    @property
+    def params(self) -> dict:
+        return self.stamp.get("params", {})
+
+    @property
+    def inputs(self) -> dict:
+        return self.stamp.get("inputs", {})
+
+    @property
+    def content_hash(self) -> str:
+        return self.stamp["content_hash"]
+
+    def array(self, name: str) -> np.ndarray:
+        """The whole array; text arrays come back as numpy object arrays of ``str``."""
+        try:
+            arr = np.asarray(self.group[name][...])
+            return arr.astype(object) if arr.dtype.kind in "UT" else arr
+        except Exception as exc:  # noqa: BLE001 - a missing or corrupt chunk is a damaged artifact
+            raise ArtifactError(f"{self.path}: array {name!r} is missing or damaged ({exc.__class__.__name__})") from exc
+
+    def attr(self, name: str, default=None):
+        return self.group.attrs.get(name, default)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: dict | None = None,
+                   inputs: dict | None = None, content_hash: str | None = None, attrs: dict | None = None,
+                   durable: bool = True) -> Path:
+    """Write arrays and a stamp as a Zarr v3 group at ``path``, atomically (staging + rename).
+
+    ``content_hash`` identifies the artifact's content for downstream input checks; by default it is
+    the hash of all arrays. ``attrs`` are extra JSON attributes stored next to the stamp. An existing
+    artifact at ``path`` is replaced; a crash at any point leaves either it or the new one.
+    """
+    import zarr
+    from zarr.storage import LocalStore
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.parent / f".{path.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        group = zarr.open_group(LocalStore(staging), mode="w")
+        for name, arr in arrays.items():
+            arr = np.asarray(arr)
+            if arr.dtype.kind in "UOT":  # text (prompt ids): Zarr v3 variable-length strings
+                z = group.create_array(name, shape=arr.shape, dtype=str, chunks=_chunks(arr, itemsize=64))
+                z[...] = arr.astype(object)
+            else:
+                group.create_array(name, data=arr, chunks=_chunks(arr))
+        stamp = {
+            "kind": kind,
+            "format_version": FORMAT_VERSION,
+            "graphdiff_version": graphdiff_version(),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "params": _jsonable(params or {}),
+            "inputs": _jsonable(inputs or {}),
+            "content_hash": content_hash or hash_arrays(*arrays.values(), extra=kind),
+        }
+        group.attrs.update({STAMP_KEY: stamp, **_jsonable(attrs or {})})
+        if durable:
+            _fsync_tree(staging)
+        replace_dir(staging, path)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Move directory ``src`` to ``dst``, replacing any existing ``dst`` with at most a missing moment.
+
+    os.rename cannot replace a non-empty directory, so an existing ``dst`` is first renamed aside
+    (a reader then sees "missing", never a mixture) and deleted after the new one is in place.
+    """
+    trash = None
+    if dst.exists() or dst.is_symlink():
+        trash = dst.parent / f".{dst.name}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(dst, trash)
+    os.rename(src, dst)
+    _fsync_dir(dst.parent)
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _chunks(arr: np.ndarray, itemsize: int | None = None):
+    """Chunks of about 16 MiB along the first axis: few files, cheap partial reads."""
+    if arr.ndim == 0:
+        return ()
+    if arr.size == 0:
+        return tuple(max(1, d) for d in arr.shape)
+    row_bytes = max(1, (itemsize or arr.itemsize) * int(np.prod(arr.shape[1:])))
+    rows = max(1, min(arr.shape[0], (16 << 20) // row_bytes))
+    return (rows,) + tuple(arr.shape[1:])
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=_json_default))
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON-serializable: {type(o).__name__}")
+
+
+def _article(word: str) -> str:
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
+def read_artifact(path, kind: str | tuple[str, ...]) -> Artifact:
+    """Open an artifact and check its stamp; any problem becomes one ``ArtifactError`` line."""
+    import zarr
+    from zarr.storage import LocalStore
+
+    path = Path(path)
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+    want = " or ".join(kinds)
+    if not path.exists():
+        raise ArtifactError(f"{path}: no such {want} artifact")
+    if not (path / "zarr.json").is_file():
+        raise ArtifactError(f"{path}: not a graphdiff artifact (no zarr.json); expected a {want} artifact")
+    try:
+        group = zarr.open_group(LocalStore(path, read_only=True), mode="r")
+        stamp = dict(group.attrs.get(STAMP_KEY) or {})
+    except Exception as exc:  # noqa: BLE001
+        raise ArtifactError(f"{path}: damaged artifact, cannot be opened ({exc.__class__.__name__})") from exc
+    if not stamp or "kind" not in stamp:
+        raise ArtifactError(f"{path}: not a graphdiff artifact (no stamp); expected a {want} artifact")
+    if stamp["kind"] not in kinds:
+        raise ArtifactError(f"{path}: is {_article(stamp['kind'])} artifact, expected {_article(want)} artifact")
+    version = stamp.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ArtifactError(f"{path}: {stamp['kind']} artifact has format version {version}; this graphdiff "
+                            f"reads version {FORMAT_VERSION}: re-create it with this version")
+    return Artifact(path=path, stamp=stamp, group=group)

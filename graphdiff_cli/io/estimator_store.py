@@ -1,0 +1,170 @@
+"""An ``Estimator`` on disk, as Zarr v3 groups written atomically (``io.artifacts``).
+
+Two layouts:
+
+- standalone, ``Estimator.save(path)``: one ``estimator-state`` artifact. Arrays: the graph W in CSR
+  parts (``graph_indptr``, ``graph_indices``, ``graph_data``), ``labels``, ``q`` (N x K), ``a``, ``b``
+  (K), per-prompt ``successes`` and ``rollouts``, ``window_evidence`` (steps x 2 x K, windowed variant)
+  and whatever else ``Estimator.state_dict`` holds. Attributes: ``config`` and ``step``.
+- split, for a STATE directory of the step handoff (``io.state_dir``): an ``estimator-model`` artifact
+  written once (graph, labels, prompt ``ids``, ``config``) and one small ``estimator-step`` artifact
+  per applied step holding only what a step changes (every array of ``state_dict`` but the graph and
+  labels). A step artifact names its model by a path relative to itself (attribute ``model``) and by
+  content hash (``inputs.model``), so a 150k-prompt graph is not rewritten at every step.
+
+``load_estimator`` opens either kind, or a STATE directory: a folder with a ``CURRENT`` JSON pointer
+``{"step": T, "path": "<relative path>"}`` is read as the artifact that pointer names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import ArtifactError
+from .artifacts import hash_arrays, read_artifact, write_artifact
+
+KIND = "estimator-state"
+MODEL_KIND = "estimator-model"
+STEP_KIND = "estimator-step"
+CURRENT = "CURRENT"  # name of the pointer file inside a STATE directory
+
+_STATIC = ("config", "step", "graph", "labels")  # what a step never changes (step is an attribute)
+
+
+def model_hash(graph: sp.csr_matrix, labels: np.ndarray) -> str:
+    """Content hash of the model an estimator state belongs to: W and the spectral labels."""
+    return hash_arrays(graph.indptr.astype(np.int64), graph.indices.astype(np.int64),
+                       graph.data.astype(np.float64), np.asarray(labels, dtype=np.int64), extra="model")
+
+
+def _graph_arrays(g: sp.csr_matrix) -> dict:
+    return {"graph_indptr": g.indptr.astype(np.int64), "graph_indices": g.indices.astype(np.int64),
+            "graph_data": g.data.astype(np.float64)}
+
+
+_graph_arrays_names = ("graph_indptr", "graph_indices", "graph_data")
+
+
+def _read_graph(art, n: int) -> sp.csr_matrix:
+    return sp.csr_matrix((art.array("graph_data"), art.array("graph_indices"), art.array("graph_indptr")),
+                         shape=(n, n))
+
+
+def save_estimator(est, path, *, inputs: dict | None = None, extra_attrs: dict | None = None,
+                   durable: bool = True) -> Path:
+    """Write ``est`` as one standalone ``estimator-state`` artifact."""
+    st = est.state_dict()
+    g: sp.csr_matrix = st.pop("graph")
+    config, step = st.pop("config"), st.pop("step")
+    arrays = {**_graph_arrays(g), **st}
+    content = model_hash(g, st["labels"])
+    return write_artifact(path, KIND, arrays, params=config, inputs={"model": content, **(inputs or {})},
+                          attrs={"config": config, "step": step, **(extra_attrs or {})}, durable=durable)
+
+
+def save_model(est, path, ids, *, inputs: dict | None = None, extra_attrs: dict | None = None,
+               durable: bool = True) -> str:
+    """Write the part of ``est`` no step changes (W, labels, ``ids``, config); returns its content hash.
+
+    ``ids[i]`` is the prompt id of node i (row i of the embedded prompts file).
+    """
+    st = est.state_dict()
+    ids = [str(x) for x in ids]
+    if len(ids) != est.n_nodes:
+        raise ArtifactError(f"{path}: {len(ids)} ids for a model of {est.n_nodes} prompts")
+    content = model_hash(st["graph"], st["labels"])
+    arrays = {"ids": np.asarray(ids, dtype=object), **_graph_arrays(st["graph"]), "labels": st["labels"]}
+    write_artifact(path, MODEL_KIND, arrays, params=st["config"], inputs=inputs, content_hash=content,
+                   attrs={"config": st["config"], **(extra_attrs or {})}, durable=durable)
+    return content
+
+
+def save_step(est, path, model_path, model_content: str, *, inputs: dict | None = None,
+              extra_attrs: dict | None = None, durable: bool = True) -> Path:
+    """Write what a step changes (q, a, b, counts, window evidence, ...) as an ``estimator-step`` artifact.
+
+    ``model_path`` is the model artifact this step belongs to; it is recorded relative to ``path`` so
+    the STATE directory can be moved as a whole.
+    """
+    st = est.state_dict()
+    step = st["step"]
+    arrays = {k: v for k, v in st.items() if k not in _STATIC}
+    rel = os.path.relpath(Path(model_path).resolve(), Path(path).resolve())
+    return write_artifact(path, STEP_KIND, arrays, inputs={"model": model_content, **(inputs or {})},
+                          attrs={"step": step, "model": rel, **(extra_attrs or {})}, durable=durable)
+
+
+def resolve_state_path(path) -> Path:
+    """A saved estimator, or the artifact named by a STATE directory's CURRENT pointer."""
+    path = Path(path)
+    pointer = path / CURRENT
+    if pointer.is_file():
+        try:
+            cur = json.loads(pointer.read_text())
+            return path / cur["path"]
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise ArtifactError(f"{pointer}: damaged CURRENT pointer ({exc.__class__.__name__})") from exc
+    return path
+
+
+def read_model(path):
+    """(artifact, ids, W, labels, config) of an ``estimator-model`` artifact, checked for consistency."""
+    art = read_artifact(path, MODEL_KIND)
+    ids = [str(x) for x in art.array("ids")]
+    labels = art.array("labels")
+    config = art.attr("config")
+    if config is None:
+        raise ArtifactError(f"{art.path}: estimator-model artifact lacks its config attribute")
+    if labels.shape != (len(ids),):
+        raise ArtifactError(f"{art.path}: {labels.shape[0]} labels for {len(ids)} ids")
+    return art, ids, _read_graph(art, len(ids)), labels, config
+
+
+def step_model_path(step_art) -> Path:
+    rel = step_art.attr("model")
+    if not isinstance(rel, str):
+        raise ArtifactError(f"{step_art.path}: estimator-step artifact does not name its model")
+    return Path(os.path.normpath(step_art.path / rel))
+
+
+def read_step_arrays(step_art) -> dict:
+    """Every array of an ``estimator-step`` artifact, by name (what ``save_step`` wrote)."""
+    try:
+        names = sorted(step_art.group.array_keys())
+    except Exception as exc:  # noqa: BLE001 - an unlistable group is a damaged artifact
+        raise ArtifactError(f"{step_art.path}: damaged estimator-step artifact ({exc.__class__.__name__})") from exc
+    return {name: step_art.array(name) for name in names}
+
+
+def load_estimator(path, device: str | None = None, model=None):
+    """An ``Estimator`` from a standalone artifact, a step artifact (with its model) or a STATE directory.
+
+    ``model`` is an already-read ``read_model`` tuple to reuse (the handoff reads it once per command).
+    """
+    from ..estimator import Estimator
+
+    art = read_artifact(resolve_state_path(path), (KIND, STEP_KIND))
+    if art.kind == STEP_KIND:
+        if model is None:
+            model = read_model(step_model_path(art))
+        m_art, _ids, graph, labels, config = model
+        if art.inputs.get("model") != m_art.content_hash:
+            raise ArtifactError(f"{art.path}: belongs to a model with content hash {art.inputs.get('model')}, "
+                                f"but {m_art.path} has {m_art.content_hash}")
+        state = {"config": config, "step": art.attr("step"), "graph": graph, "labels": labels,
+                 **read_step_arrays(art)}
+    else:
+        n = int(art.array("labels").size)
+        arrays = {k: v for k, v in read_step_arrays(art).items() if k not in _graph_arrays_names}
+        state = {"config": art.attr("config"), "step": art.attr("step"), "graph": _read_graph(art, n), **arrays}
+    if state["config"] is None or state["step"] is None:
+        raise ArtifactError(f"{art.path}: {art.kind} artifact lacks its config or step attribute")
+    missing = [k for k in ("q", "a", "b", "successes", "rollouts", "window_evidence") if k not in state]
+    if missing:
+        raise ArtifactError(f"{art.path}: {art.kind} artifact lacks array(s) {', '.join(missing)}")
+    return Estimator.from_state_dict(state, device=device)

@@ -1,0 +1,155 @@
+"""One training step's outcomes file: which prompts were rolled out and how many rollouts succeeded.
+
+Two row schemas, fixed by the file's first row (CSV: its header):
+
+- counts:   ``id, n, s``   n rollouts of prompt ``id``, s of them successful (0 <= s <= n);
+- rollouts: ``id, reward`` one row per rollout; a rollout succeeds when reward >= ``success_threshold``
+  (default 1.0, so binary 0/1 rewards pass through unchanged; JSON true/false count as 1/0).
+
+Rows of one prompt are summed (a prompt rolled out in two groups). Extra columns are ignored. The file
+is JSONL, CSV or Parquet (``io.tables.read_rows``). Everything is checked before anything is returned:
+an unknown id, s > n, a negative or fractional count, NaN, a malformed line, a missing column or an
+empty file raises one ``DataError`` naming the file and the line (Parquet: the row, first row = 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, InvalidArgumentError
+from .tables import as_float, as_id, as_int, detect_format, read_rows
+
+COUNT_COLUMNS = ("id", "n", "s")
+MAX_COUNT = 1 << 40  # far above any real rollout count; keeps per-prompt sums inside int64
+ROLLOUT_COLUMNS = ("id", "reward")
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """A step's outcomes aggregated per prompt id (ids unique, in order of first appearance)."""
+
+    path: Path
+    schema: str  # "counts" or "rollouts"
+    ids: list[str]
+    n: np.ndarray  # int64, rollouts per id
+    s: np.ndarray  # int64, successes per id
+    lines: list[int]  # line of each id's first row (for error messages after parsing)
+    n_rows: int
+
+    def node_indices(self, index: dict[str, int]) -> np.ndarray:
+        """Map ids to node indices with ``index`` (id -> row of the prompts file); unknown ids refused."""
+        out = np.empty(len(self.ids), dtype=np.int64)
+        for j, (pid, line) in enumerate(zip(self.ids, self.lines)):
+            i = index.get(pid)
+            if i is None:
+                raise DataError(f"{self.path}:{line}: unknown prompt id {pid!r} (not in the state's prompts)")
+            out[j] = i
+        return out
+
+
+def check_threshold(success_threshold) -> float:
+    try:
+        x = float(success_threshold)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"--success-threshold must be a number, got {success_threshold!r}") from None
+    if not math.isfinite(x):
+        raise InvalidArgumentError(f"--success-threshold must be a finite number, got {success_threshold!r}")
+    return x
+
+
+def _check_utf8(path: Path) -> None:
+    """Refuse text that is not UTF-8 with the line it is on (the table readers only name the file)."""
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
+            if b"\x00" in raw:
+                raise DataError(f"{path}:{line_no}: contains a NUL byte (binary data, not a text table)")
+
+
+def _schema_of(path: Path, line_no: int, row: dict) -> str:
+    if "id" not in row:
+        raise DataError(f"{path}:{line_no}: missing column 'id' (outcomes need id, n, s or id, reward)")
+    if "n" in row or "s" in row:
+        return "counts"
+    if "reward" in row:
+        return "rollouts"
+    raise DataError(f"{path}:{line_no}: missing columns: need 'n' and 's' (counts) or 'reward' (one row per "
+                    f"rollout)")
+
+
+def _reward(value, path, line_no: int) -> float:
+    if isinstance(value, bool):  # JSON true/false and Parquet booleans: binary rewards
+        return float(value)
+    return as_float(value, path, line_no, "reward")
+
+
+def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float) -> tuple[str, int, int]:
+    """(id, n, s) of one checked row."""
+    pid = as_id(row["id"], path, line_no, "id")
+    if schema == "rollouts":
+        return pid, 1, int(_reward(row["reward"], path, line_no) >= threshold)
+    n = as_int(row["n"], path, line_no, "n")
+    s = as_int(row["s"], path, line_no, "s")
+    if n < 0:
+        raise DataError(f"{path}:{line_no}: n = {n} is negative")
+    if s < 0:
+        raise DataError(f"{path}:{line_no}: s = {s} is negative")
+    if s > n:
+        raise DataError(f"{path}:{line_no}: s = {s} successes is more than n = {n} rollouts")
+    if n > MAX_COUNT:
+        raise DataError(f"{path}:{line_no}: n = {n} is implausibly large (more than {MAX_COUNT} rollouts)")
+    return pid, n, s
+
+
+def read_outcomes(path, success_threshold: float = 1.0, fmt: str | None = None) -> Outcomes:
+    """Parse and check a whole outcomes file (see the module docstring for the contract)."""
+    path = Path(path)
+    threshold = check_threshold(success_threshold)
+    if not path.is_file():
+        raise DataError(f"{path}: no such outcomes file")
+    fmt = detect_format(path, fmt)
+    if fmt != "parquet":
+        _check_utf8(path)
+    schema = None
+    pos: dict[str, int] = {}
+    ids: list[str] = []
+    lines: list[int] = []
+    n_acc: list[int] = []
+    s_acc: list[int] = []
+    n_rows = 0
+    for line_no, row in read_rows(path, fmt):
+        if schema is None:
+            schema = _schema_of(path, 1 if fmt == "csv" else line_no, row)
+        columns = COUNT_COLUMNS if schema == "counts" else ROLLOUT_COLUMNS
+        for c in columns:
+            if c not in row:  # CSV: the header (line 1) lacks it
+                raise DataError(f"{path}:{1 if fmt == 'csv' else line_no}: missing column {c!r} ({schema} rows need "
+                                f"{', '.join(columns)})")
+        try:
+            pid, n, s = _parse_row(path, line_no, row, schema, threshold)
+        except DataError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:  # a cell the shared parsers do not foresee
+            raise DataError(f"{path}:{line_no}: unreadable value ({exc.__class__.__name__}: {exc})") from None
+        j = pos.get(pid)
+        if j is None:
+            pos[pid] = len(ids)
+            ids.append(pid)
+            lines.append(line_no)
+            n_acc.append(n)
+            s_acc.append(s)
+        else:
+            n_acc[j] += n
+            s_acc[j] += s
+        n_rows += 1
+    if n_rows == 0:
+        raise DataError(f"{path}: no outcome rows (an empty file cannot be a training step)")
+    return Outcomes(path=path, schema=schema, ids=ids, n=np.asarray(n_acc, dtype=np.int64),
+                    s=np.asarray(s_acc, dtype=np.int64), lines=lines, n_rows=n_rows)

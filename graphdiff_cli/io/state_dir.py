@@ -1,0 +1,338 @@
+"""The STATE directory of the step handoff: one estimator state per applied training step.
+
+Layout (specified in docs/handoff.md)::
+
+    STATE/
+      CURRENT             {"step": T, "path": "steps/0000000T.zarr"}   the current state (replaced atomically)
+      model.zarr          estimator-model artifact, written once by init: W, labels, prompt ids, config
+      steps/00000000.zarr estimator-step artifacts: q, a, b, successes, rollouts, window evidence, ...
+      log.jsonl           one JSON line per applied step (step 0 = init), with each outcomes file's hash
+      .lock               flock'ed by every writer (update, rollback)
+
+Invariants, which make every write crash-safe (kill -9 at any moment leaves the previous step):
+
+1. CURRENT is the only truth about which step is current; it is replaced atomically, last.
+2. The log and the step artifacts are the truth only up to CURRENT's step: a log line or a step
+   artifact above it is debris of a crashed update or rollback and is ignored by readers and removed
+   by the next writer (together with staging folders, trash folders and temporary files).
+3. A writer holds ``STATE/.lock`` (fcntl.flock, exclusive) from its first check to its last write.
+   Readers (predict, status, ``Estimator.load``) take no lock: they read CURRENT, then that step's
+   artifact; pruning keeps the previous state (with keep >= 2), so a reader racing one update still
+   finds the state its CURRENT named.
+
+An update writes, in order: the step artifact (staging folder + rename), the log (atomic rewrite),
+CURRENT (atomic replace), then prunes states older than the last ``keep`` (step 0 is always kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import ArtifactError, InvalidArgumentError, StateError
+from .artifacts import read_artifact
+from .atomic import atomic_write_text
+from .estimator_store import STEP_KIND, CURRENT, load_estimator, read_model, save_model, save_step
+
+MODEL = "model.zarr"
+STEPS = "steps"
+LOG = "log.jsonl"
+LOCK = ".lock"
+LAYOUT_VERSION = 1
+DEFAULT_KEEP = 5
+_STEP_NAME = re.compile(r"^(\d{8})\.zarr$")
+
+# Test hook: with GRAPHDIFF_TEST_PAUSE_AFTER=<point> an update or rollback stops after that write
+# (points: artifact, log, current, prune) so a test can kill -9 it there. With GRAPHDIFF_TEST_PAUSE_FILE
+# set it touches "<file>.reached" and waits for <file> to exist, else it sleeps. Unset: no effect.
+PAUSE_ENV, PAUSE_FILE_ENV = "GRAPHDIFF_TEST_PAUSE_AFTER", "GRAPHDIFF_TEST_PAUSE_FILE"
+
+
+def _pause(point: str) -> None:
+    if os.environ.get(PAUSE_ENV) != point:
+        return
+    release = os.environ.get(PAUSE_FILE_ENV)
+    if not release:
+        time.sleep(300)
+        return
+    Path(release + ".reached").touch()
+    deadline = time.monotonic() + 300
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def step_relpath(step: int) -> str:
+    return f"{STEPS}/{step:08d}.zarr"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a folder so that a crash midway never leaves a half-deleted state under a valid name."""
+    if not path.exists():
+        return
+    trash = path.parent / f".trash-{path.name}-{uuid.uuid4().hex[:8]}"
+    os.rename(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _is_top_debris(name: str) -> bool:
+    """Temporary files of io.atomic (".CURRENT.<random>.tmp", ".log.jsonl.<random>.tmp") and trash."""
+    return name.startswith(".trash-") or (name.startswith((f".{CURRENT}.", f".{LOG}.")) and name.endswith(".tmp"))
+
+
+class StateDir:
+    """An opened STATE directory (no lock held; writers use ``locked()``)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._model = None
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root) -> "StateDir":
+        root = Path(root)
+        if not root.is_dir():
+            raise ArtifactError(f"{root}: no such STATE directory (create one with graphdiff init)")
+        if not (root / CURRENT).is_file() or not (root / MODEL).is_dir():
+            raise ArtifactError(f"{root}: not a graphdiff STATE directory (no {CURRENT} or {MODEL}); "
+                                "create one with graphdiff init")
+        return cls(root)
+
+    @classmethod
+    def create(cls, root, est, ids, *, keep: int = DEFAULT_KEEP, inputs: dict | None = None,
+               init_entry: dict | None = None, durable: bool = True) -> "StateDir":
+        """Make a new STATE directory at step 0 for the fresh estimator ``est``, atomically.
+
+        Everything is built in a staging folder beside ``root`` and renamed into place, so a crash
+        leaves no STATE at all rather than half of one. An existing non-empty ``root`` is refused.
+        """
+        root = Path(root)
+        check_keep(keep)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise StateError(f"{root}: already exists and is not empty; choose another --out or remove it")
+        if est.step_ != 0:
+            raise StateError(f"init needs a fresh estimator at step 0, got step {est.step_}")
+        root.parent.mkdir(parents=True, exist_ok=True)
+        staging = root.parent / f".{root.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            staging.mkdir()
+            (staging / LOCK).touch()
+            (staging / STEPS).mkdir()
+            content = save_model(est, staging / MODEL, ids, inputs=inputs,
+                                 extra_attrs={"handoff": {"layout_version": LAYOUT_VERSION, "keep": int(keep)}},
+                                 durable=durable)
+            save_step(est, staging / step_relpath(0), staging / MODEL, content, durable=durable)
+            entry = {"step": 0, "event": "init", "applied_at": _now(), "state": step_relpath(0),
+                     **(init_entry or {})}
+            atomic_write_text(staging / LOG, json.dumps(entry, sort_keys=True) + "\n")
+            atomic_write_text(staging / CURRENT, json.dumps({"step": 0, "path": step_relpath(0)}) + "\n")
+            if root.exists():
+                root.rmdir()  # empty (checked above); rename cannot replace it on every platform
+            os.rename(staging, root)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        return cls(root)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def current(self) -> tuple[int, str]:
+        """(current step, relative path of its artifact) from CURRENT."""
+        pointer = self.root / CURRENT
+        try:
+            cur = json.loads(pointer.read_text())
+            step, rel = cur["step"], cur["path"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ArtifactError(f"{pointer}: damaged CURRENT pointer ({exc.__class__.__name__})") from None
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(rel, str):
+            raise ArtifactError(f"{pointer}: damaged CURRENT pointer (step {step!r}, path {rel!r})")
+        return step, rel
+
+    @property
+    def current_step(self) -> int:
+        return self.current()[0]
+
+    def model(self):
+        """(artifact, ids, W, labels, config) of model.zarr, read once per StateDir."""
+        if self._model is None:
+            self._model = read_model(self.root / MODEL)
+        return self._model
+
+    @property
+    def ids(self) -> list[str]:
+        return self.model()[1]
+
+    def id_index(self) -> dict[str, int]:
+        return {pid: i for i, pid in enumerate(self.ids)}
+
+    @property
+    def keep(self) -> int:
+        handoff = self.model()[0].attr("handoff") or {}
+        return int(handoff.get("keep", DEFAULT_KEEP))
+
+    def load_estimator(self, device: str | None = None):
+        """The estimator at the current step."""
+        return load_estimator(self.root, device=device, model=self.model())
+
+    def step_dirs(self) -> dict[int, Path]:
+        """Every step artifact folder on disk by step (including debris above CURRENT)."""
+        out = {}
+        steps = self.root / STEPS
+        if steps.is_dir():
+            for p in steps.iterdir():
+                m = _STEP_NAME.match(p.name)
+                if m and p.is_dir():
+                    out[int(m.group(1))] = p
+        return dict(sorted(out.items()))
+
+    def retained_steps(self) -> list[int]:
+        """Steps whose state is kept and valid (at or below the current step)."""
+        cur = self.current_step
+        return [t for t in self.step_dirs() if t <= cur]
+
+    def log_entries(self, upto: int | None = None) -> list[dict]:
+        """The log's lines for steps <= ``upto`` (default: the current step), in order."""
+        if upto is None:
+            upto = self.current_step
+        path = self.root / LOG
+        if not path.is_file():
+            raise ArtifactError(f"{path}: the STATE directory has no log")
+        entries = []
+        for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                e = json.loads(line)
+                step = int(e["step"])
+            except (ValueError, KeyError, TypeError):
+                raise ArtifactError(f"{path}:{line_no}: damaged log line") from None
+            if step <= upto:
+                entries.append(e)
+        return entries
+
+    # -- writing (callers hold the lock) -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self, timeout: float = 600.0):
+        """Hold STATE/.lock exclusively; wait up to ``timeout`` seconds for another writer to finish."""
+        if not timeout >= 0:
+            raise InvalidArgumentError(f"--lock-timeout must be >= 0 seconds, got {timeout!r}")
+        path = self.root / LOCK
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise StateError(f"{self.root}: another update or rollback has held {LOCK} for more than "
+                                     f"{timeout:g} s; try again when it has finished (or raise --lock-timeout)")
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            yield self
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock (and so does dying)
+
+    def clean_debris(self) -> list[str]:
+        """Remove what crashed writers left behind: anything above CURRENT, staging/trash, temp files."""
+        cur = self.current_step
+        removed = []
+        for t, p in self.step_dirs().items():
+            if t > cur:
+                _remove_tree(p)
+                removed.append(p.name)
+        debris = [p for p in (self.root / STEPS).iterdir() if p.name.startswith(".")]
+        # at the top level only our own temporary names: a user's dotfile there is none of our business
+        debris += [p for p in self.root.iterdir() if _is_top_debris(p.name)]
+        for p in debris:
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p.name)
+        return removed
+
+    def commit_step(self, est, entry: dict, *, keep: int | None = None, durable: bool = True) -> list[int]:
+        """Make ``est`` (one step past the current one) the current state; returns the pruned steps.
+
+        Order: step artifact, log, CURRENT, prune. A crash between any two leaves CURRENT at the
+        previous step, and re-running the step completes (invariant 2 of the module docstring).
+        """
+        cur = self.current_step
+        t = int(est.step_)
+        if t != cur + 1:
+            raise StateError(f"internal: committing step {t} onto step {cur}")
+        self.clean_debris()
+        rel = step_relpath(t)
+        m_art = self.model()[0]
+        save_step(est, self.root / rel, self.root / MODEL, m_art.content_hash,
+                  inputs={"outcomes": entry.get("outcomes_hash")}, durable=durable)
+        _pause("artifact")
+        entries = self.log_entries(upto=cur) + [{**entry, "step": t, "state": rel, "applied_at": _now()}]
+        atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
+        _pause("log")
+        atomic_write_text(self.root / CURRENT, json.dumps({"step": t, "path": rel}) + "\n")
+        _pause("current")
+        pruned = self.prune(self.keep if keep is None else keep)
+        _pause("prune")
+        return pruned
+
+    def prune(self, keep: int) -> list[int]:
+        """Remove states older than the last ``keep`` (step 0 is always kept); returns the removed steps."""
+        check_keep(keep)
+        retained = self.retained_steps()
+        drop = [t for t in retained[:-keep] if t != 0]
+        for t in drop:
+            _remove_tree(self.root / step_relpath(t))
+        return drop
+
+    def rollback(self, to: int) -> list[int]:
+        """Make step ``to`` current again; later states and log lines go. Returns the removed steps."""
+        cur = self.current_step
+        if isinstance(to, bool) or not isinstance(to, int) or to < 0:
+            raise InvalidArgumentError(f"--to must be a step >= 0, got {to!r}")
+        if to > cur:
+            raise StateError(f"{self.root}: step {to} has not been applied (the current step is {cur}); "
+                             "rollback only goes back")
+        dirs = self.step_dirs()
+        if to not in dirs:
+            kept = ", ".join(str(t) for t in self.retained_steps())
+            raise StateError(f"{self.root}: the state of step {to} was pruned; retained steps: {kept} "
+                             "(init --keep sets how many are kept)")
+        art = read_artifact(dirs[to], STEP_KIND)  # refuse to point CURRENT at a damaged state
+        if art.attr("step") != to:
+            raise ArtifactError(f"{dirs[to]}: holds step {art.attr('step')!r}, expected step {to}")
+        if to == cur:
+            return []
+        self.clean_debris()
+        atomic_write_text(self.root / CURRENT, json.dumps({"step": to, "path": step_relpath(to)}) + "\n")
+        _pause("current")
+        entries = self.log_entries(upto=to)
+        atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
+        _pause("log")
+        removed = [t for t in dirs if t > to]
+        for t in removed:
+            _remove_tree(dirs[t])
+        return removed
+
+
+def check_keep(keep) -> int:
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise InvalidArgumentError(f"--keep must be an integer >= 1, got {keep!r}")
+    return keep

@@ -1,0 +1,204 @@
+"""Users' tables: JSONL, CSV or Parquet files of rows, read with line numbers for error messages.
+
+``read_rows`` is the one reader every user file goes through (prompts, outcomes, id lists, logs).
+Errors name the file and the line (JSONL: the physical line; CSV: the line of the record, header = 1;
+Parquet: the row number, first row = 1) and are raised as ``DataError``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import DataError, InvalidArgumentError
+
+FORMATS = ("jsonl", "csv", "parquet")
+
+
+def detect_format(path, fmt: str | None = None) -> str:
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise InvalidArgumentError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        return fmt
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes and suffixes[-1] in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    if suffixes and suffixes[-1] in (".csv", ".tsv"):
+        return "csv"
+    if suffixes and suffixes[-1] in (".parquet", ".pq"):
+        return "parquet"
+    raise InvalidArgumentError(f"{path}: cannot tell the format from the extension; use .jsonl, .csv or .parquet")
+
+
+def read_rows(path, fmt: str | None = None) -> Iterator[tuple[int, dict]]:
+    """Yield (line number, row dict) for every data row of a JSONL, CSV or Parquet file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    fmt = detect_format(path, fmt)
+    if fmt == "jsonl":
+        yield from _read_jsonl(path)
+    elif fmt == "csv":
+        yield from _read_csv(path)
+    else:
+        yield from _read_parquet(path)
+
+
+def _read_jsonl(path: Path):
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
+            if not line.strip(" \t\r\n"):  # JSON's own whitespace only: U+0085 is no blank line
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"{path}:{line_no}: malformed JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+            yield line_no, row
+
+
+def _read_csv(path: Path):
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f, delimiter=delimiter)
+            if reader.fieldnames is None:
+                return
+            for row in reader:
+                line_no = reader.line_num
+                if None in row:
+                    raise DataError(f"{path}:{line_no}: more fields than the header has")
+                if any(v is None for v in row.values()):
+                    raise DataError(f"{path}:{line_no}: fewer fields than the header has")
+                yield line_no, row
+    except csv.Error as exc:
+        raise DataError(f"{path}: malformed CSV ({exc})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text") from None
+
+
+def _read_parquet(path: Path):
+    try:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"{path}: cannot be read as Parquet ({exc.__class__.__name__})") from None
+    for i, row in enumerate(table.to_pylist(), start=1):
+        yield i, row
+
+
+def write_rows(path, rows: list[dict], fmt: str | None = None, columns: list[str] | None = None) -> Path:
+    """Write rows atomically (temporary file in the same folder, fsync, rename)."""
+    from .atomic import atomic_write
+
+    path = Path(path)
+    fmt = detect_format(path, fmt)
+    columns = columns or (list(rows[0].keys()) if rows else [])
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table({c: [r.get(c) for r in rows] for c in columns})
+        with atomic_write(path, binary=True) as f:
+            pq.write_table(table, f)
+        return path
+    with atomic_write(path) as f:
+        if fmt == "jsonl":
+            for r in rows:
+                f.write(json.dumps({c: r.get(c) for c in columns}, allow_nan=False) + "\n")
+        else:
+            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+    return path
+
+
+def _show(value) -> str:
+    """repr of a bad cell, cut short so one error stays one line."""
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def as_int(value, path, line_no: int, field: str) -> int:
+    """An integer count from a cell ("8", 8, 8.0); NaN, fractions, booleans and text are refused."""
+    if isinstance(value, bool):
+        raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value) and value == int(value):
+            return int(value)
+        raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}")
+    if isinstance(value, str):
+        v = value.strip()
+        try:
+            return int(v)
+        except ValueError:
+            try:
+                f = float(v)
+            except ValueError:
+                raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}") from None
+            return as_int(f, path, line_no, field)
+    raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}")
+
+
+def as_float(value, path, line_no: int, field: str) -> float:
+    """A finite number from a cell; NaN, infinities, booleans and text are refused."""
+    if isinstance(value, bool) or value is None:
+        raise DataError(f"{path}:{line_no}: {field} must be a number, got {_show(value)}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise DataError(f"{path}:{line_no}: {field} must be a number, got {_show(value)}") from None
+    if not math.isfinite(f):
+        raise DataError(f"{path}:{line_no}: {field} must be a finite number, got {_show(value)}")
+    return f
+
+
+def as_id(value, path, line_no: int, field: str) -> str:
+    """A prompt id as a non-empty string (ids are strings; 12 and "12" are the same id)."""
+    if value is None or isinstance(value, (dict, list, bool)):
+        raise DataError(f"{path}:{line_no}: {field} is missing or not a string/number")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DataError(f"{path}:{line_no}: {field} must be a string or integer, got {_show(value)}")
+        if value == int(value):
+            value = int(value)
+    s = str(value).strip()
+    if not s:
+        raise DataError(f"{path}:{line_no}: {field} is empty")
+    return s
+
+
+def read_prompts(path, id_field: str = "id", text_field: str = "prompt", fmt: str | None = None
+                 ) -> tuple[list[str], list[str]]:
+    """(ids, texts) of a prompts file; duplicate or empty ids and empty texts are refused with the line."""
+    ids: list[str] = []
+    texts: list[str] = []
+    first_line: dict[str, int] = {}
+    for line_no, row in read_rows(path, fmt):
+        if id_field not in row:
+            raise DataError(f"{path}:{line_no}: no {id_field!r} field (use --id-field to name the id column)")
+        if text_field not in row:
+            raise DataError(f"{path}:{line_no}: no {text_field!r} field (use --text-field to name the text column)")
+        pid = as_id(row[id_field], path, line_no, id_field)
+        text = row[text_field]
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"{path}:{line_no}: {text_field} is empty")
+        if pid in first_line:
+            raise DataError(f"{path}:{line_no}: duplicate id {pid!r} (first on line {first_line[pid]})")
+        first_line[pid] = line_no
+        ids.append(pid)
+        texts.append(text)
+    if not ids:
+        raise DataError(f"{path}: no prompts")
+    return ids, texts

@@ -1,0 +1,410 @@
+"""Preparation stages: prompts -> embeddings -> mutual-kNN graph W -> K spectral clusters (Sections 3.3-3.4).
+
+Each function reads its inputs, calls the core/backends, writes one stamped Zarr artifact atomically
+(``io.artifacts.write_artifact``) and returns a JSON-able result dict (paths, shapes, counts, timings).
+Everything is checked before anything is written, so a refused input leaves ``out`` untouched.
+Progress is reported through ``progress(done, total)``; nothing here prints.
+
+Content hashes (``stamp.content_hash``) identify an artifact's content for downstream input checks:
+
+- embeddings: ``hash_arrays(ids, embeddings)``
+- graph:      ``hash_arrays(ids, indptr, indices, data, knn_indices, extra="graph")``
+- clusters:   ``hash_arrays(ids, labels, extra="clusters")``
+
+with ``ids`` as a numpy unicode array (``np.asarray(ids, dtype=str)``), never an object array (whose
+bytes are pointers). The on-disk format is specified in docs/artifact-format.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import ArtifactError, DataError, InvalidArgumentError
+from ..io.artifacts import Artifact, hash_arrays, hash_file, read_artifact, write_artifact
+
+Progress = Callable[[int, int], None]
+
+AUTO_STATES_MAX = 320
+AUTO_STATES_PER = 25  # "auto" K: one latent state per ~25 prompts, at least 2, at most 320
+
+
+def _noop(done, total=None):
+    return None
+
+
+def ids_for_hash(ids: Sequence[str]) -> np.ndarray:
+    """Ids as a fixed-width unicode array: the representation content hashes are taken over."""
+    return np.asarray(list(ids), dtype=str)
+
+
+# --------------------------------------------------------------------------------------------- embed
+
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    """"I/N" -> (I, N) with 0 <= I < N; None -> None."""
+    if spec is None:
+        return None
+    try:
+        i_text, n_text = str(spec).split("/")
+        index, count = int(i_text), int(n_text)
+    except ValueError:
+        raise InvalidArgumentError(f"--shard must look like I/N (e.g. 0/4), got {spec!r}") from None
+    if count < 1 or not 0 <= index < count:
+        raise InvalidArgumentError(f"--shard {spec}: need N >= 1 and 0 <= I < N")
+    return index, count
+
+
+def shard_rows(total: int, index: int, count: int) -> tuple[int, int]:
+    """Rows [I*ceil(M/N), min(M, (I+1)*ceil(M/N))) of M rows (possibly empty for the last shards)."""
+    size = math.ceil(total / count)
+    return min(total, index * size), min(total, (index + 1) * size)
+
+
+def _model_key(model: str) -> str:
+    """The model as recorded in params: "bundled", an absolute folder, or the hub name."""
+    if model == "bundled":
+        return model
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def _open_cache(out: Path, model: str, instruction: str | None, dim: int | None):
+    """(cached artifact or None, why not) for --out; refuses to overwrite something that is not embeddings."""
+    if not out.exists():
+        return None, "no previous artifact"
+    if not out.is_dir() or not (out / "zarr.json").is_file():
+        raise ArtifactError(f"--out {out} exists and is not a graphdiff artifact; remove it or choose another path")
+    try:
+        art = read_artifact(out, "embeddings")
+    except ArtifactError as exc:
+        raise ArtifactError(f"{exc}; remove it or choose another --out") from None
+    p = art.params
+    native = art.attr("native_dim")
+    if p.get("model") != model:
+        return None, f"model changed ({p.get('model')} -> {model})"
+    if p.get("instruction") != instruction:
+        return None, "instruction changed"
+    want_dim = native if dim is None or (native is not None and dim >= native) else dim
+    if native is None or p.get("dim") != want_dim:
+        return None, f"dim changed ({p.get('dim')} -> {dim})"
+    return art, "reusing rows with unchanged text"
+
+
+def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | None = None,
+                  use_instruction: bool = True, dim: int | None = None, batch_size: int = 64,
+                  device: str = "auto", shard: str | None = None, id_field: str = "id",
+                  text_field: str = "prompt", progress: Progress = _noop) -> dict:
+    """Embed a prompts file into an "embeddings" artifact, reusing unchanged rows of ``out``.
+
+    phi_i = normalize(first_dim(f_emb("Instruction: {I}\\nPrompt: {x_i}"))), with I the paper's
+    difficulty-aware instruction unless ``instruction`` replaces it or ``use_instruction`` is False
+    (raw text). Rows of an existing embeddings artifact at ``out`` made with the same model,
+    instruction and dim are reused wherever the prompt's text hash matches; only the others go
+    through the model (and with none to embed, the model is not even loaded).
+    """
+    from ..backends.device import check_device_name
+    from ..backends.embed import DEFAULT_INSTRUCTION, Encoder, format_text, text_hash
+    from ..core.graph import truncate_matryoshka
+    from ..io.tables import read_prompts
+
+    t0 = time.perf_counter()
+    prompts, out = Path(prompts), Path(out)
+    if dim is not None and dim < 1:
+        raise InvalidArgumentError(f"--dim must be >= 1, got {dim}")
+    if batch_size < 1:
+        raise InvalidArgumentError(f"--batch-size must be >= 1, got {batch_size}")
+    if instruction is not None and not use_instruction:
+        raise InvalidArgumentError("--instruction and --no-instruction cannot be used together")
+    if instruction is not None and not instruction.strip():
+        raise InvalidArgumentError("--instruction is empty; use --no-instruction to embed the raw text")
+    check_device_name(device)
+    shard_spec = parse_shard(shard)
+    instr = (instruction if instruction is not None else DEFAULT_INSTRUCTION) if use_instruction else None
+    model_key = _model_key(model)
+
+    ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field)
+    prompts_hash = hash_file(prompts)
+    total = len(ids)
+    start, stop = 0, total
+    if shard_spec is not None:
+        start, stop = shard_rows(total, *shard_spec)
+        ids, texts = ids[start:stop], texts[start:stop]
+    hashes = [text_hash(t) for t in texts]
+    t_read = time.perf_counter()
+
+    cache, cache_note = _open_cache(out, model_key, instr, dim)
+    cached_rows: dict[str, int] = {}
+    if cache is not None:
+        for row, h in enumerate(cache.array("text_hash")):
+            cached_rows.setdefault(str(h), row)
+    src = np.array([cached_rows.get(h, -1) for h in hashes], dtype=np.int64)
+    need = np.flatnonzero(src < 0)
+
+    native_dim = cache.attr("native_dim") if cache is not None else None
+    encoder, t_load, t_encode = None, 0.0, 0.0
+    new_emb = None
+    if need.size or native_dim is None:
+        tl = time.perf_counter()
+        encoder = Encoder(model, device)
+        native_dim = encoder.dim_
+        t_load = time.perf_counter() - tl
+    if dim is not None and dim > native_dim:
+        raise InvalidArgumentError(f"--dim {dim} is larger than the model's embedding size {native_dim}")
+    out_dim = native_dim if dim is None else dim
+    if need.size:
+        te = time.perf_counter()
+        raw = encoder.encode([format_text(texts[i], instr) for i in need], batch_size=batch_size,
+                             progress=progress)
+        new_emb = truncate_matryoshka(raw, out_dim)
+        t_encode = time.perf_counter() - te
+
+    emb = np.empty((len(ids), out_dim), dtype=np.float32)
+    if need.size:
+        emb[need] = new_emb
+    reuse = np.flatnonzero(src >= 0)
+    if reuse.size:
+        emb[reuse] = cache.array("embeddings")[src[reuse]]
+
+    ids_arr = ids_for_hash(ids)
+    params = {"model": model_key, "instruction": instr, "dim": int(out_dim), "batch_size": int(batch_size),
+              "shard": None if shard_spec is None else f"{shard_spec[0]}/{shard_spec[1]}",
+              "id_field": id_field, "text_field": text_field}
+    attrs = {"native_dim": int(native_dim)}
+    if shard_spec is not None:
+        attrs["shard"] = {"index": shard_spec[0], "count": shard_spec[1], "start": start, "stop": stop,
+                          "total": total}
+    content_hash = hash_arrays(ids_arr, emb)
+    tw = time.perf_counter()
+    write_artifact(out, "embeddings", {"ids": ids_arr.astype(object), "embeddings": emb,
+                                       "text_hash": np.asarray(hashes, dtype=object)},
+                   params=params, inputs={"prompts": prompts_hash}, content_hash=content_hash, attrs=attrs)
+    t_end = time.perf_counter()
+    return {
+        "command": "embed", "prompts": str(prompts), "out": str(out), "n_prompts": len(ids),
+        "shape": [len(ids), int(out_dim)], "model": model_key, "instruction": instr, "dim": int(out_dim),
+        "native_dim": int(native_dim), "device": encoder.device if encoder is not None else None,
+        "shard": attrs.get("shard"), "cached": int(reuse.size), "embedded": int(need.size),
+        "cache": cache_note, "content_hash": content_hash,
+        "prompts_per_s": (need.size / t_encode) if t_encode > 0 else None,
+        "timings": {"read_s": t_read - t0, "load_model_s": t_load, "encode_s": t_encode,
+                    "write_s": t_end - tw, "total_s": t_end - t0},
+    }
+
+
+# ---------------------------------------------------------------------------------- merge-embeddings
+
+_SAME_KEYS = ("model", "instruction", "dim", "id_field", "text_field")
+
+
+def merge_embeddings(shards: Sequence, out, progress: Progress = _noop) -> dict:
+    """Concatenate shard artifacts (``embed --shard I/N``) in index order into one embeddings artifact.
+
+    All shards must come from the same prompts file (hash), model, instruction and dim, and every
+    index 0..N-1 must be present exactly once; the result equals an unsharded run up to batch
+    composition (float rounding of order 1e-7).
+    """
+    t0 = time.perf_counter()
+    if not shards:
+        raise InvalidArgumentError("give at least one shard artifact")
+    out = Path(out)
+    arts: list[Artifact] = []
+    for path in shards:
+        art = read_artifact(path, "embeddings")
+        if not art.params.get("shard") or not isinstance(art.attr("shard"), dict):
+            raise ArtifactError(f"{path}: is not a shard (it was made without --shard); nothing to merge")
+        arts.append(art)
+    first = arts[0]
+    for art in arts[1:]:
+        if art.inputs.get("prompts") != first.inputs.get("prompts"):
+            raise ArtifactError(f"{art.path}: made from a different prompts file than {first.path} "
+                                f"(hash {art.inputs.get('prompts')} vs {first.inputs.get('prompts')})")
+        for key in _SAME_KEYS:
+            if art.params.get(key) != first.params.get(key):
+                raise ArtifactError(f"{art.path}: {key} {art.params.get(key)!r} differs from {first.path}'s "
+                                    f"{first.params.get(key)!r}")
+    count = int(first.attr("shard")["count"])
+    by_index: dict[int, Artifact] = {}
+    for art in arts:
+        info = art.attr("shard")
+        if int(info["count"]) != count or int(info["total"]) != int(first.attr("shard")["total"]):
+            raise ArtifactError(f"{art.path}: is shard {info['index']}/{info['count']} of {info['total']} rows, "
+                                f"but {first.path} is one of {count} shards of {first.attr('shard')['total']}")
+        i = int(info["index"])
+        if i in by_index:
+            raise ArtifactError(f"shard {i}/{count} given twice: {by_index[i].path} and {art.path}")
+        by_index[i] = art
+    missing = [f"{i}/{count}" for i in range(count) if i not in by_index]
+    if missing:
+        raise ArtifactError(f"shard(s) {', '.join(missing)} missing; give all {count} shards")
+    ids, embs, hashes = [], [], []
+    expect = 0
+    for i in range(count):
+        art = by_index[i]
+        info = art.attr("shard")
+        if int(info["start"]) != expect:
+            raise ArtifactError(f"{art.path}: shard {i}/{count} starts at row {info['start']}, expected {expect}")
+        a_ids, a_emb, a_hash = art.array("ids"), art.array("embeddings"), art.array("text_hash")
+        if not (len(a_ids) == a_emb.shape[0] == len(a_hash) == int(info["stop"]) - int(info["start"])):
+            raise ArtifactError(f"{art.path}: shard arrays disagree with its row range; re-run that shard")
+        ids.extend(str(x) for x in a_ids)
+        embs.append(a_emb)
+        hashes.extend(str(x) for x in a_hash)
+        expect = int(info["stop"])
+        progress(i + 1, count)
+    total = int(first.attr("shard")["total"])
+    if expect != total:
+        raise ArtifactError(f"the shards cover rows 0..{expect} of {total}; re-run the shards")
+    emb = np.concatenate(embs, axis=0).astype(np.float32, copy=False)
+    ids_arr = ids_for_hash(ids)
+    params = {key: first.params.get(key) for key in _SAME_KEYS}
+    params.update(batch_size=first.params.get("batch_size"), shard=None)
+    params = {k: params[k] for k in ("model", "instruction", "dim", "batch_size", "shard", "id_field",
+                                     "text_field")}
+    content_hash = hash_arrays(ids_arr, emb)
+    write_artifact(out, "embeddings", {"ids": ids_arr.astype(object), "embeddings": emb,
+                                       "text_hash": np.asarray(hashes, dtype=object)},
+                   params=params, inputs={"prompts": first.inputs.get("prompts")}, content_hash=content_hash,
+                   attrs={"native_dim": first.attr("native_dim"),
+                          "merged_from": [by_index[i].content_hash for i in range(count)]})
+    return {"command": "merge-embeddings", "shards": [str(by_index[i].path) for i in range(count)],
+            "out": str(out), "n_shards": count, "n_prompts": len(ids), "shape": list(emb.shape),
+            "content_hash": content_hash, "timings": {"total_s": time.perf_counter() - t0}}
+
+
+# ------------------------------------------------------------------------------------------- graph
+
+def read_embeddings(path) -> Artifact:
+    """An embeddings artifact usable for a graph: whole (not a shard)."""
+    art = read_artifact(path, "embeddings")
+    if art.params.get("shard") or art.attr("shard") is not None:
+        raise ArtifactError(f"{path}: is shard {art.params.get('shard')} only; merge all shards first "
+                            "(graphdiff merge-embeddings)")
+    return art
+
+
+def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", progress: Progress = _noop) -> dict:
+    """The mutual-kNN sample graph W of Section 3.3 as a "graph" artifact.
+
+    W_ij = c_ij if j in N_k(i), i in N_k(j) and c_ij > 0, else 0, with c_ij = phi_i . phi_j and
+    k = min(k_nn, N - 1); the exact inner-product search asks for k + 1 hits and drops self.
+    """
+    from ..backends.device import check_device_name
+    from ..backends.knn import knn_search
+    from ..core.graph import drop_self, mutual_knn_graph, normalize_rows, summarize_graph
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    if k_nn < 1:
+        raise InvalidArgumentError(f"--k-nn must be >= 1, got {k_nn}")
+    check_device_name(device)
+    art = read_embeddings(embeddings)
+    ids = [str(x) for x in art.array("ids")]
+    x = art.array("embeddings")
+    if x.ndim != 2 or x.shape[0] != len(ids):
+        raise ArtifactError(f"{embeddings}: embeddings shape {x.shape} does not match {len(ids)} ids")
+    n = x.shape[0]
+    if n < 2:
+        raise DataError(f"{embeddings}: a graph needs at least 2 prompts, this artifact has {n}")
+    x = normalize_rows(x)  # idempotent on stored rows; guards against hand-made artifacts
+    k = min(k_nn, n - 1)
+    ts = time.perf_counter()
+    res = knn_search(x, k + 1, device=device, progress=progress)
+    t_search = time.perf_counter() - ts
+    nbr, sim = drop_self(res.neighbors, res.similarities, k)
+    w = mutual_knn_graph(nbr, sim)
+    summary = summarize_graph(w)
+    ids_arr = ids_for_hash(ids)
+    arrays = {"ids": ids_arr.astype(object), "indptr": w.indptr.astype(np.int64),
+              "indices": w.indices.astype(np.int64), "data": w.data.astype(np.float32),
+              "knn_indices": nbr.astype(np.int64)}
+    content_hash = hash_arrays(ids_arr, arrays["indptr"], arrays["indices"], arrays["data"],
+                               arrays["knn_indices"], extra="graph")
+    write_artifact(out, "graph", arrays, params={"k_nn": int(k_nn), "device": res.device, "index": "flat-ip"},
+                   inputs={"embeddings": art.content_hash}, content_hash=content_hash,
+                   attrs={"summary": asdict(summary), "k": int(k), "search_backend": res.backend})
+    t_end = time.perf_counter()
+    return {"command": "build-graph", "embeddings": str(embeddings), "out": str(out), "n_prompts": n,
+            "dim": int(x.shape[1]), "k_nn": int(k_nn), "k": int(k), "device": res.device,
+            "search_backend": res.backend, "summary": asdict(summary), "content_hash": content_hash,
+            "timings": {"search_s": t_search, "total_s": t_end - t0}}
+
+
+# ---------------------------------------------------------------------------------------- clusters
+
+def auto_states(n: int) -> int:
+    """K for ``--states auto``: min(320, max(2, N // 25))."""
+    return min(AUTO_STATES_MAX, max(2, n // AUTO_STATES_PER))
+
+
+def parse_states(states) -> int | None:
+    """"auto" -> None; an integer (int or text) -> it, refused below 1."""
+    if states is None or (isinstance(states, str) and states.strip().lower() == "auto"):
+        return None
+    try:
+        k = int(str(states).strip())
+    except ValueError:
+        raise InvalidArgumentError(f"--states must be 'auto' or an integer, got {states!r}") from None
+    if k < 1:
+        raise InvalidArgumentError(f"--states must be >= 1, got {k}")
+    return k
+
+
+def read_graph(path):
+    """(artifact, ids, W as CSR, knn_indices) of a graph artifact, checked for consistency."""
+    import scipy.sparse as sp
+
+    from ..core.graph import validate_graph
+
+    art = read_artifact(path, "graph")
+    ids = [str(x) for x in art.array("ids")]
+    n = len(ids)
+    indptr, indices, data = art.array("indptr"), art.array("indices"), art.array("data")
+    if indptr.shape != (n + 1,) or indices.shape != data.shape or (n and indptr[-1] != indices.size):
+        raise ArtifactError(f"{path}: CSR arrays do not fit {n} ids; rebuild the graph")
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        raise ArtifactError(f"{path}: CSR column indices out of range; rebuild the graph")
+    try:
+        w = validate_graph(sp.csr_matrix((data, indices, indptr), shape=(n, n)), n_nodes=n)
+    except DataError as exc:
+        raise ArtifactError(f"{path}: {exc}") from None
+    knn = art.array("knn_indices")
+    if knn.ndim != 2 or knn.shape[0] != n:
+        raise ArtifactError(f"{path}: knn_indices shape {knn.shape} does not fit {n} ids; rebuild the graph")
+    return art, ids, w, knn
+
+
+def cluster(graph, out, *, states="auto", seed: int = 0, progress: Progress = _noop) -> dict:
+    """Static spectral clusters c_i in [0, K) of W (Section 3.4) as a "clusters" artifact."""
+    from ..core.spectral import spectral_clustering
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    requested = parse_states(states)
+    if seed < 0:
+        raise InvalidArgumentError(f"--seed must be >= 0, got {seed}")
+    art, ids, w, knn = read_graph(graph)
+    n = len(ids)
+    k = auto_states(n) if requested is None else requested
+    if k > n:
+        raise InvalidArgumentError(f"--states {k} is more than the {n} prompts in {graph}; choose at most {n}")
+    progress(0, 1)
+    labels = spectral_clustering(w, k, seed=seed, fallback_neighbors=knn).astype(np.int64)
+    progress(1, 1)
+    sizes = np.bincount(labels, minlength=k)
+    ids_arr = ids_for_hash(ids)
+    content_hash = hash_arrays(ids_arr, labels, extra="clusters")
+    write_artifact(out, "clusters", {"ids": ids_arr.astype(object), "labels": labels},
+                   params={"states": int(k), "seed": int(seed),
+                           "requested": "auto" if requested is None else int(requested)},
+                   inputs={"graph": art.content_hash}, content_hash=content_hash,
+                   attrs={"sizes": sizes.tolist()})
+    t_end = time.perf_counter()
+    return {"command": "cluster", "graph": str(graph), "out": str(out), "n_prompts": n, "states": int(k),
+            "requested": "auto" if requested is None else int(requested), "seed": int(seed),
+            "sizes": {"min": int(sizes.min()), "max": int(sizes.max()), "empty": int(np.sum(sizes == 0))},
+            "content_hash": content_hash, "timings": {"total_s": t_end - t0}}

@@ -1,0 +1,335 @@
+"""Stage behind ``graphdiff watch``: apply a trainer's per-step outcomes files from an inbox folder.
+
+A trainer (or anything else) drops one outcomes file per training step into an inbox; the watcher
+applies each new file to a STATE directory in step order, exactly once, with ``stages.handoff``'s
+``update_state`` (so every check and every crash-safety property of ``graphdiff update`` holds), and
+writes predictions after each step if asked.
+
+Inbox conventions (docs/workflow.md, "graphdiff watch"):
+
+* a step's file is named ``step-<T>.<ext>``: T the training step (digits; zero-pad to 6 so that ``ls``
+  sorts them, e.g. ``step-000012.jsonl``), ext one of the outcomes formats (jsonl, csv, parquet, ...);
+* a file is complete, and may be applied, only
+  - ``complete="rename"`` (default): once it exists under that name. Writers write to any other name
+    in the inbox (``step-000012.jsonl.tmp``, a dot-file, ...) and rename it into place, which is atomic
+    on one file system;
+  - ``complete="done"``: once a marker ``step-<T>.<ext>.done`` exists beside it (for writers that
+    cannot rename: write the file, close it, then create the marker).
+  Other names are never read.
+
+Exactly once, across kills and restarts: the STATE's ``CURRENT`` is the truth about what was applied.
+The watcher applies step ``current + 1`` and nothing else; a later step waits until every step before
+it has been applied (out-of-order arrival is applied in step order); a file for a step that is already
+applied is never applied again. ``update_state`` replaces ``CURRENT`` last, so a watcher killed at any
+moment leaves either the old step (the restarted watcher applies that file again, once) or the new one
+(the restarted watcher moves on). A file for an applied step whose bytes differ from those the STATE's
+log recorded for that step is reported as a conflict and left alone.
+
+Nothing here prints: events go to ``listener(event: dict)``; the result is a JSON-able dict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import DataError, InvalidArgumentError, StateError
+
+STEP_FILE = re.compile(r"^step-(\d{1,12})\.(jsonl|ndjson|json|csv|tsv|parquet|pq)$")
+DONE_SUFFIX = ".done"
+LOCK_NAME = ".graphdiff-watch.lock"
+COMPLETE_MODES = ("rename", "done")
+STEP_TOKEN = "{step}"
+
+Listener = Callable[[dict], None]
+
+
+def _quiet(event: dict) -> None:
+    return None
+
+
+def step_file_name(step: int, ext: str = "jsonl") -> str:
+    """The conventional name of step ``step``'s outcomes file: ``step-000012.jsonl``."""
+    return f"step-{int(step):06d}.{ext}"
+
+
+@dataclass
+class InboxScan:
+    """What one look at the inbox found."""
+
+    ready: dict[int, Path] = field(default_factory=dict)      # step -> complete file
+    incomplete: list[str] = field(default_factory=list)       # step files without their .done marker
+    duplicates: dict[int, list[str]] = field(default_factory=dict)  # step -> two or more complete files
+    invalid: list[str] = field(default_factory=list)          # step-0 files (step 0 is init's)
+
+
+def scan_inbox(inbox, complete: str = "rename") -> InboxScan:
+    """Complete step files of ``inbox`` by step (see the module docstring for the conventions)."""
+    if complete not in COMPLETE_MODES:
+        raise InvalidArgumentError(f"--complete must be one of {', '.join(COMPLETE_MODES)}, got {complete!r}")
+    inbox = Path(inbox)
+    try:
+        names = set(os.listdir(inbox))
+    except FileNotFoundError:
+        raise DataError(f"{inbox}: no such inbox folder") from None
+    except NotADirectoryError:
+        raise DataError(f"{inbox}: not a folder") from None
+    scan = InboxScan()
+    found: dict[int, list[str]] = {}
+    for name in sorted(names):
+        m = STEP_FILE.match(name)
+        if not m:
+            continue
+        step = int(m.group(1))
+        if step < 1:
+            scan.invalid.append(name)
+            continue
+        if complete == "done" and name + DONE_SUFFIX not in names:
+            scan.incomplete.append(name)
+            continue
+        if not (inbox / name).is_file():  # a folder or a dangling link under a step name: never complete
+            scan.incomplete.append(name)
+            continue
+        found.setdefault(step, []).append(name)
+    for step, files in sorted(found.items()):
+        if len(files) > 1:
+            scan.duplicates[step] = files
+        else:
+            scan.ready[step] = inbox / files[0]
+    return scan
+
+
+@contextlib.contextmanager
+def inbox_lock(inbox: Path):
+    """One watcher per inbox: hold ``INBOX/.graphdiff-watch.lock`` (flock; the kernel drops it when the
+    process dies, even by kill -9, so a restarted watcher never finds a stale lock)."""
+    path = Path(inbox) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise StateError(f"{inbox}: cannot create the watcher's lock file {LOCK_NAME} ({exc.strerror}); "
+                         "the inbox must be writable by the watcher") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise StateError(f"{inbox}: another graphdiff watch (pid {holder}) is watching this inbox") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+def predictions_path(template, step: int) -> Path:
+    """``template`` with ``{step}`` replaced by the zero-padded step (a file per step), else as is."""
+    text = str(template)
+    return Path(text.replace(STEP_TOKEN, f"{step:06d}")) if STEP_TOKEN in text else Path(text)
+
+
+class _Watcher:
+    """One run of the watcher (the state of its loop); ``watch`` is the public entry point."""
+
+    def __init__(self, state, inbox, *, complete, predictions, group_size, success_threshold, lock_timeout,
+                 device, durable, listener):
+        from ..io.state_dir import StateDir
+
+        self.sd = StateDir.open(state)
+        self.state, self.inbox = Path(state), Path(inbox)
+        self.complete, self.predictions, self.group_size = complete, predictions, group_size
+        self.success_threshold, self.lock_timeout = success_threshold, lock_timeout
+        self.device, self.durable, self.listener = device, durable, listener
+        self.applied: list[dict] = []
+        self.conflicts: dict[str, dict] = {}
+        self.predicted_steps: list[int] = []
+        self._checked: dict[str, tuple] = {}   # name -> (size, mtime_ns) of applied-step files already checked
+        self._last_wait = None
+
+    # -- one pass -----------------------------------------------------------------------------------
+
+    def pass_once(self, stop: Callable[[], bool] = lambda: False, until_step: int | None = None) -> InboxScan:
+        """Apply every step that is ready in order, up to ``until_step`` (checking ``stop()`` between
+        steps); returns the scan of the inbox after the last one."""
+        while True:
+            scan = scan_inbox(self.inbox, self.complete)
+            cur = self.sd.current_step
+            self._check_applied(scan, cur)
+            nxt = cur + 1
+            if nxt in scan.duplicates:
+                raise DataError(f"{self.inbox}: two outcomes files for step {nxt}: "
+                                f"{', '.join(scan.duplicates[nxt])}; remove all but one")
+            path = scan.ready.get(nxt)
+            if path is None:
+                self._report_wait(scan, cur)
+                return scan
+            if stop() or (until_step is not None and nxt > until_step):
+                return scan
+            self._apply(nxt, path)
+
+    def _apply(self, step: int, path: Path) -> None:
+        from .handoff import update_state
+
+        try:
+            res = update_state(self.state, step, path, success_threshold=self.success_threshold,
+                               lock_timeout=self.lock_timeout, device=self.device, durable=self.durable)
+        except StateError:
+            # Another writer (a second watcher on another inbox, a manual update or rollback) moved the
+            # STATE while we read the inbox: CURRENT is the truth, so look again rather than guess.
+            if self.sd.current_step != step - 1:
+                self.listener({"event": "moved", "step": step, "current": self.sd.current_step})
+                return
+            raise
+        except DataError as exc:
+            raise DataError(f"{exc} (step {step} of inbox {self.inbox}; the watcher stops here: fix or "
+                            f"replace the file, then start it again)") from None
+        entry = {"step": step, "file": path.name, "prompts": res["prompts"], "rollouts": res["rollouts"],
+                 "successes": res["successes"], "iterations": res["iterations"], "converged": res["converged"],
+                 "seconds": round(res["timings"]["total_s"], 4), "outcomes_hash": res["outcomes_hash"]}
+        self.applied.append(entry)
+        self._checked[path.name] = _signature(path)
+        self.listener({"event": "applied", **entry})
+        if self.predictions is not None:
+            self.write_predictions(step)
+
+    def write_predictions(self, step: int) -> None:
+        from .handoff import predict
+
+        out = predictions_path(self.predictions, step)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        res = predict(self.state, out, group_size=self.group_size, device=self.device)
+        if res["step"] != step:  # another writer moved CURRENT between the update and the predict
+            self.listener({"event": "moved", "step": step, "current": res["step"]})
+        self.predicted_steps.append(res["step"])
+        self.listener({"event": "predicted", "step": res["step"], "out": str(out), "rows": res["rows"]})
+
+    def ensure_predictions(self) -> None:
+        """At start: a restarted watcher may have been killed between an update and its predictions."""
+        if self.predictions is None:
+            return
+        from ..io.estimator_store import CURRENT
+
+        cur = self.sd.current_step
+        out = predictions_path(self.predictions, cur)
+        if out.is_file() and (STEP_TOKEN in str(self.predictions)
+                              or out.stat().st_mtime_ns >= (self.state / CURRENT).stat().st_mtime_ns):
+            return  # already written after CURRENT last moved (update and rollback replace CURRENT)
+        self.write_predictions(cur)
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def _check_applied(self, scan: InboxScan, cur: int) -> None:
+        """Files for steps <= current must be the bytes the STATE's log recorded; else a conflict."""
+        todo = {step: p for step, p in scan.ready.items() if step <= cur
+                and self._checked.get(p.name) != _signature(p)}
+        if not todo:
+            return
+        from ..io.artifacts import hash_file
+
+        logged = {int(e["step"]): e for e in self.sd.log_entries(upto=cur)}
+        for step, p in sorted(todo.items()):
+            sig = _signature(p)
+            self._checked[p.name] = sig
+            entry = logged.get(step)
+            recorded = None if entry is None else entry.get("outcomes_hash")
+            actual = hash_file(p)
+            if recorded == actual:
+                self.conflicts.pop(p.name, None)
+                continue
+            conflict = {"step": step, "file": p.name, "hash": actual, "applied_hash": recorded,
+                        "applied_from": None if entry is None else entry.get("outcomes")}
+            self.conflicts[p.name] = conflict
+            self.listener({"event": "conflict", **conflict})
+
+    def _report_wait(self, scan: InboxScan, cur: int) -> None:
+        later = sorted(s for s in scan.ready if s > cur + 1)
+        key = (cur, tuple(later), tuple(scan.incomplete), tuple(sorted(scan.duplicates)))
+        if key != self._last_wait:
+            self._last_wait = key
+            self.listener({"event": "waiting", "next_step": cur + 1, "later_steps": later,
+                           "incomplete": list(scan.incomplete), "duplicates": scan.duplicates,
+                           "invalid": list(scan.invalid)})
+
+
+def _signature(p: Path) -> tuple:
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return (None, None)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=None, group_size: int = 8,
+          success_threshold: float = 1.0, lock_timeout: float = 600.0, complete: str = "rename",
+          until_step: int | None = None, device: str | None = None, durable: bool = True,
+          stop: Callable[[], bool] = lambda: False, listener: Listener = _quiet) -> dict:
+    """Apply the inbox's step files to ``state`` in step order, exactly once; see the module docstring.
+
+    ``once``: one pass (apply every step that is ready, then return). Otherwise look again every
+    ``poll`` seconds until ``stop()`` is true or the STATE reaches ``until_step``. ``predictions``: a
+    table written after each applied step (and at start), ``{step}`` in it naming one file per step.
+    """
+    import math
+
+    from ..io.outcomes import check_threshold
+
+    if complete not in COMPLETE_MODES:
+        raise InvalidArgumentError(f"--complete must be one of {', '.join(COMPLETE_MODES)}, got {complete!r}")
+    if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not math.isfinite(poll) or poll <= 0:
+        raise InvalidArgumentError(f"--poll must be a positive number of seconds, got {poll!r}")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise InvalidArgumentError(f"--group-size must be an integer >= 1, got {group_size!r}")
+    if until_step is not None and (isinstance(until_step, bool) or not isinstance(until_step, int)
+                                   or until_step < 0):
+        raise InvalidArgumentError(f"--until-step must be an integer >= 0, got {until_step!r}")
+    check_threshold(success_threshold)
+    if predictions is not None:
+        from ..io.tables import detect_format
+
+        detect_format(predictions)  # refuse an unknown extension before anything is applied
+    inbox = Path(inbox)
+    if not inbox.is_dir():
+        raise DataError(f"{inbox}: no such inbox folder (create it; the trainer writes step files into it)")
+
+    t0 = time.perf_counter()
+    w = _Watcher(state, inbox, complete=complete, predictions=predictions, group_size=group_size,
+                 success_threshold=success_threshold, lock_timeout=lock_timeout, device=device, durable=durable,
+                 listener=listener)
+    start_step = w.sd.current_step
+    with inbox_lock(inbox):
+        w.ensure_predictions()
+        reason = None
+        while True:
+            scan = w.pass_once(stop, until_step)
+            if until_step is not None and w.sd.current_step >= until_step:
+                reason = "until_step"
+                break
+            if once:
+                reason = "once"
+                break
+            if stop():
+                reason = "stopped"
+                break
+            deadline = time.monotonic() + poll
+            while not stop() and time.monotonic() < deadline:
+                time.sleep(min(0.05, poll))
+            if stop():
+                reason = "stopped"
+                break
+    cur = w.sd.current_step
+    return {"command": "watch", "state": str(state), "inbox": str(inbox), "complete": complete,
+            "start_step": start_step, "step": cur, "applied": w.applied, "n_applied": len(w.applied),
+            "pending": sorted(s for s in scan.ready if s > cur + 1), "next_step": cur + 1,
+            "incomplete": scan.incomplete, "duplicates": scan.duplicates, "invalid": scan.invalid,
+            "conflicts": list(w.conflicts.values()),
+            "predictions": None if predictions is None else str(predictions_path(predictions, cur)),
+            "stopped": reason, "timings": {"total_s": time.perf_counter() - t0}}

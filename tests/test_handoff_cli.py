@@ -1,0 +1,260 @@
+"""The handoff commands end to end: JSON output, exit codes, predict's table, a real kill -9 of a
+running update, concurrent updates, and a trainer-loop shell script."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from _handoff_fixtures import GRAPHDIFF, make_inputs, step_rows, tree_hash, write_outcomes
+from graphdiff_cli.cli.app import app
+from graphdiff_cli.estimator import Estimator
+from graphdiff_cli.io.state_dir import StateDir
+from graphdiff_cli.stages.handoff import PREDICT_COLUMNS
+
+runner = CliRunner()
+
+
+def gd(*args, code=0):
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr, res.exception)
+    return res
+
+
+def gd_json(*args) -> dict:
+    res = gd(*args, "--json")
+    assert res.stdout.count("\n") == 1, res.stdout  # exactly one JSON object, one line
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli-inputs")
+    graph, clusters, ids = make_inputs(folder, n=40)
+    for t in range(1, 5):
+        write_outcomes(folder / f"o{t}.jsonl", step_rows(ids, t))
+    return folder, ids
+
+
+@pytest.fixture
+def state(tmp_path, inputs):
+    folder, _ = inputs
+    out = tmp_path / "STATE"
+    res = gd_json("init", "--graph", folder / "graph.zarr", "--clusters", folder / "clusters.zarr", "--out", out,
+                  "--device", "cpu", "--keep", "2")
+    assert res["step"] == 0 and res["n_prompts"] == 40 and res["states"] == 4 and res["keep"] == 2
+    return out
+
+
+def test_every_command_prints_one_json_object(state, inputs, tmp_path):
+    folder, ids = inputs
+    up = gd_json("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl")
+    assert up["step"] == 1 and up["rollouts"] == 96 and set(up["timings"]) >= {"load_s", "inference_s", "write_s"}
+    pr = gd_json("predict", "--state", state, "--out", tmp_path / "p.jsonl")
+    assert pr["rows"] == 40 and pr["step"] == 1 and pr["columns"] == PREDICT_COLUMNS
+    st = gd_json("status", "--state", state)
+    assert st["step"] == 1 and st["n_prompts"] == 40 and st["states"] == 4 and st["retained"] == [0, 1]
+    assert [e["step"] for e in st["applied"]] == [0, 1] and st["applied"][1]["outcomes_hash"] == up["outcomes_hash"]
+    assert st["config"]["beta"] == 2.0 and st["keep"] == 2
+    rb = gd_json("rollback", "--state", state, "--to", 0)
+    assert rb == {**rb, "step": 0, "previous_step": 1, "removed": [1], "next_step": 1}
+    # the global --json before the command name works as well
+    res = runner.invoke(app, ["--json", "status", "--state", str(state)])
+    assert res.exit_code == 0 and json.loads(res.stdout)["step"] == 0
+    # and without --json, a human summary goes to stderr and nothing to stdout
+    res = gd("status", "--state", state)
+    assert res.stdout == "" and "step 0" in res.stderr
+
+
+@pytest.mark.parametrize("args,code,words", [
+    (["update", "--step", 1, "--outcomes", "{f}/o2.jsonl"], 1, "step 1 is already applied"),
+    (["update", "--step", 3, "--outcomes", "{f}/o3.jsonl"], 1, "would skip step 2"),
+    (["update", "--step", 2, "--outcomes", "{f}/missing.jsonl"], 1, "no such outcomes file"),
+    (["update", "--step", 2, "--outcomes", "{f}/o2.jsonl", "--lock-timeout", -1], 2, "--lock-timeout"),
+    (["update", "--step", "two", "--outcomes", "{f}/o2.jsonl"], 2, ""),
+    (["rollback", "--to", 5], 1, "step 5 has not been applied"),
+    (["predict", "--out", "{t}/p.xml"], 2, "cannot tell the format"),
+    (["predict", "--out", "{t}/p.csv", "--format", "xml"], 2, "unknown format"),
+    (["predict", "--out", "{t}/p.csv", "--group-size", 0], 2, "--group-size"),
+])
+def test_refusals_exit_codes_and_one_line(state, inputs, tmp_path, args, code, words):
+    folder, _ = inputs
+    gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl")
+    before = tree_hash(state)
+    argv = [a.format(f=folder, t=tmp_path) if isinstance(a, str) else a for a in args]
+    res = gd(argv[0], "--state", state, *argv[1:], code=code)
+    assert words in res.stderr
+    if code == 1:
+        assert res.stderr.startswith("graphdiff: error: ") and res.stderr.count("\n") == 1
+    assert tree_hash(state) == before
+    assert not (tmp_path / "p.csv").exists() and not (tmp_path / "p.xml").exists()
+
+
+def test_init_usage_errors(tmp_path, inputs):
+    folder, _ = inputs
+    base = ["init", "--graph", folder / "graph.zarr", "--clusters", folder / "clusters.zarr", "--out", tmp_path / "S"]
+    assert "--keep" in gd(*base, "--keep", 0, code=2).stderr
+    assert "schedule" in gd(*base, "--schedule", "chaotic", code=2).stderr
+    assert "no such graph artifact" in gd("init", "--graph", tmp_path / "g.zarr", "--clusters",
+                                          folder / "clusters.zarr", "--out", tmp_path / "S", code=1).stderr
+    assert not (tmp_path / "S").exists()
+
+
+def test_predict_columns_values_ids_and_formats(state, inputs, tmp_path):
+    folder, ids = inputs
+    gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl")
+    est = Estimator.load(state)
+    want = est.estimates(None, group_size=4)
+    gd("predict", "--state", state, "--out", tmp_path / "all.jsonl", "--group-size", 4)
+    rows = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+    assert [list(r) for r in rows] == [PREDICT_COLUMNS] * 40 and [r["id"] for r in rows] == ids
+    for col in PREDICT_COLUMNS[1:]:
+        np.testing.assert_allclose([r[col] for r in rows], want[col], rtol=0, atol=1e-12, err_msg=col)
+    assert {r["id"]: r["n_seen"] for r in rows if r["n_seen"]} == {r["id"]: r["n"] for r in step_rows(ids, 1)}
+    np.testing.assert_allclose([r["difficulty"] for r in rows], 1 - want["p"], atol=1e-12)
+    # --ids as plain text (one per line) and as a CSV table; --format overrides the extension
+    (tmp_path / "ids.txt").write_text(f"{ids[7]}\n\n{ids[2]}\n")
+    gd("predict", "--state", state, "--ids", tmp_path / "ids.txt", "--out", tmp_path / "sel.out", "--format", "csv")
+    lines = (tmp_path / "sel.out").read_text().splitlines()
+    assert lines[0] == ",".join(PREDICT_COLUMNS) and [ln.split(",")[0] for ln in lines[1:]] == [ids[7], ids[2]]
+    assert float(lines[1].split(",")[1]) == pytest.approx(want["p"][7], abs=1e-12)
+    (tmp_path / "ids.csv").write_text(f"id,other\n{ids[5]},x\n")
+    gd("predict", "--state", state, "--ids", tmp_path / "ids.csv", "--out", tmp_path / "sel.parquet",
+       "--group-size", 4)
+    table = pq.read_table(tmp_path / "sel.parquet").to_pylist()
+    assert table == [{c: (ids[5] if c == "id" else pytest.approx(float(want[c][5]), abs=1e-12))
+                      for c in PREDICT_COLUMNS}]
+
+
+def test_predict_is_atomic(state, inputs, tmp_path):
+    _, ids = inputs
+    out = tmp_path / "pred.csv"
+    out.write_text("previous predictions\n")
+    (tmp_path / "ids.txt").write_text(f"{ids[0]}\nnot-a-prompt\n")
+    res = gd("predict", "--state", state, "--ids", tmp_path / "ids.txt", "--out", out, code=1)
+    assert "ids.txt:2: unknown prompt id 'not-a-prompt'" in res.stderr
+    assert out.read_text() == "previous predictions\n"
+    gd("predict", "--state", state, "--out", out)
+    assert out.read_text().startswith("id,p,") and len(out.read_text().splitlines()) == 41
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp files left
+
+
+# ------------------------------------------------------------------------------- real processes
+
+def _spawn_update(state, step, outcomes, pause=None, release=None, extra=()):
+    env = dict(os.environ)
+    if pause:
+        env.update(GRAPHDIFF_TEST_PAUSE_AFTER=pause, GRAPHDIFF_TEST_PAUSE_FILE=str(release))
+    return subprocess.Popen([str(GRAPHDIFF), "update", "--state", str(state), "--step", str(step), "--outcomes",
+                             str(outcomes), "--json", *extra], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"update exited early: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("the update never reached its pause point")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_kill_9_while_update_writes(state, inputs, tmp_path):
+    """A real SIGKILL between the step artifact and the log (every other point: test_state_dir.py)."""
+    folder, ids = inputs
+    gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl")
+    at_one = Estimator.load(state).predict()
+    release = tmp_path / "release"
+    proc = _spawn_update(state, 2, folder / "o2.jsonl", pause="artifact", release=release)
+    _wait_for(Path(f"{release}.reached"), proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    # the debris of the killed writer is there, yet the state reads as step 1
+    assert (state / "steps/00000002.zarr").is_dir()
+    assert gd_json("status", "--state", state)["step"] == 1
+    np.testing.assert_array_equal(Estimator.load(state).predict(), at_one)
+    # re-running the same step completes (the lock died with the process)
+    assert gd_json("update", "--state", state, "--step", 2, "--outcomes", folder / "o2.jsonl",
+                   "--lock-timeout", 5)["step"] == 2
+    assert StateDir.open(state).retained_steps() == [0, 1, 2]
+    assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_second_update_waits_for_the_lock_and_never_applies_twice(state, inputs, tmp_path):
+    folder, _ = inputs
+    release = tmp_path / "release"
+    proc = _spawn_update(state, 1, folder / "o1.jsonl", pause="artifact", release=release)
+    _wait_for(Path(f"{release}.reached"), proc)
+    before = tree_hash(state)
+    res = gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl", "--lock-timeout", 0.3,
+             code=1)
+    assert "another update or rollback has held .lock for more than 0.3 s" in res.stderr
+    assert tree_hash(state) == before
+    release.touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["step"] == 1
+    assert "step 1 is already applied" in gd("update", "--state", state, "--step", 1, "--outcomes",
+                                             folder / "o1.jsonl", code=1).stderr
+
+
+@pytest.mark.slow
+def test_two_racing_updates_apply_the_step_once(state, inputs):
+    folder, _ = inputs
+    procs = [_spawn_update(state, 1, folder / "o1.jsonl") for _ in range(2)]
+    results = [p.communicate(timeout=180) + (p.returncode,) for p in procs]
+    codes = sorted(r[2] for r in results)
+    assert codes == [0, 1], results
+    loser = next(r for r in results if r[2] == 1)
+    assert "step 1 is already applied" in loser[1]
+    assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1]
+    assert StateDir.open(state).retained_steps() == [0, 1]
+
+
+TRAINER_LOOP = r"""
+set -euo pipefail
+G="$1"; W="$2"
+"$G" -q init --graph "$W/graph.zarr" --clusters "$W/clusters.zarr" --out "$W/STATE" --device cpu
+for t in 1 2 3; do
+  # the trainer writes one outcomes file per step, then hands it over
+  "$G" -q update --state "$W/STATE" --step "$t" --outcomes "$W/o$t.jsonl"
+done
+"$G" predict --state "$W/STATE" --out "$W/predictions.csv" --json > "$W/predict.json"
+"$G" status --state "$W/STATE" --json > "$W/status.json"
+"""
+
+
+@pytest.mark.slow
+def test_a_trainer_loop_shell_script(tmp_path):
+    graph, clusters, ids = make_inputs(tmp_path, n=40)
+    for t in (1, 2, 3):
+        write_outcomes(tmp_path / f"o{t}.jsonl", step_rows(ids, t))
+    script = tmp_path / "loop.sh"
+    script.write_text(TRAINER_LOOP)
+    res = subprocess.run(["bash", str(script), str(GRAPHDIFF), str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""  # -q: nothing but errors
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["step"] == 3 and [e["step"] for e in status["applied"]] == [0, 1, 2, 3]
+    pred = json.loads((tmp_path / "predict.json").read_text())
+    assert pred["step"] == 3 and pred["rows"] == 40
+    lines = (tmp_path / "predictions.csv").read_text().splitlines()
+    assert lines[0] == ",".join(PREDICT_COLUMNS) and len(lines) == 41
+    seen = {r["id"] for t in (1, 2, 3) for r in step_rows(ids, t)}
+    n_seen = {ln.split(",")[0]: int(ln.split(",")[5]) for ln in lines[1:]}
+    assert {i for i, n in n_seen.items() if n > 0} == seen

@@ -1,0 +1,229 @@
+"""The outcomes parser (io/outcomes.py): aggregates checked by hand and by brute force, every refusal
+with its file and line, and property-based fuzzing (valid rows parse right; garbage is a DataError)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from _handoff_fixtures import write_outcomes
+from graphdiff_cli.errors import DataError, InvalidArgumentError
+from graphdiff_cli.io.outcomes import read_outcomes
+
+
+def _as_dict(o):
+    return {pid: (int(n), int(s)) for pid, n, s in zip(o.ids, o.n, o.s)}
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".csv", ".parquet"])
+def test_counts_are_summed_per_prompt_in_every_format(tmp_path, ext):
+    rows = [{"id": "a", "n": 8, "s": 3}, {"id": "b", "n": 4, "s": 4}, {"id": "a", "n": 8, "s": 1},
+            {"id": "c", "n": 0, "s": 0}]
+    o = read_outcomes(write_outcomes(tmp_path / f"o{ext}", rows))
+    assert o.schema == "counts" and o.n_rows == 4
+    assert o.ids == ["a", "b", "c"]  # order of first appearance
+    assert _as_dict(o) == {"a": (16, 4), "b": (4, 4), "c": (0, 0)}
+    assert o.lines == ([1, 2, 4] if ext != ".csv" else [2, 3, 5])
+
+
+def test_rollout_rows_use_the_threshold(tmp_path):
+    rows = [{"id": "a", "reward": 0.3}, {"id": "a", "reward": 0.9}, {"id": "b", "reward": 1.0},
+            {"id": "a", "reward": 0.5}, {"id": "b", "reward": -2}]
+    path = write_outcomes(tmp_path / "r.jsonl", rows)
+    assert _as_dict(read_outcomes(path, success_threshold=0.5)) == {"a": (3, 2), "b": (2, 1)}
+    # default threshold 1.0: only rewards >= 1 succeed
+    assert _as_dict(read_outcomes(path)) == {"a": (3, 0), "b": (2, 1)}
+
+
+def test_binary_and_boolean_rewards_pass_through(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"id": 7, "reward": 1}\n{"id": "7", "reward": 0}\n{"id": 8, "reward": true}\n'
+                    '{"id": 8, "reward": false}\n\n{"id": 8, "reward": 1.0}\n')
+    o = read_outcomes(path)
+    assert _as_dict(o) == {"7": (2, 1), "8": (3, 2)}  # 7 and "7" are one id; blank lines skipped
+
+
+def test_node_indices_map_ids_and_refuse_unknown_ones_with_the_line(tmp_path):
+    path = write_outcomes(tmp_path / "o.jsonl", [{"id": "b", "n": 2, "s": 1}, {"id": "zz", "n": 2, "s": 1}])
+    o = read_outcomes(path)
+    assert o.node_indices({"a": 0, "b": 1, "zz": 5}).tolist() == [1, 5]
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: unknown prompt id 'zz'"):
+        o.node_indices({"a": 0, "b": 1})
+
+
+BAD = [
+    ("s_gt_n.jsonl", '{"id": "a", "n": 8, "s": 3}\n{"id": "b", "n": 2, "s": 3}\n', 2, "more than n"),
+    ("neg_n.jsonl", '{"id": "a", "n": -1, "s": 0}\n', 1, "negative"),
+    ("neg_s.jsonl", '{"id": "a", "n": 4, "s": -1}\n', 1, "negative"),
+    ("frac.jsonl", '{"id": "a", "n": 8, "s": 2}\n{"id": "a", "n": 2.5, "s": 1}\n', 2, "integer"),
+    ("nan.jsonl", '{"id": "a", "n": NaN, "s": 1}\n', 1, "integer"),
+    ("nan_reward.jsonl", '{"id": "a", "reward": NaN}\n', 1, "finite"),
+    ("nan_id.jsonl", '{"id": NaN, "n": 1, "s": 1}\n', 1, ""),
+    ("text_count.jsonl", '{"id": "a", "n": "eight", "s": 1}\n', 1, "integer"),
+    ("bool_count.jsonl", '{"id": "a", "n": true, "s": 1}\n', 1, "integer"),
+    ("malformed.jsonl", '{"id": "a", "n": 8, "s": 3}\n{"id": "b", "n": 8,\n', 2, "malformed JSON"),
+    ("not_object.jsonl", '[1, 2, 3]\n', 1, "JSON object"),
+    ("no_s.jsonl", '{"id": "a", "n": 8, "s": 3}\n{"id": "b", "n": 8}\n', 2, "missing column 's'"),
+    ("no_id.jsonl", '{"n": 8, "s": 3}\n', 1, "missing column 'id'"),
+    ("no_counts.jsonl", '{"id": "a", "score": 3}\n', 1, "missing columns"),
+    ("empty_id.jsonl", '{"id": "  ", "n": 1, "s": 1}\n', 1, "empty"),
+    ("huge.jsonl", '{"id": "a", "n": 100000000000000000000000, "s": 1}\n', 1, "implausibly large"),
+    ("huge_reward.jsonl", '{"id": "a", "reward": 1' + "0" * 400 + '}\n', 1, ""),
+    ("no_s.csv", "id,n\na,8\n", 1, "missing column 's'"),
+    ("s_gt_n.csv", "id,n,s\na,8,3\nb,1,2\n", 3, "more than n"),
+    ("nan.csv", "id,n,s\na,nan,1\n", 2, "integer"),
+    ("short.csv", "id,n,s\na,8\n", 2, "fewer fields"),
+    ("long.csv", "id,n,s\na,8,1,9\n", 2, "more fields"),
+    ("latin1.jsonl", b'{"id": "a", "n": 1, "s": 1}\n{"id": "\xe9", "n": 1, "s": 1}\n', 2, "UTF-8"),
+    ("nul.csv", b"id,n,s\na,1\x00,1\n", 2, "NUL"),
+]
+
+
+@pytest.mark.parametrize("name,content,line,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_rows_are_refused_with_file_and_line(tmp_path, name, content, line, words):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_outcomes(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:{line}: "), msg
+    assert words in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n", "id,n,s\n"])
+def test_an_empty_file_is_refused(tmp_path, content):
+    path = tmp_path / ("e.csv" if content.startswith("id") else "e.jsonl")
+    path.write_text(content)
+    with pytest.raises(DataError, match="no outcome rows"):
+        read_outcomes(path)
+
+
+def test_missing_file_unknown_extension_and_bad_threshold(tmp_path):
+    with pytest.raises(DataError, match="no such outcomes file"):
+        read_outcomes(tmp_path / "nope.jsonl")
+    (tmp_path / "o.txt").write_text("a 1 1\n")
+    with pytest.raises(InvalidArgumentError, match="extension"):
+        read_outcomes(tmp_path / "o.txt")
+    ok = write_outcomes(tmp_path / "o.jsonl", [{"id": "a", "reward": 1}])
+    for bad in (math.nan, math.inf, "x"):
+        with pytest.raises(InvalidArgumentError, match="success-threshold"):
+            read_outcomes(ok, success_threshold=bad)
+
+
+def test_a_broken_parquet_file_is_a_data_error(tmp_path):
+    path = tmp_path / "o.parquet"
+    path.write_bytes(b"PAR1 not really")
+    with pytest.raises(DataError, match="Parquet"):
+        read_outcomes(path)
+
+
+# ------------------------------------------------------------------------------ property-based fuzzing
+
+IDS = st.one_of(st.sampled_from(["a", "b", "c", "p-1", "p_2"]), st.integers(0, 30).map(str))
+COUNT_ROW = st.integers(0, 64).flatmap(lambda n: st.tuples(IDS, st.just(n), st.integers(0, n)))
+
+
+def _write(folder: Path, ext: str, rows: list[dict]) -> Path:
+    return write_outcomes(folder / f"o{ext}", rows)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(COUNT_ROW, min_size=1, max_size=40), ext=st.sampled_from([".jsonl", ".csv", ".parquet"]))
+def test_fuzz_valid_count_rows_parse_to_the_brute_force_aggregates(rows, ext):
+    want = defaultdict(lambda: [0, 0])
+    order = []
+    for pid, n, s in rows:
+        if pid not in want:
+            order.append(pid)
+        want[pid][0] += n
+        want[pid][1] += s
+    with tempfile.TemporaryDirectory() as d:
+        o = read_outcomes(_write(Path(d), ext, [{"id": p, "n": n, "s": s} for p, n, s in rows]))
+    assert o.ids == order
+    assert o.n.tolist() == [want[p][0] for p in order]
+    assert o.s.tolist() == [want[p][1] for p in order]
+    assert o.n_rows == len(rows)
+
+
+REWARD = st.one_of(st.integers(-3, 3), st.floats(-10, 10, allow_nan=False, allow_infinity=False))
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.tuples(IDS, REWARD), min_size=1, max_size=40),
+       threshold=st.floats(-5, 5, allow_nan=False), ext=st.sampled_from([".jsonl", ".csv"]))
+def test_fuzz_rollout_rows_count_rewards_at_or_above_the_threshold(rows, threshold, ext):
+    with tempfile.TemporaryDirectory() as d:
+        o = read_outcomes(_write(Path(d), ext, [{"id": p, "reward": r} for p, r in rows]),
+                          success_threshold=threshold)
+    # CSV round-trips the reward through repr(), JSON through its own float text: both exact
+    want = defaultdict(lambda: [0, 0])
+    for pid, r in rows:
+        want[pid][0] += 1
+        want[pid][1] += int(float(r) >= threshold)
+    assert {p: [int(n), int(s)] for p, n, s in zip(o.ids, o.n, o.s)} == dict(want)
+
+
+def _fuzz_garbage(path: Path, data: bytes):
+    path.write_bytes(data)
+    try:
+        read_outcomes(path)
+    except DataError as exc:
+        msg = str(exc)
+        assert msg.startswith(str(path)) and "\n" not in msg
+        return msg
+    return None  # by chance a valid file
+
+
+JSON_CELL = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30), st.floats(), st.text(max_size=5),
+                      st.lists(st.integers(), max_size=2))
+JSON_ROW = st.dictionaries(st.sampled_from(["id", "n", "s", "reward", "x"]), JSON_CELL, max_size=4)
+GARBAGE_LINE = st.one_of(st.text(max_size=30), JSON_ROW.map(lambda r: json.dumps(r, allow_nan=True)),
+                         st.binary(max_size=20).map(lambda b: b.decode("latin-1")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(GARBAGE_LINE, min_size=1, max_size=8))
+def test_fuzz_garbage_jsonl_is_a_data_error_naming_the_line(lines):
+    with tempfile.TemporaryDirectory() as d:
+        raw = "\n".join(lines).encode("utf-8", errors="surrogatepass")
+        msg = _fuzz_garbage(Path(d) / "g.jsonl", raw)
+    if msg is not None and any(line.strip() for line in raw.split(b"\n")):
+        assert re.match(r"^.*g\.jsonl:\d+: ", msg), msg
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.one_of(st.binary(max_size=200),
+                      st.lists(st.text(max_size=20), max_size=6).map(lambda ls: "\n".join(ls).encode(
+                          "utf-8", errors="surrogatepass"))))
+def test_fuzz_garbage_csv_and_bytes_is_a_data_error(data):
+    with tempfile.TemporaryDirectory() as d:
+        _fuzz_garbage(Path(d) / "g.csv", data)
+        _fuzz_garbage(Path(d) / "g.jsonl", data)
+
+
+def test_a_real_step_of_a_grpo_run_parses(shared_data, tmp_path):
+    """First 128 rows of One-Shot-RLVR's accuracy history (step 1's batch) as an outcomes file."""
+    rows = []
+    with open(shared_data / "oneshot_rlvr" / "acc_history.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            if r["visit"] == 0:
+                rows.append({"id": r["index"], "n": r["n_rollouts"], "s": r["n_correct"]})
+            if len(rows) == 128:
+                break
+    o = read_outcomes(write_outcomes(tmp_path / "step1.csv", rows))
+    assert len(o.ids) == len({r["id"] for r in rows})
+    assert int(o.n.sum()) == sum(r["n"] for r in rows) and int(o.s.sum()) == sum(r["s"] for r in rows)
+    assert np.all(o.s <= o.n)
