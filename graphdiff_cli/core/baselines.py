@@ -1,0 +1,589 @@
+"""Online difficulty estimators that graphdiff is compared with, behind one small interface.
+
+Every estimator is replayed over a training log step by step (``graphdiff_cli.core.replay``): before a
+step it predicts p-hat for the step's prompts, then it is shown the step's outcomes. The rules are the
+peers' published ones (see docs / shared notes "peers"):
+
+* ``HistoryMean``      p_i = S_i / C_i over earlier rollouts; unseen -> global mean so far (0.5 before any).
+* ``DiscountedHistory`` S_i <- lam S_i + s_i, C_i <- lam C_i + n_i per visit; p_i = (m g + S_i)/(m + C_i).
+* ``MoPPS``            Beta(alpha_i, beta_i) from (1, 1); alpha <- lam alpha + (1 - lam) + s,
+                       beta <- lam beta + (1 - lam) + (n - s); p_i = alpha / (alpha + beta).
+* ``GRESO``            last visit's mean reward; skip probability 1 - max(p^z, 0.01) from trailing
+                       all-correct / all-wrong visits, p_e / p_h adapted each step.
+* ``VIP``              GP regression on logits of the previous step's rates, RBF kernel on embeddings.
+* ``LabelPropagation`` harmonic function (Zhu et al. 2003) on the mutual-kNN graph W.
+* ``SampleBeforeRL`` / ``SampleBeforeStep`` (oracles, see ``OracleEstimator``).
+* ``GraphdiffAdapter`` the project's own ``Estimator`` behind the same interface.
+
+The interface (``OnlineEstimator``): ``name``, ``predict(ids) -> p``, ``update(ids, n, s)`` and,
+where the method has one, ``zero_variance(ids, group_size) -> P(s in {0, n})``. ``ids`` are node
+indices 0..N-1; a prompt listed twice in one step has its counts summed, as the estimator does.
+
+Oracles see outcomes no real estimator has. They implement ``OracleEstimator`` instead:
+``oracle = True`` and ``predict_with_outcomes(ids, n, s)``, which the replay calls with the batch's own
+outcomes. Keeping this a separate, explicitly named method means an ordinary estimator can never be
+handed outcomes of the batch it is predicting.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import DataError, InvalidArgumentError
+
+__all__ = [
+    "OnlineEstimator", "OracleEstimator", "aggregate_counts", "plugin_zero_variance",
+    "beta_binomial_zero_variance", "HistoryMean", "DiscountedHistory", "MoPPS", "GRESO", "VIP",
+    "LabelPropagation", "harmonic_solution", "SampleBeforeRL", "SampleBeforeStep", "GraphdiffAdapter",
+]
+
+
+@runtime_checkable
+class OnlineEstimator(Protocol):
+    """An estimator that predicts before a step and learns after it (the contract replay relies on)."""
+
+    name: str
+
+    def predict(self, ids: np.ndarray) -> np.ndarray:
+        """p-hat in [0, 1] for each node index in ``ids``, using only outcomes already passed to update."""
+
+    def update(self, ids: np.ndarray, n: np.ndarray, s: np.ndarray) -> None:
+        """Learn one step's outcomes: prompt ``ids[j]`` got ``n[j]`` rollouts and ``s[j]`` successes."""
+
+
+@runtime_checkable
+class OracleEstimator(Protocol):
+    """A reference that is shown the batch's own outcomes before predicting (not a real estimator)."""
+
+    name: str
+    oracle: bool  # always True
+
+    def predict_with_outcomes(self, ids: np.ndarray, n: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """p-hat for ``ids`` given that batch's outcomes (n, s)."""
+
+    def update(self, ids: np.ndarray, n: np.ndarray, s: np.ndarray) -> None:
+        """Learn one step's outcomes (called after predict_with_outcomes, like any estimator)."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _check_ids(ids, n_nodes: int) -> np.ndarray:
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise DataError("ids must be a 1-D array of integer node indices")
+    ids = ids.astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= n_nodes):
+        i = int(np.flatnonzero((ids < 0) | (ids >= n_nodes))[0])
+        raise DataError(f"ids[{i}] = {ids[i]} is out of range: there are {n_nodes} prompts")
+    return ids
+
+
+def aggregate_counts(ids, n, s, n_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validate one step's rows and sum them per prompt: (unique ids, n, s) as int64, n = 0 dropped."""
+    ids = _check_ids(ids, n_nodes)
+    n = np.asarray(n)
+    s = np.asarray(s)
+    if not (ids.shape == n.shape == s.shape):
+        raise DataError(f"ids, n and s must have the same length, got {ids.size}, {n.size}, {s.size}")
+    for name, arr in (("n", n), ("s", s)):
+        if arr.size and arr.dtype.kind == "f" and not np.all(arr == np.round(arr)):
+            raise DataError(f"{name} must hold integer counts")
+    n = n.astype(np.int64)
+    s = s.astype(np.int64)
+    if (n < 0).any() or (s < 0).any():
+        raise DataError("counts n and s must be non-negative")
+    if (s > n).any():
+        i = int(np.flatnonzero(s > n)[0])
+        raise DataError(f"s[{i}] = {s[i]} is larger than n[{i}] = {n[i]}")
+    keep = n > 0
+    uniq, inv = np.unique(ids[keep], return_inverse=True)
+    n_sum = np.bincount(inv, weights=n[keep], minlength=uniq.size).astype(np.int64)
+    s_sum = np.bincount(inv, weights=s[keep], minlength=uniq.size).astype(np.int64)
+    return uniq, n_sum, s_sum
+
+
+def plugin_zero_variance(p: np.ndarray, group_size) -> np.ndarray:
+    """p^g + (1 - p)^g: the zero-variance probability of a point estimate (no parameter uncertainty)."""
+    p = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
+    g = np.asarray(group_size, dtype=np.float64)
+    return p ** g + (1.0 - p) ** g
+
+
+def beta_binomial_zero_variance(alpha: np.ndarray, beta: np.ndarray, group_size: int) -> np.ndarray:
+    """P(s = 0) + P(s = g) under Beta-Binomial(g, alpha, beta) = E[p^g + (1 - p)^g], p ~ Beta(alpha, beta).
+
+    E[p^g] = B(alpha + g, beta) / B(alpha, beta), evaluated with log-gamma.
+    """
+    from scipy.special import betaln
+
+    a = np.asarray(alpha, dtype=np.float64)
+    b = np.asarray(beta, dtype=np.float64)
+    return np.exp(betaln(a + group_size, b) - betaln(a, b)) + np.exp(betaln(a, b + group_size) - betaln(a, b))
+
+
+def _check_n_nodes(n_nodes) -> int:
+    if not isinstance(n_nodes, (int, np.integer)) or n_nodes < 1:
+        raise InvalidArgumentError(f"n_nodes must be a positive integer, got {n_nodes!r}")
+    return int(n_nodes)
+
+
+class _GlobalMean:
+    """Running global success rate of every outcome seen so far, 0.5 before any (used for unseen prompts)."""
+
+    def __init__(self):
+        self.successes = 0
+        self.rollouts = 0
+
+    def add(self, n: np.ndarray, s: np.ndarray) -> None:
+        self.successes += int(s.sum())
+        self.rollouts += int(n.sum())
+
+    @property
+    def value(self) -> float:
+        return self.successes / self.rollouts if self.rollouts else 0.5
+
+
+# ----------------------------------------------------------------------------------------------------
+# per-prompt history baselines
+
+
+class HistoryMean:
+    """Per-prompt history mean: p_i = S_i / C_i over all earlier rollouts of i.
+
+    An unseen prompt gets the global mean of all outcomes seen so far (0.5 before any). This is the
+    "VIP-style history" and GRESO's signal (peers note).
+    """
+
+    def __init__(self, n_nodes: int, name: str = "history"):
+        self.n_nodes = _check_n_nodes(n_nodes)
+        self.name = name
+        self.successes_ = np.zeros(self.n_nodes)
+        self.rollouts_ = np.zeros(self.n_nodes)
+        self._global = _GlobalMean()
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        c = self.rollouts_[ids]
+        return np.where(c > 0, self.successes_[ids] / np.maximum(c, 1e-300), self._global.value)
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        self.successes_[ids] += s
+        self.rollouts_[ids] += n
+        self._global.add(n, s)
+
+
+class DiscountedHistory:
+    """Discounted history: at each visit S_i <- lam S_i + s_i, C_i <- lam C_i + n_i;
+
+    p_i = (m g + S_i) / (m + C_i), g the global mean of all outcomes so far (0.5 before any). Prompts
+    not visited in a step are left untouched (the discount is per visit, not per step). lam = 1, m = 0
+    is the plain history mean; an unseen prompt (C_i = 0) gets g for every m.
+    """
+
+    def __init__(self, n_nodes: int, lam: float = 0.9, m: float = 1.0, name: str | None = None):
+        self.n_nodes = _check_n_nodes(n_nodes)
+        if not 0 < lam <= 1:
+            raise InvalidArgumentError(f"discount lambda must lie in (0, 1], got {lam!r}")
+        if not m >= 0:
+            raise InvalidArgumentError(f"prior strength m must be >= 0, got {m!r}")
+        self.lam, self.m = float(lam), float(m)
+        self.name = name or f"discounted(lam={self.lam:g},m={self.m:g})"
+        self.successes_ = np.zeros(self.n_nodes)
+        self.rollouts_ = np.zeros(self.n_nodes)
+        self._global = _GlobalMean()
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        g = self._global.value
+        c = self.rollouts_[ids]
+        denom = self.m + c
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = (self.m * g + self.successes_[ids]) / denom
+        return np.where(c > 0, p, g)
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        self.successes_[ids] = self.lam * self.successes_[ids] + s
+        self.rollouts_[ids] = self.lam * self.rollouts_[ids] + n
+        self._global.add(n, s)
+
+
+class MoPPS:
+    """MoPPS (Qu et al.): a Beta(alpha_i, beta_i) per prompt, starting at (1, 1).
+
+    After a visit with n rollouts and s successes:
+        alpha_i <- lam alpha_i + (1 - lam) * 1 + s,    beta_i <- lam beta_i + (1 - lam) * 1 + (n - s)
+    p_i = alpha_i / (alpha_i + beta_i). The public code's operator-precedence slip for n = 1 is not
+    reproduced: s and n - s enter exactly as written above for every n. The zero-variance probability is
+    the Beta-Binomial predictive P(s in {0, g}) of the prompt's Beta.
+    """
+
+    def __init__(self, n_nodes: int, lam: float = 1.0, name: str | None = None):
+        self.n_nodes = _check_n_nodes(n_nodes)
+        if not 0 <= lam <= 1:
+            raise InvalidArgumentError(f"MoPPS lambda must lie in [0, 1], got {lam!r}")
+        self.lam = float(lam)
+        self.name = name or f"mopps(lam={self.lam:g})"
+        self.alpha_ = np.ones(self.n_nodes)
+        self.beta_ = np.ones(self.n_nodes)
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        a, b = self.alpha_[ids], self.beta_[ids]
+        return a / (a + b)
+
+    def zero_variance(self, ids, group_size: int) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        return beta_binomial_zero_variance(self.alpha_[ids], self.beta_[ids], int(group_size))
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        lam = self.lam
+        self.alpha_[ids] = lam * self.alpha_[ids] + (1.0 - lam) + s
+        self.beta_[ids] = lam * self.beta_[ids] + (1.0 - lam) + (n - s)
+
+
+class GRESO:
+    """GRESO (Zheng et al.): selective rollout from each prompt's per-visit mean rewards.
+
+    z_e = trailing number of visits with mean >= 0.98, z_h = trailing number with mean <= 0.11.
+    Skip probability = 1 - max(p_e^z_e, 0.01) if z_e > 0, else 1 - max(p_h^z_h, 0.01) if z_h > 0, else 0.
+    After every step: if the step's all-correct ratio >= tau/3, p_e <- p_e - 0.01 (skip more easy
+    prompts), else p_e <- p_e + 0.01; likewise p_h with the all-wrong ratio against 2 tau / 3; both
+    clipped to [0.05, 0.95]; tau = 0.25, p_e = p_h = 0.5 at the start. (The reference trainer adapts
+    only from its second epoch on; the peers' rule, followed here, adapts from the first step.)
+
+    As a probability the last visit's mean is used (the global mean so far for an unseen prompt, 0.5
+    before any outcome); as a zero-variance predictor, the skip probability (0 for an unseen prompt:
+    GRESO never skips one).
+    """
+
+    EASY_MEAN, HARD_MEAN = 0.98, 0.11
+    MIN_KEEP = 0.01
+
+    def __init__(self, n_nodes: int, tau: float = 0.25, p_easy: float = 0.5, p_hard: float = 0.5,
+                 step_size: float = 0.01, p_min: float = 0.05, p_max: float = 0.95, name: str = "greso"):
+        self.n_nodes = _check_n_nodes(n_nodes)
+        if not 0 < tau <= 1:
+            raise InvalidArgumentError(f"GRESO target zero-variance ratio tau must lie in (0, 1], got {tau!r}")
+        self.name = name
+        self.tau, self.step_size, self.p_min, self.p_max = float(tau), float(step_size), float(p_min), float(p_max)
+        self.p_easy_, self.p_hard_ = float(p_easy), float(p_hard)
+        self.last_mean_ = np.full(self.n_nodes, np.nan)
+        self.z_easy_ = np.zeros(self.n_nodes, dtype=np.int64)
+        self.z_hard_ = np.zeros(self.n_nodes, dtype=np.int64)
+        self._global = _GlobalMean()
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        last = self.last_mean_[ids]
+        return np.where(np.isnan(last), self._global.value, last)
+
+    def skip_probability(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        ze, zh = self.z_easy_[ids], self.z_hard_[ids]
+        keep_e = np.maximum(self.p_easy_ ** ze, self.MIN_KEEP)
+        keep_h = np.maximum(self.p_hard_ ** zh, self.MIN_KEEP)
+        return np.where(ze > 0, 1.0 - keep_e, np.where(zh > 0, 1.0 - keep_h, 0.0))
+
+    def zero_variance(self, ids, group_size: int) -> np.ndarray:
+        # GRESO's zero-variance signal does not depend on the group size
+        return self.skip_probability(ids)
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        if ids.size == 0:
+            return
+        mean = s / n
+        easy, hard = mean >= self.EASY_MEAN, mean <= self.HARD_MEAN
+        self.z_easy_[ids] = np.where(easy, self.z_easy_[ids] + 1, 0)
+        self.z_hard_[ids] = np.where(hard, self.z_hard_[ids] + 1, 0)
+        self.last_mean_[ids] = mean
+        self._global.add(n, s)
+        all_correct = float(np.mean(s == n))
+        all_wrong = float(np.mean(s == 0))
+        d = self.step_size
+        self.p_easy_ = float(np.clip(self.p_easy_ - d if all_correct >= self.tau / 3 else self.p_easy_ + d,
+                                     self.p_min, self.p_max))
+        self.p_hard_ = float(np.clip(self.p_hard_ - d if all_wrong >= 2 * self.tau / 3 else self.p_hard_ + d,
+                                     self.p_min, self.p_max))
+
+
+class VIP:
+    """VIP's Gaussian-process predictor (Nguyen et al.).
+
+    Unit-norm embeddings e_i, RBF kernel k(i, j) = exp(-||e_i - e_j||^2 / (2 * 0.4^2)). The training
+    set T is the previous step's prompts with targets g_j = logit(clip(y_j, 1e-6, 1 - 1e-6)), y_j the
+    observed success rate; p_i = sigmoid(-1 + K_iT (K_TT + 1e-4 I)^-1 (g + 1)). Before any step the
+    prediction is the constant sigmoid(-1) (the GP prior mean -1 on the logit scale).
+    """
+
+    def __init__(self, embeddings: np.ndarray, length_scale: float = 0.4, noise: float = 1e-4,
+                 prior_mean: float = -1.0, clip: float = 1e-6, name: str = "vip"):
+        e = np.asarray(embeddings, dtype=np.float64)
+        if e.ndim != 2 or e.shape[0] < 1:
+            raise DataError(f"VIP needs a 2-D array of prompt embeddings, got shape {e.shape}")
+        if not np.all(np.isfinite(e)):
+            raise DataError("VIP embeddings contain NaN or infinite values")
+        norms = np.linalg.norm(e, axis=1)
+        if not np.allclose(norms, 1.0, atol=1e-3):
+            i = int(np.argmax(np.abs(norms - 1.0)))
+            raise DataError(f"VIP needs unit-norm embeddings; row {i} has norm {norms[i]:.4f}")
+        if length_scale <= 0 or noise < 0:
+            raise InvalidArgumentError("VIP length scale must be > 0 and noise >= 0")
+        self.name = name
+        self.embeddings = e / norms[:, None]
+        self.n_nodes = e.shape[0]
+        self.length_scale, self.noise, self.prior_mean, self.clip = length_scale, noise, prior_mean, clip
+        self.train_ids_: np.ndarray | None = None
+        self.weights_: np.ndarray | None = None  # (K_TT + noise I)^-1 (g - prior_mean)
+
+    def kernel(self, a_ids: np.ndarray, b_ids: np.ndarray) -> np.ndarray:
+        ea, eb = self.embeddings[a_ids], self.embeddings[b_ids]
+        # ||a - b||^2 = 2 - 2 a.b for unit vectors; clipped at 0 against rounding
+        sq = np.maximum(2.0 - 2.0 * (ea @ eb.T), 0.0)
+        return np.exp(-sq / (2.0 * self.length_scale ** 2))
+
+    def predict(self, ids) -> np.ndarray:
+        from scipy.special import expit
+
+        ids = _check_ids(ids, self.n_nodes)
+        if self.train_ids_ is None:
+            return np.full(ids.size, expit(self.prior_mean))
+        return expit(self.prior_mean + self.kernel(ids, self.train_ids_) @ self.weights_)
+
+    def update(self, ids, n, s) -> None:
+        import scipy.linalg as sla
+        from scipy.special import logit
+
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        if ids.size == 0:
+            return  # nothing observed: keep the previous step's training set
+        y = np.clip(s / n, self.clip, 1.0 - self.clip)
+        g = logit(y)
+        k = self.kernel(ids, ids) + self.noise * np.eye(ids.size)
+        try:
+            w = sla.solve(k, g - self.prior_mean, assume_a="pos")
+        except (np.linalg.LinAlgError, sla.LinAlgError):
+            # near-duplicate embeddings make K_TT + 1e-4 I numerically singular: least squares instead
+            w = np.linalg.lstsq(k, g - self.prior_mean, rcond=None)[0]
+        self.train_ids_, self.weights_ = ids, w
+
+
+# ----------------------------------------------------------------------------------------------------
+# label propagation
+
+
+def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray, fill: float,
+                      components: np.ndarray | None = None, x0: np.ndarray | None = None,
+                      rtol: float = 1e-12) -> np.ndarray:
+    """The harmonic function of Zhu, Ghahramani & Lafferty (2003) on graph W.
+
+    Labeled nodes L keep ``values``; the unlabeled nodes U solve (D_UU - W_UU) f_U = W_UL f_L, i.e. each
+    is the W-weighted average of its neighbours. Unlabeled nodes in a connected component with no
+    labeled node (isolated nodes included) have no harmonic value and get ``fill``. On the remaining
+    nodes D_UU - W_UU is a symmetric, irreducibly diagonally dominant M-matrix per block, hence
+    positive definite: it is solved by Jacobi-preconditioned conjugate gradients to relative residual
+    ``rtol``, warm-started from ``x0`` (a full-length previous solution) when given. A direct sparse
+    factorization is no option here: kNN graphs of embeddings have little locality and fill in badly
+    (minutes per solve at N = 7,500). Solved values are clipped to [min, max] of ``values`` (the maximum
+    principle), which only removes round-off.
+    """
+    from scipy.sparse.csgraph import connected_components
+    from scipy.sparse.linalg import cg, spsolve
+
+    n = w.shape[0]
+    f = np.full(n, float(fill))
+    labeled = np.asarray(labeled, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    f[labeled] = values
+    if labeled.size == 0:
+        return f
+    if components is None:
+        components = connected_components(w, directed=False)[1]
+    is_lab = np.zeros(n, dtype=bool)
+    is_lab[labeled] = True
+    comp_has_label = np.zeros(components.max() + 1, dtype=bool)
+    comp_has_label[components[labeled]] = True
+    solve = np.flatnonzero(~is_lab & comp_has_label[components])
+    if solve.size == 0:
+        return f
+    w_u = w[solve]
+    degree = np.asarray(w_u.sum(axis=1)).ravel()
+    w_uu = w_u[:, solve]
+    rhs = w_u[:, labeled] @ values
+    lap = (sp.diags(degree) - w_uu).tocsr()
+    start = None if x0 is None else np.asarray(x0, dtype=np.float64)[solve]
+    sol, info = cg(lap, rhs, x0=start, rtol=rtol, atol=0.0, maxiter=20 * solve.size + 100,
+                   M=sp.diags(1.0 / degree))
+    if info != 0:  # not converged (should not happen for an SPD system): fall back to the exact solve
+        sol = spsolve(lap.tocsc(), rhs)
+    # a harmonic function lies between its boundary values; clip away round-off only
+    lo, hi = float(values.min()), float(values.max())
+    f[solve] = np.clip(sol, lo, hi)
+    return f
+
+
+class LabelPropagation:
+    """Label propagation on the mutual-kNN graph W (harmonic function, Zhu et al. 2003).
+
+    Observed prompts are clamped to their history mean S_i / C_i; every other prompt gets the harmonic
+    value; prompts in components without an observed prompt get the global mean so far (0.5 before
+    any). The graph baseline with no latent states: what graph sharing alone buys.
+    """
+
+    def __init__(self, graph: sp.spmatrix, name: str = "labelprop"):
+        from scipy.sparse.csgraph import connected_components
+
+        from .graph import validate_graph
+
+        self.name = name
+        self.w = validate_graph(graph)
+        self.n_nodes = self.w.shape[0]
+        self._components = connected_components(self.w, directed=False)[1]
+        self.successes_ = np.zeros(self.n_nodes)
+        self.rollouts_ = np.zeros(self.n_nodes)
+        self._global = _GlobalMean()
+        self.f_ = np.full(self.n_nodes, 0.5)
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        return self.f_[ids].copy()
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        self.successes_[ids] += s
+        self.rollouts_[ids] += n
+        self._global.add(n, s)
+        lab = np.flatnonzero(self.rollouts_ > 0)
+        self.f_ = harmonic_solution(self.w, lab, self.successes_[lab] / self.rollouts_[lab],
+                                    self._global.value, self._components, x0=self.f_)
+
+
+# ----------------------------------------------------------------------------------------------------
+# oracles
+
+
+class _Probe:
+    """Emulates probing a prompt with the current policy, given the row's own outcome (n, s).
+
+    mode "exact": the probe returns s / n itself (a trivial bound: zero error against that row).
+    mode "resample" (default): an independent group of n rollouts is emulated by s' ~ Binomial(n, s/n),
+    seeded; its error against the row is then of the order of the sampling noise of n rollouts, as a
+    real probe's would be (the paper's SBS/SBR used independent rollouts).
+    """
+
+    MODES = ("resample", "exact")
+
+    def __init__(self, mode: str, seed: int):
+        if mode not in self.MODES:
+            raise InvalidArgumentError(f"unknown oracle probe mode {mode!r}; choose one of {', '.join(self.MODES)}")
+        self.mode = mode
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, n: np.ndarray, s: np.ndarray) -> np.ndarray:
+        rate = s / n
+        if self.mode == "exact":
+            return rate
+        return self._rng.binomial(n, rate) / n
+
+
+class SampleBeforeStep:
+    """ORACLE "sample before step" (SBS): probes every prompt of the batch with the current policy.
+
+    Shown the batch's outcomes, it predicts a probe of them (see ``_Probe``). An upper bound for
+    reference, at the cost of a second set of rollouts every step; no real estimator can match it.
+    """
+
+    oracle = True
+
+    def __init__(self, n_nodes: int, probe: str = "resample", seed: int = 0, name: str = "oracle-sbs"):
+        self.n_nodes = _check_n_nodes(n_nodes)
+        self.name = name
+        self._probe = _Probe(probe, seed)
+
+    def predict_with_outcomes(self, ids, n, s) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        n = np.asarray(n, dtype=np.int64)
+        s = np.asarray(s, dtype=np.int64)
+        out = np.full(ids.size, 0.5)
+        ok = n > 0
+        out[ok] = self._probe(n[ok], s[ok])
+        return out
+
+    def update(self, ids, n, s) -> None:
+        aggregate_counts(ids, n, s, self.n_nodes)  # validation only: SBS keeps no state
+
+
+class SampleBeforeRL:
+    """ORACLE "sample before RL" (SBR): one probe per prompt, taken at its first observation, frozen.
+
+    Stands in for probing the whole data set before training: a prompt's first observation in the log
+    is the earliest policy it was measured under. At that first visit it is shown the batch's outcome
+    (which is why it is an oracle); afterwards it repeats the frozen value.
+    """
+
+    oracle = True
+
+    def __init__(self, n_nodes: int, probe: str = "resample", seed: int = 0, name: str = "oracle-sbr"):
+        self.n_nodes = _check_n_nodes(n_nodes)
+        self.name = name
+        self._probe = _Probe(probe, seed)
+        self.frozen_ = np.full(self.n_nodes, np.nan)
+
+    def predict_with_outcomes(self, ids, n, s) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        n = np.asarray(n, dtype=np.int64)
+        s = np.asarray(s, dtype=np.int64)
+        new = np.isnan(self.frozen_[ids]) & (n > 0)
+        if new.any():
+            # a prompt listed twice in its first batch is probed once
+            first = np.unique(ids[new], return_index=True)[1]
+            rows = np.flatnonzero(new)[first]
+            self.frozen_[ids[rows]] = self._probe(n[rows], s[rows])
+        out = self.frozen_[ids]
+        return np.where(np.isnan(out), 0.5, out)
+
+    def update(self, ids, n, s) -> None:
+        aggregate_counts(ids, n, s, self.n_nodes)  # validation only: the probe was frozen at first sight
+
+
+# ----------------------------------------------------------------------------------------------------
+# graphdiff itself
+
+
+class GraphdiffAdapter:
+    """The project's ``Estimator`` (Sections 3.4-3.6) behind the ``OnlineEstimator`` interface.
+
+    ``estimator`` is a ready ``graphdiff_cli.estimator.Estimator``; ``from_graph`` builds one.
+    zero_variance is the estimator's own E[p^g + (1 - p)^g] under its uncertainty (Appendix E).
+    """
+
+    def __init__(self, estimator, name: str = "graphdiff"):
+        self.estimator = estimator
+        self.name = name
+        self.last_update_: dict | None = None
+
+    @classmethod
+    def from_graph(cls, graph, labels, n_states: int, name: str = "graphdiff", **kwargs) -> "GraphdiffAdapter":
+        # imported here: graphdiff_cli.core must not pull torch in at import time
+        from ..estimator import Estimator
+
+        return cls(Estimator(graph, labels, n_states, **kwargs), name=name)
+
+    def predict(self, ids) -> np.ndarray:
+        return np.asarray(self.estimator.predict(np.asarray(ids, dtype=np.int64)), dtype=np.float64)
+
+    def zero_variance(self, ids, group_size: int) -> np.ndarray:
+        est = self.estimator.estimates(np.asarray(ids, dtype=np.int64), group_size=int(group_size))
+        return np.asarray(est["p_zero_variance"], dtype=np.float64)
+
+    def update(self, ids, n, s) -> None:
+        self.last_update_ = self.estimator.update(np.asarray(ids, dtype=np.int64), np.asarray(n, dtype=np.int64),
+                                                  np.asarray(s, dtype=np.int64))

@@ -1,0 +1,273 @@
+"""The evaluation report folder: report.md (tables laid out like the paper's Table 2), PNG plots and
+metrics.json with every figure.
+
+``write_report(folder, document)`` fills an existing (staging) folder; the evaluate stage renames it
+into place. Plots use matplotlib's object API (``Figure``, Agg canvas): no pyplot global state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..core.metrics import HIGHER_IS_BETTER, N_BINS, PHASES
+
+PHASE_TITLES = {"early": "Early", "middle": "Middle", "last": "Last", "full": "Full"}
+METRIC_TITLES = {
+    "mae": "MAE (sample-level, lower is better)",
+    "batch_r": "Batch-level Pearson r (batch-mean prediction vs batch-mean observed rate, higher is better)",
+    "within_r": "Within-batch Pearson r, averaged over batches (higher is better)",
+    "within_spearman": "Within-batch Spearman rho, averaged over batches (higher is better)",
+    "brier": "Brier score over rollouts (lower is better)",
+    "ece": f"Expected calibration error, {N_BINS} equal-width bins (lower is better)",
+    "auroc": "AUROC of the zero-variance score for all-correct / all-wrong groups (higher is better)",
+}
+PLOTS = ("batch_mean.png", "mae_over_steps.png", "reliability.png")
+
+
+def to_jsonable(obj):
+    """numpy -> Python, NaN / inf -> None (strict JSON), recursively."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return to_jsonable(obj.item())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _fmt(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return f"{x:.{digits}f}"
+
+
+def _best(values: list, higher: bool):
+    finite = [v for v in values if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
+    if not finite:
+        return None
+    return max(finite) if higher else min(finite)
+
+
+def _table(header: list[str], rows: list[list], bold_cols: dict[int, bool], eligible: list[bool],
+           digits: list[int]) -> str:
+    """Markdown table; in column c (a key of bold_cols, value = higher is better) the best value among
+    eligible rows is bold (ties all bold)."""
+    best = {c: _best([r[c] for r, ok in zip(rows, eligible) if ok], hi) for c, hi in bold_cols.items()}
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for r, ok in zip(rows, eligible):
+        cells = [str(r[0])]
+        for c in range(1, len(r)):
+            text = _fmt(r[c], digits[c])
+            if ok and c in best and best[c] is not None and r[c] is not None and math.isfinite(r[c]) \
+                    and round(r[c], digits[c]) == round(best[c], digits[c]):
+                text = f"**{text}**"
+            cells.append(text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _label(name: str, oracle: bool) -> str:
+    return f"{name} †" if oracle else name
+
+
+def render_markdown(doc: dict) -> str:
+    run, metrics = doc["run"], doc["metrics"]
+    methods = metrics["methods"]
+    names = list(methods)
+    eligible = [not methods[n]["oracle"] for n in names]
+    labels = [_label(n, methods[n]["oracle"]) for n in names]
+    ph = metrics["phases"]
+    out = ["# graphdiff evaluation report", ""]
+    bmin, bmax = run["batch_size"]["min"], run["batch_size"]["max"]
+    bs = f"{bmin}" if bmin == bmax else f"{bmin}–{bmax}"
+    out += [f"Log `{run['log']}`: {run['rows']:,} rows, {run['steps']:,} steps (batch size "
+            f"{bs}), {run['prompts_in_log']:,} of "
+            f"{run['n_prompts']:,} graph prompts observed, {run['seen_rows']:,} rows on prompts seen at an "
+            f"earlier step. Graph `{run['graph']}`, clusters `{run['clusters']}` (K = {run['n_states']}).", ""]
+    out += ["Every method predicts a step's batch before that step's outcomes are revealed, then all are "
+            "updated. Phases split the distinct steps into thirds: " + ", ".join(
+                f"{PHASE_TITLES[p].lower()} = steps {ph[p][0]}–{ph[p][1]}" for p in PHASES[:3]) + ".", ""]
+    out += ["Bold: best value of a column among real estimators. † marks oracles, which are shown outcomes "
+            "no estimator has (sample-before-RL: each prompt's first observation, frozen; sample-before-step: "
+            "the batch's own outcome, probed " + ("by a binomial resample of n rollouts" if any(
+                "resample" == doc["settings"].get(n, {}).get("probe") for n in names) else "exactly") +
+            "); they are references, never bold.", ""]
+
+    verdict = doc.get("verdict") or []
+    if verdict:
+        out += ["## Is graphdiff better than what you use now?", ""]
+        out += ["Full log, all rows: graphdiff against each real baseline.", ""]
+        header = ["Baseline", "MAE", "batch r", "within r", "within ρ", "Brier", "ECE", "AUROC"]
+        lines = ["| " + " | ".join(header) + " |", "|:---|" + "---:|" * (len(header) - 1)]
+        for row in verdict:
+            cells = [row["baseline"]]
+            for key in ("mae", "batch_r", "within_r", "within_spearman", "brier", "ece", "auroc"):
+                v = row.get(key)
+                if v is None:
+                    cells.append("–")
+                else:
+                    mark = "better" if v["graphdiff_better"] else "not better"
+                    cells.append(f"{_fmt(v['graphdiff'])} vs {_fmt(v['baseline'])} ({mark})")
+            lines.append("| " + " | ".join(cells) + " |")
+        out += lines + [""]
+
+    # Table 2 of the paper: MAE and batch-level r per phase, plus time
+    header = ["Method"]
+    for p in PHASES:
+        header += [f"{PHASE_TITLES[p]} MAE ↓", f"{PHASE_TITLES[p]} r ↑"]
+    header.append("Time/step (ms) ↓")
+    rows, bold, digits = [], {}, [0]
+    for p_i, _ in enumerate(PHASES):
+        bold[1 + 2 * p_i] = False
+        bold[2 + 2 * p_i] = True
+        digits += [3, 3]
+    bold[len(header) - 1] = False
+    digits.append(1)
+    for name, lab in zip(names, labels):
+        m = methods[name]["phases"]
+        row = [lab]
+        for p in PHASES:
+            row += [m[p]["all"]["mae"], m[p]["all"]["batch_r"]]
+        sec = m["full"]["all"].get("seconds_per_step")
+        row.append(None if sec is None else 1000.0 * sec)
+        rows.append(row)
+    out += ["## Accuracy and overhead by training phase (layout of the paper's Table 2)", "",
+            "MAE at the sample level, r = batch-level Pearson correlation across the phase's steps; time = "
+            "each method's own predict + update wall time per step on this machine.", "",
+            _table(header, rows, bold, eligible, digits), ""]
+
+    for key in ("within_r", "within_spearman", "brier", "ece", "auroc"):
+        header = ["Method"] + [PHASE_TITLES[p] for p in PHASES]
+        rows = [[lab] + [methods[n]["phases"][p]["all"][key] for p in PHASES] for n, lab in zip(names, labels)]
+        bold = {c: HIGHER_IS_BETTER[key] for c in range(1, len(header))}
+        out += [f"## {METRIC_TITLES[key]}", ""]
+        if key.startswith("within"):
+            wb = methods[names[0]]["phases"]["full"]["all"].get("within_batches")
+            out += [f"Batches whose observed rates are all equal are skipped for every method ({wb} of "
+                    f"{run['steps']} batches scored over the full log); a method whose predictions within a "
+                    "batch are all equal scores 0 there.", ""]
+        if key == "auroc":
+            srcs = ", ".join(f"{n}: {methods[n]['zero_variance_source']}" for n in names)
+            out += ["Zero-variance score: the method's own P(s ∈ {0, n}) where it has one (native), else "
+                    f"p^n + (1 − p)^n of its prediction (plug-in). Sources — {srcs}.", ""]
+        out += [_table(header, rows, bold, eligible, [0] + [3] * (len(header) - 1)), ""]
+
+    # seen vs unseen, full log
+    keys = ("mae", "within_r", "brier", "auroc")
+    header = ["Method"]
+    for k_ in keys:
+        header += [f"{k_} seen", f"{k_} unseen"]
+    rows, bold = [], {}
+    for i, k_ in enumerate(keys):
+        bold[1 + 2 * i] = HIGHER_IS_BETTER[k_]
+        bold[2 + 2 * i] = HIGHER_IS_BETTER[k_]
+    for n, lab in zip(names, labels):
+        f = methods[n]["phases"]["full"]
+        row = [lab]
+        for k_ in keys:
+            row += [f["seen"][k_], f["unseen"][k_]]
+        rows.append(row)
+    f0 = methods[names[0]]["phases"]["full"]
+    out += ["## Prompts seen before vs never seen (full log)", "",
+            f"Seen: {f0['seen']['rows']:,} rows on prompts observed at an earlier step; unseen: "
+            f"{f0['unseen']['rows']:,} first visits.", "",
+            _table(header, rows, bold, eligible, [0] + [3] * (len(header) - 1)), ""]
+
+    grid = doc.get("discounted_grid") or []
+    if grid:
+        best = doc["discounted_best"]
+        out += ["## Discounted history: grid", "",
+                f"Best on this log: λ = {best['lam']:g}, m = {best['m']:g} (MAE {_fmt(best['mae'])}). It is tuned "
+                "in hindsight on the log it is scored on, which flatters it.", "",
+                "| λ | m | MAE | within r |", "|---:|---:|---:|---:|"]
+        out += [f"| {g['lam']:g} | {g['m']:g} | {_fmt(g['mae'])} | {_fmt(g['within_r'])} |" for g in grid]
+        out.append("")
+
+    truth = doc.get("ground_truth")
+    if truth:
+        out += ["## Against the true success probability (simulated log)", "",
+                f"MAE of the observed rate s/n against the true p (the sampling-noise floor): "
+                f"{_fmt(truth['observed_vs_true_mae'])}.", "", "| Method | MAE vs true p |", "|:---|---:|"]
+        out += [f"| {_label(n, methods[n]['oracle'])} | {_fmt(v)} |" for n, v in truth["methods"].items()]
+        out.append("")
+
+    out += ["## Plots", "", "![Batch-mean predicted vs observed](batch_mean.png)", "",
+            "![MAE over steps](mae_over_steps.png)", "", "![Reliability diagram](reliability.png)", ""]
+    out += ["## Settings", "", "```json", json.dumps(to_jsonable(doc["settings"]), indent=2), "```", ""]
+    return "\n".join(out)
+
+
+def _plots(folder: Path, doc: dict) -> None:
+    from matplotlib.figure import Figure
+
+    metrics = doc["metrics"]
+    series = metrics["series"]
+    steps = np.asarray(series["step"])
+    names = list(metrics["methods"])
+    styles = {n: ("--" if metrics["methods"][n]["oracle"] else "-") for n in names}
+
+    fig = Figure(figsize=(10, 5.5))
+    ax = fig.subplots()
+    ax.plot(steps, series["observed"], color="black", lw=2.2, label="observed")
+    for n in names:
+        ax.plot(steps, series[n]["predicted"], styles[n], lw=1.1, label=n)
+    ax.set_xlabel("step")
+    ax.set_ylabel("batch-mean success rate")
+    ax.set_title("Batch-mean prediction vs observed rate")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(folder / "batch_mean.png", dpi=110)
+
+    fig = Figure(figsize=(10, 5.5))
+    ax = fig.subplots()
+    width = max(1, steps.size // 40)  # moving average over ~2.5% of the steps: readable, not hiding trends
+    kernel = np.ones(width) / width
+    for n in names:
+        y = np.asarray(series[n]["mae"], dtype=float)
+        ys = np.convolve(y, kernel, mode="valid") if y.size >= width else y
+        ax.plot(steps[width - 1:width - 1 + ys.size], ys, styles[n], lw=1.1, label=n)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"MAE within the batch (moving average over {width} step{'s' if width > 1 else ''})")
+    ax.set_title("Sample-level MAE over training")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(folder / "mae_over_steps.png", dpi=110)
+
+    fig = Figure(figsize=(6.5, 6.5))
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], color="grey", lw=1, ls=":", label="perfect calibration")
+    for n in names:
+        rel = metrics["methods"][n]["reliability"]
+        cnt = np.asarray(rel["count"])
+        ok = cnt > 0
+        ax.plot(np.asarray(rel["mean_pred"], dtype=float)[ok], np.asarray(rel["mean_obs"], dtype=float)[ok],
+                styles[n], marker="o", ms=3, lw=1.1, label=n)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel(f"mean predicted p ({N_BINS} equal-width bins)")
+    ax.set_ylabel("mean observed rate s/n")
+    ax.set_title("Reliability diagram (all rows)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / "reliability.png", dpi=110)
+
+
+def write_report(folder, doc: dict) -> list[str]:
+    """Write report.md, metrics.json and the plots into ``folder``; returns the file names."""
+    # plain writes: the whole folder is the unit of atomicity (a staging folder renamed into place)
+    folder = Path(folder)
+    _plots(folder, doc)
+    (folder / "metrics.json").write_text(json.dumps(to_jsonable(doc), indent=1, allow_nan=False) + "\n",
+                                         encoding="utf-8")
+    (folder / "report.md").write_text(render_markdown(to_jsonable(doc)), encoding="utf-8")
+    return ["report.md", "metrics.json", *PLOTS]

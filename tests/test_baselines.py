@@ -1,0 +1,317 @@
+"""Each baseline against its published rule on hand-worked sequences."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import expit, logit
+
+from graphdiff_cli.core.baselines import (GRESO, VIP, DiscountedHistory, GraphdiffAdapter, HistoryMean,
+                                          LabelPropagation, MoPPS, OnlineEstimator, OracleEstimator,
+                                          SampleBeforeRL, SampleBeforeStep, beta_binomial_zero_variance,
+                                          harmonic_solution, plugin_zero_variance)
+from graphdiff_cli.errors import DataError, InvalidArgumentError
+
+
+def a(*x):
+    return np.array(x, dtype=np.int64)
+
+
+def test_core_modules_do_not_import_heavy_backends():
+    code = ("import sys; import graphdiff_cli.core.baselines, graphdiff_cli.core.metrics, "
+            "graphdiff_cli.core.replay, graphdiff_cli.core.simulate, graphdiff_cli.core.diagnostics; "
+            "bad = [m for m in ('torch', 'typer', 'rich', 'zarr', 'faiss') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_protocols_are_satisfied():
+    assert isinstance(HistoryMean(3), OnlineEstimator)
+    assert isinstance(GRESO(3), OnlineEstimator)
+    assert isinstance(SampleBeforeStep(3), OracleEstimator)
+    assert not hasattr(HistoryMean(3), "predict_with_outcomes")
+    assert not hasattr(SampleBeforeStep(3), "predict")  # an oracle cannot be replayed as a real estimator
+
+
+# -- history mean -------------------------------------------------------------------------------------
+
+
+def test_history_mean_hand_worked():
+    h = HistoryMean(3)
+    np.testing.assert_allclose(h.predict(a(0, 1, 2)), [0.5, 0.5, 0.5])  # before any outcome
+    h.update(a(0, 1), a(4, 4), a(1, 2))
+    # seen: own mean; unseen: global mean 3/8
+    np.testing.assert_allclose(h.predict(a(0, 1, 2)), [0.25, 0.5, 0.375])
+    h.update(a(0), a(4), a(4))
+    np.testing.assert_allclose(h.predict(a(0, 2)), [5 / 8, 7 / 12])
+
+
+def test_history_mean_sums_a_prompt_listed_twice_in_a_step():
+    h = HistoryMean(2)
+    h.update(a(0, 0), a(4, 4), a(4, 0))
+    assert h.predict(a(0))[0] == pytest.approx(0.5)
+
+
+def test_history_mean_refuses_bad_input():
+    h = HistoryMean(2)
+    with pytest.raises(DataError, match="out of range"):
+        h.predict(a(2))
+    with pytest.raises(DataError, match="larger than"):
+        h.update(a(0), a(2), a(3))
+    with pytest.raises(InvalidArgumentError):
+        HistoryMean(0)
+
+
+# -- discounted history ---------------------------------------------------------------------------------
+
+
+def test_discounted_history_hand_worked():
+    d = DiscountedHistory(3, lam=0.5, m=1.0)
+    d.update(a(0, 1), a(8, 8), a(6, 0))
+    g = 6 / 16
+    assert d.predict(a(0))[0] == pytest.approx((g + 6) / 9)
+    assert d.predict(a(2))[0] == pytest.approx(g)  # unseen -> g
+    d.update(a(0), a(8), a(2))
+    # S = 0.5 * 6 + 2 = 5, C = 0.5 * 8 + 8 = 12, g = 8 / 24
+    assert d.predict(a(0))[0] == pytest.approx((1 / 3 + 5) / 13)
+    # prompt 1 was not visited in step 2: its counts are not discounted
+    assert d.predict(a(1))[0] == pytest.approx((1 / 3 + 0) / 9)
+
+
+def test_discounted_history_with_lambda_1_and_m_0_is_the_history_mean():
+    rng = np.random.default_rng(0)
+    d, h = DiscountedHistory(20, lam=1.0, m=0.0), HistoryMean(20)
+    for _ in range(15):
+        ids = rng.choice(20, size=6, replace=False)
+        n = rng.integers(1, 9, size=6)
+        s = rng.binomial(n, 0.4)
+        np.testing.assert_allclose(d.predict(np.arange(20)), h.predict(np.arange(20)))
+        d.update(ids, n, s)
+        h.update(ids, n, s)
+
+
+# -- MoPPS -----------------------------------------------------------------------------------------------
+
+
+def test_mopps_lambda_half_after_two_steps():
+    m = MoPPS(2, lam=0.5)
+    assert m.predict(a(0))[0] == 0.5
+    m.update(a(0), a(8), a(6))  # alpha = 0.5 + 0.5 + 6 = 7, beta = 0.5 + 0.5 + 2 = 3
+    assert m.alpha_[0] == pytest.approx(7) and m.beta_[0] == pytest.approx(3)
+    m.update(a(0), a(8), a(2))  # alpha = 3.5 + 0.5 + 2 = 6, beta = 1.5 + 0.5 + 6 = 8
+    assert m.predict(a(0))[0] == pytest.approx(6 / 14)
+    assert m.predict(a(1))[0] == 0.5
+
+
+def test_mopps_lambda_one_is_a_cumulative_beta():
+    m = MoPPS(1, lam=1.0)
+    m.update(a(0), a(8), a(6))
+    m.update(a(0), a(8), a(2))
+    assert (m.alpha_[0], m.beta_[0]) == (9.0, 9.0)
+
+
+def test_mopps_single_rollout_is_not_the_reference_codes_precedence_bug():
+    m = MoPPS(1, lam=0.5)
+    m.update(a(0), a(1), a(1))  # alpha = 0.5 + 0.5 + 1, beta = 0.5 + 0.5 + 0
+    assert m.predict(a(0))[0] == pytest.approx(2 / 3)
+    m2 = MoPPS(1, lam=0.5)
+    m2.update(a(0), a(1), a(0))
+    assert m2.predict(a(0))[0] == pytest.approx(1 / 3)
+
+
+def test_beta_binomial_zero_variance_hand_values():
+    # Beta(1, 1), g = 2: E[p^2] + E[(1-p)^2] = 1/3 + 1/3
+    assert beta_binomial_zero_variance(np.array([1.0]), np.array([1.0]), 2)[0] == pytest.approx(2 / 3)
+    # Beta(2, 1), g = 1: always 1 (one rollout is always all-correct or all-wrong)
+    assert beta_binomial_zero_variance(np.array([2.0]), np.array([1.0]), 1)[0] == pytest.approx(1.0)
+    # Beta(2, 1), g = 2: E[p^2] = 2*3/(3*4) = 1/2, E[(1-p)^2] = 1*2/(3*4) = 1/6
+    assert beta_binomial_zero_variance(np.array([2.0]), np.array([1.0]), 2)[0] == pytest.approx(2 / 3)
+    m = MoPPS(1)
+    assert m.zero_variance(a(0), 2)[0] == pytest.approx(2 / 3)
+    assert plugin_zero_variance(np.array([0.25]), 2)[0] == pytest.approx(0.0625 + 0.5625)
+
+
+# -- GRESO -----------------------------------------------------------------------------------------------
+
+
+def test_greso_skip_probability_after_trailing_all_correct_visits():
+    g = GRESO(2)
+    g.update(a(0), a(8), a(4))  # mean 0.5; all-correct ratio 0 < 1/12 -> p_e 0.51; all-wrong 0 < 1/6 -> p_h 0.51
+    assert (g.p_easy_, g.p_hard_) == (pytest.approx(0.51), pytest.approx(0.51))
+    assert g.skip_probability(a(0))[0] == 0.0
+    g.update(a(0), a(8), a(8))  # p_e 0.50, p_h 0.52
+    g.update(a(0), a(8), a(8))  # p_e 0.49, p_h 0.53
+    assert g.z_easy_[0] == 2 and g.z_hard_[0] == 0
+    assert g.skip_probability(a(0))[0] == pytest.approx(1 - 0.49 ** 2)
+    assert g.zero_variance(a(0), 8)[0] == pytest.approx(1 - 0.49 ** 2)
+    assert g.predict(a(0))[0] == 1.0  # last visit's mean
+    assert g.predict(a(1))[0] == pytest.approx(20 / 24)  # unseen: global mean
+    assert g.skip_probability(a(1))[0] == 0.0  # never skips an unseen prompt
+    g.update(a(0), a(8), a(0))  # trailing all-wrong: z_h = 1; p_e 0.50, p_h 0.52
+    assert g.skip_probability(a(0))[0] == pytest.approx(1 - 0.52)
+
+
+def test_greso_probabilities_clip_and_keep_floor():
+    g = GRESO(1)
+    for _ in range(100):
+        g.update(a(0), a(8), a(8))
+    assert g.p_easy_ == pytest.approx(0.05)  # clipped
+    assert g.p_hard_ == pytest.approx(0.95)
+    # 0.05 ** 100 is far below the floor: keep probability 0.01
+    assert g.skip_probability(a(0))[0] == pytest.approx(0.99)
+
+
+def test_greso_thresholds_use_visit_means():
+    g = GRESO(2)
+    g.update(a(0, 1), a(100, 100), a(98, 11))  # 0.98 counts as easy, 0.11 as hard
+    assert g.z_easy_[0] == 1 and g.z_hard_[1] == 1
+
+
+# -- VIP -------------------------------------------------------------------------------------------------
+
+
+def _unit(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_vip_on_three_points_matches_a_direct_gp_solve():
+    e = _unit([[1, 0, 0], [0.8, 0.6, 0], [0, 1, 0], [0.6, 0, 0.8]])
+    v = VIP(e)
+    np.testing.assert_allclose(v.predict(a(0, 3)), expit(-1.0))  # step 1: constant sigmoid(-1)
+    ids, n, s = a(0, 1, 2), a(8, 8, 8), a(8, 2, 0)
+    v.update(ids, n, s)
+    y = np.clip(s / n, 1e-6, 1 - 1e-6)
+    g = logit(y)
+    sq = ((e[:, None, :] - e[None, :, :]) ** 2).sum(-1)
+    k = np.exp(-sq / (2 * 0.4 ** 2))
+    alpha = np.linalg.solve(k[np.ix_(ids, ids)] + 1e-4 * np.eye(3), g + 1)
+    want = expit(-1 + k[np.ix_([3, 0], ids)] @ alpha)
+    np.testing.assert_allclose(v.predict(a(3, 0)), want, rtol=1e-8)
+    # a training point is fitted almost exactly (noise 1e-4)
+    assert v.predict(a(1))[0] == pytest.approx(0.25, abs=1e-3)
+
+
+def test_vip_uses_only_the_previous_step():
+    e = _unit(np.eye(3))
+    v = VIP(e)
+    v.update(a(0), a(8), a(8))
+    v.update(a(1), a(8), a(4))
+    # orthogonal embeddings: k = exp(-2 / 0.32) ~ 0.002, so prompt 0 is back near the prior mean
+    assert v.predict(a(0))[0] == pytest.approx(expit(-1.0), abs=0.01)
+
+
+def test_vip_refuses_embeddings_that_are_not_unit_norm():
+    with pytest.raises(DataError, match="unit-norm"):
+        VIP(np.array([[2.0, 0.0], [0.0, 1.0]]))
+
+
+# -- label propagation -------------------------------------------------------------------------------------
+
+
+def _graph():
+    # 0-1-2-3 path with weights, a triangle 4-5-6, and isolated node 7
+    rows, cols, w = [0, 1, 2, 4, 4, 5], [1, 2, 3, 5, 6, 6], [0.9, 0.5, 0.7, 0.6, 0.4, 0.8]
+    m = sp.coo_matrix((w, (rows, cols)), shape=(8, 8)).tocsr()
+    return (m + m.T).tocsr()
+
+
+def test_harmonic_solution_matches_the_linear_system():
+    w = _graph()
+    lab = a(0, 3)
+    vals = np.array([1.0, 0.0])
+    f = harmonic_solution(w, lab, vals, fill=0.42)
+    dense = w.toarray()
+    u = np.array([1, 2])
+    lap = np.diag(dense[u].sum(1)) - dense[np.ix_(u, u)]
+    want = np.linalg.solve(lap, dense[np.ix_(u, lab)] @ vals)
+    np.testing.assert_allclose(f[u], want)
+    np.testing.assert_allclose(f[[0, 3]], vals)
+    np.testing.assert_allclose(f[4:], 0.42)  # components with no clamped node get the fill
+    # harmonic: each unlabeled node is the weighted mean of its neighbours
+    for i in u:
+        assert f[i] == pytest.approx(dense[i] @ f / dense[i].sum())
+
+
+def test_label_propagation_clamps_history_means_and_fills_global_mean():
+    lp = LabelPropagation(_graph())
+    np.testing.assert_allclose(lp.predict(np.arange(8)), 0.5)
+    lp.update(a(0, 3, 5), a(4, 4, 8), a(4, 0, 2))
+    p = lp.predict(np.arange(8))
+    assert p[0] == 1.0 and p[3] == 0.0 and p[5] == 0.25
+    assert p[4] == pytest.approx(0.25) and p[6] == pytest.approx(0.25)  # only neighbour labeled: 0.25
+    assert p[7] == pytest.approx(6 / 16)  # isolated: global mean
+    dense = _graph().toarray()
+    lap = np.diag(dense[[1, 2]].sum(1)) - dense[np.ix_([1, 2], [1, 2])]
+    np.testing.assert_allclose(p[[1, 2]], np.linalg.solve(lap, dense[np.ix_([1, 2], [0, 3])] @ [1.0, 0.0]))
+
+
+# -- oracles -----------------------------------------------------------------------------------------------
+
+
+def test_sample_before_step_exact_returns_the_batch_rate():
+    o = SampleBeforeStep(3, probe="exact")
+    np.testing.assert_allclose(o.predict_with_outcomes(a(0, 2), a(8, 4), a(2, 4)), [0.25, 1.0])
+
+
+def test_sample_before_step_resample_is_a_seeded_probe_of_n_rollouts():
+    ids, n, s = np.arange(50), np.full(50, 8), np.arange(50) % 9
+    p1 = SampleBeforeStep(50, seed=3).predict_with_outcomes(ids, n, s)
+    p2 = SampleBeforeStep(50, seed=3).predict_with_outcomes(ids, n, s)
+    np.testing.assert_array_equal(p1, p2)
+    np.testing.assert_allclose(p1 * 8, np.round(p1 * 8))  # k / 8
+    # rates 0 and 1 are reproduced exactly by any probe
+    assert np.all(p1[s == 0] == 0) and np.all(p1[s == 8] == 1)
+    assert not np.array_equal(p1, s / n)
+
+
+def test_sample_before_rl_freezes_the_first_observation():
+    o = SampleBeforeRL(3, probe="exact")
+    np.testing.assert_allclose(o.predict_with_outcomes(a(0), a(4), a(1)), [0.25])
+    o.update(a(0), a(4), a(1))
+    np.testing.assert_allclose(o.predict_with_outcomes(a(0, 1), a(4, 4), a(4, 3)), [0.25, 0.75])
+    with pytest.raises(InvalidArgumentError):
+        SampleBeforeRL(3, probe="peek")
+
+
+# -- graphdiff adapter ---------------------------------------------------------------------------------------
+
+
+def test_graphdiff_adapter_matches_the_estimator():
+    from graphdiff_cli.estimator import Estimator
+
+    w = _graph()
+    labels = a(0, 0, 1, 1, 2, 2, 2, 0)
+    ad = GraphdiffAdapter.from_graph(w, labels, 3, device="cpu", dtype="float64")
+    ref = Estimator(w, labels, 3, device="cpu", dtype="float64")
+    ids, n, s = a(0, 3, 5), a(8, 8, 8), a(8, 0, 4)
+    ad.update(ids, n, s)
+    ref.update(ids, n, s)
+    np.testing.assert_allclose(ad.predict(np.arange(8)), ref.predict(np.arange(8)))
+    zv = ad.zero_variance(a(1, 2), 8)
+    np.testing.assert_allclose(zv, ref.estimates(a(1, 2), group_size=8)["p_zero_variance"])
+    assert ad.last_update_["iterations"] >= 1
+
+
+def test_harmonic_solution_on_a_random_knn_graph_with_warm_start():
+    from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph
+
+    rng = np.random.default_rng(4)
+    w = mutual_knn_graph(*exact_knn(rng.standard_normal((300, 8)), 8)).astype(np.float64)
+    lab = rng.choice(300, 30, replace=False)
+    vals = rng.random(30)
+    f = harmonic_solution(w, lab, vals, fill=0.5, x0=rng.random(300))
+    from scipy.sparse.csgraph import connected_components
+
+    comp = connected_components(w, directed=False)[1]
+    dense = w.toarray()
+    u = np.setdiff1d(np.arange(300), lab)
+    u = u[np.isin(comp[u], comp[lab])]
+    lap = np.diag(dense[u].sum(1)) - dense[np.ix_(u, u)]
+    np.testing.assert_allclose(f[u], np.linalg.solve(lap, dense[np.ix_(u, lab)] @ vals), atol=1e-9)
+    assert f[u].min() >= vals.min() and f[u].max() <= vals.max()  # maximum principle

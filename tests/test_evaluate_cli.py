@@ -1,0 +1,227 @@
+"""``graphdiff evaluate``, ``simulate`` and ``diagnose-clusters`` end to end on tiny hand-built artifacts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from graphdiff_cli.cli.app import app
+from graphdiff_cli.core import baselines as B
+from graphdiff_cli.core.diagnostics import cluster_association, within_category_kruskal
+from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph
+from graphdiff_cli.core.metrics import evaluate_replay
+from graphdiff_cli.core.replay import replay
+from graphdiff_cli.core.simulate import simulate
+from graphdiff_cli.core.spectral import spectral_clustering
+from graphdiff_cli.io.artifacts import write_artifact
+
+runner = CliRunner()
+K = 6
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A simulated log over 90 prompts with topic/level-shaped embeddings, and its artifacts."""
+    d = tmp_path_factory.mktemp("world")
+    sim = simulate(n_prompts=90, steps=9, batch_size=30, rollouts=8, seed=5)
+    ids = np.array([p["id"] for p in sim.prompts], dtype=object)
+    topics = sorted({p["topic"] for p in sim.prompts})
+    rng = np.random.default_rng(0)
+    x = np.zeros((90, 8))
+    for i, p in enumerate(sim.prompts):
+        x[i, topics.index(p["topic"])] = 1.0
+        x[i, 5] = 0.3 * p["level"]
+    x += 0.15 * rng.standard_normal(x.shape)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    nbr, simv = exact_knn(x, 8)
+    w = mutual_knn_graph(nbr, simv)
+    labels = spectral_clustering(w, K, seed=0, fallback_neighbors=nbr)
+    write_artifact(d / "graph.zarr", "graph", {"ids": ids, "indptr": w.indptr.astype(np.int64),
+                                               "indices": w.indices.astype(np.int64),
+                                               "data": w.data.astype(np.float32)}, params={"k_nn": 8})
+    write_artifact(d / "clusters.zarr", "clusters", {"ids": ids, "labels": labels.astype(np.int64)},
+                   params={"states": K})
+    write_artifact(d / "emb.zarr", "embeddings", {"ids": ids, "embeddings": x.astype(np.float32)})
+    rows = sim.log_rows()
+    for r, p in zip(rows, sim.p_true):
+        r["p_true"] = float(p)
+    (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"dir": d, "sim": sim, "w": w, "labels": labels, "x": x, "rows": rows}
+
+
+def _eval(world, out, *extra):
+    d = world["dir"]
+    return invoke("evaluate", "--log", d / "log.jsonl", "--graph", d / "graph.zarr", "--clusters",
+                  d / "clusters.zarr", "--out", out, "--device", "cpu", *extra)
+
+
+@pytest.mark.slow  # every method, the discounted grid and three plots: ~10 s on 2 cores
+def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path):
+    out = tmp_path / "report"
+    res = _eval(world, out, "--embeddings", world["dir"] / "emb.zarr", "--json")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["report.md", "metrics.json", "batch_mean.png", "mae_over_steps.png", "reliability.png"])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
+    assert summary["methods"][:2] == ["graphdiff", "history"] and "vip" in summary["methods"]
+    assert summary["oracles"] == ["oracle-sbr", "oracle-sbs"]
+    doc = json.loads((out / "metrics.json").read_text())  # strict JSON (NaN written as null)
+    sim = world["sim"]
+    ref = replay(sim.step, sim.id, sim.n, sim.s, [B.HistoryMean(90), B.MoPPS(90, 0.5), B.LabelPropagation(world["w"])])
+    ev = evaluate_replay(ref)
+    for name in ("history", "mopps(lam=0.5)", "labelprop"):
+        for phase in ("early", "full"):
+            for key in ("mae", "within_r", "brier", "auroc"):
+                got = doc["metrics"]["methods"][name]["phases"][phase]["all"][key]
+                assert got == pytest.approx(ev["methods"][name]["phases"][phase]["all"][key], nan_ok=True)
+    assert summary["summary"]["history"]["mae"] == pytest.approx(ev["methods"]["history"]["phases"]["full"]["all"]["mae"])
+    # graphdiff's figures are those of the estimator itself, replayed the same way
+    gd = B.GraphdiffAdapter.from_graph(world["w"], world["labels"], K, device="cpu")
+    ref_gd = replay(sim.step, sim.id, sim.n, sim.s, [gd])
+    assert doc["metrics"]["methods"]["graphdiff"]["phases"]["full"]["all"]["mae"] == pytest.approx(
+        float(np.mean(np.abs(ref_gd.predictions["graphdiff"] - ref_gd.rate))), rel=1e-5)
+    # discounted: the grid's best, re-run under the name "discounted"
+    best = doc["discounted_best"]
+    assert best["mae"] == pytest.approx(min(g["mae"] for g in doc["discounted_grid"]))
+    assert doc["metrics"]["methods"]["discounted"]["phases"]["full"]["all"]["mae"] == pytest.approx(best["mae"])
+    assert doc["ground_truth"]["observed_vs_true_mae"] == pytest.approx(
+        float(np.mean(np.abs(sim.p_true - sim.s / sim.n))), abs=1e-6)
+    md = (out / "report.md").read_text()
+    assert "Table 2" in md and "**" in md and "oracle-sbs †" in md and "![Reliability diagram](reliability.png)" in md
+    assert "Is graphdiff better" in md
+
+
+def test_methods_subset_and_vip_needs_embeddings(world, tmp_path):
+    res = _eval(world, tmp_path / "r", "--methods", "history,mopps", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["methods"] == ["history", "mopps(lam=1)", "mopps(lam=0.5)"]
+    res = _eval(world, tmp_path / "r2", "--methods", "vip")
+    assert res.exit_code == 2 and "--embeddings" in res.output
+    res = _eval(world, tmp_path / "r3", "--methods", "oracle")
+    assert res.exit_code == 2 and "unknown method" in res.output
+
+
+def test_log_rows_are_sorted_by_step_and_unknown_ids_refused(world, tmp_path):
+    rows = world["rows"]
+    shuffled = rows[len(rows) // 2:] + rows[:len(rows) // 2]  # later steps first, within-step order kept
+    log = tmp_path / "log.csv"
+    log.write_text("step,id,n,s\n" + "".join(f"{r['step']},{r['id']},{r['n']},{r['s']}\n" for r in shuffled))
+    d = world["dir"]
+    a = invoke("evaluate", "--log", log, "--graph", d / "graph.zarr", "--clusters", d / "clusters.zarr",
+               "--out", tmp_path / "a", "--methods", "history", "--json")
+    b = _eval(world, tmp_path / "b", "--methods", "history", "--json")
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    sa, sb = json.loads(a.stdout)["summary"]["history"], json.loads(b.stdout)["summary"]["history"]
+    sa.pop("seconds_per_step"), sb.pop("seconds_per_step")
+    assert sa == sb
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[1]) + "\n"
+                   + json.dumps({"step": 1, "id": "nope", "n": 8, "s": 1}) + "\n")
+    res = invoke("evaluate", "--log", bad, "--graph", d / "graph.zarr", "--clusters", d / "clusters.zarr",
+                 "--out", tmp_path / "c")
+    assert res.exit_code == 1 and "bad.jsonl:3" in res.output and "'nope'" in res.output
+    assert not (tmp_path / "c").exists()
+
+
+def test_report_folder_is_replaced_and_config_is_checked(world, tmp_path):
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "stale.txt").write_text("old")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("estimator:\n  beta: 1.0\nevaluate:\n  mopps:\n    lambdas: [0.8]\nother_tool:\n  x: 1\n")
+    res = _eval(world, out, "--methods", "mopps,graphdiff", "--config", cfg, "--json")
+    assert res.exit_code == 0, res.output
+    assert not (out / "stale.txt").exists()
+    doc = json.loads((out / "metrics.json").read_text())
+    assert doc["run"]["methods"] == ["graphdiff", "mopps(lam=0.8)"]
+    assert doc["settings"]["graphdiff"]["beta"] == 1.0
+    cfg.write_text("evaluate:\n  mopps:\n    lambda: [0.8]\n")
+    res = _eval(world, tmp_path / "x", "--config", cfg)
+    assert res.exit_code == 2 and "evaluate.mopps.lambda" in res.output
+
+
+def test_clusters_from_other_prompts_are_refused(world, tmp_path):
+    ids = np.array([f"other-{i}" for i in range(90)], dtype=object)
+    write_artifact(tmp_path / "cl.zarr", "clusters", {"ids": ids, "labels": world["labels"].astype(np.int64)},
+                   params={"states": K})
+    d = world["dir"]
+    res = invoke("evaluate", "--log", d / "log.jsonl", "--graph", d / "graph.zarr", "--clusters",
+                 tmp_path / "cl.zarr", "--out", tmp_path / "r")
+    assert res.exit_code == 1 and "not the graph's ids" in res.output
+
+
+# -- simulate ----------------------------------------------------------------------------------------
+
+
+def test_simulate_cli_is_deterministic(tmp_path):
+    args = ["--prompts", 60, "--steps", 5, "--batch-size", 20, "--seed", 2, "--json"]
+    r1 = invoke("simulate", "--out-prompts", tmp_path / "p1.jsonl", "--out-log", tmp_path / "l1.jsonl", *args)
+    r2 = invoke("simulate", "--out-prompts", tmp_path / "p2.jsonl", "--out-log", tmp_path / "l2.jsonl", *args)
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output
+    assert (tmp_path / "l1.jsonl").read_bytes() == (tmp_path / "l2.jsonl").read_bytes()
+    assert (tmp_path / "p1.jsonl").read_bytes() == (tmp_path / "p2.jsonl").read_bytes()
+    res = json.loads(r1.stdout)
+    assert res["rows"] == 100 and res["prompts"] == 60
+    first = json.loads((tmp_path / "l1.jsonl").read_text().splitlines()[0])
+    assert set(first) == {"step", "id", "n", "s", "p_true"} and first["step"] == 1
+    prompt = json.loads((tmp_path / "p1.jsonl").read_text().splitlines()[0])
+    assert set(prompt) == {"id", "prompt", "topic", "level"}
+    bad = invoke("simulate", "--out-prompts", tmp_path / "p.jsonl", "--out-log", tmp_path / "l.jsonl",
+                 "--prompts", 10, "--batch-size", 20)
+    assert bad.exit_code == 2 and "batch size" in bad.output
+
+
+def test_simulate_cli_with_math_rows(tmp_path):
+    subjects = ["Algebra", "Geometry", "Prealgebra"]
+    math = tmp_path / "math.jsonl"
+    math.write_text("".join(json.dumps({"unique_id": f"train/x/{i}.json", "problem": f"Problem {i}",
+                                        "subject": subjects[i % 3], "level": 1 + i % 5}) + "\n" for i in range(50)))
+    res = invoke("simulate", "--out-prompts", tmp_path / "p.jsonl", "--out-log", tmp_path / "l.jsonl",
+                 "--math", math, "--prompts", 40, "--batch-size", 10, "--epochs", 2, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["prompts"] == 40 and out["steps"] == 8
+    ids = [json.loads(line)["id"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(ids) == 40 and all(i.startswith("train/x/") for i in ids)
+
+
+# -- diagnose-clusters -----------------------------------------------------------------------------------
+
+
+def test_diagnose_clusters_matches_the_core(tmp_path):
+    rng = np.random.default_rng(1)
+    n = 60
+    ids = np.array([f"train/{i}.json" for i in range(n)], dtype=object)
+    labels = rng.integers(0, 4, size=n)
+    subj = np.array(["alg", "geo", "num"])[(labels + rng.integers(0, 2, size=n)) % 3]
+    level = 1 + (labels + rng.integers(0, 3, size=n)) % 5
+    write_artifact(tmp_path / "cl.zarr", "clusters", {"ids": ids, "labels": labels.astype(np.int64)},
+                   params={"states": 5})
+    rows = [{"unique_id": ids[i], "subject": subj[i], "level": int(level[i])} for i in range(n)]
+    rows[3]["level"] = None  # left out of the Kruskal-Wallis tests only
+    rows.append({"unique_id": "train/extra.json", "subject": "alg", "level": 2})  # not clustered
+    lab = tmp_path / "labels.jsonl"
+    lab.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = invoke("diagnose-clusters", "--clusters", tmp_path / "cl.zarr", "--labels", lab, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    want = cluster_association(labels, subj)
+    assert out["matched"] == n and out["unmatched_label_rows"] == 1
+    assert out["association"]["chi2"] == pytest.approx(want["chi2"])
+    assert out["association"]["cramers_v"] == pytest.approx(want["cramers_v"])
+    lv = level.astype(float)
+    lv[3] = np.nan
+    kw = within_category_kruskal(labels, subj, lv)
+    assert [r["category"] for r in out["within_category"]] == ["alg", "geo", "num"]
+    for got, exp in zip(out["within_category"], kw):
+        assert got["H"] == pytest.approx(exp["H"]) and got["p_bh"] == pytest.approx(exp["p_bh"])
+    res = invoke("diagnose-clusters", "--clusters", tmp_path / "cl.zarr", "--labels", lab, "--id-field", "id")
+    assert res.exit_code == 1 and "--id-field" in res.output
