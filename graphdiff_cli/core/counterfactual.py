@@ -1,0 +1,243 @@
+"""Offline counterfactual replay of scheduling decisions on a recorded training log.
+
+A log records, for every step, which prompts were rolled out and how many of their n rollouts
+succeeded. Replaying it lets every estimator drive a scheduler's decisions and scores the decisions
+against what the log recorded. What it cannot show is how the policy would have changed had it been
+trained on other prompts: every outcome comes from the recorded run, so the policy's response to the
+choice is out of reach offline. The numbers measure how well each estimator steers a decision toward
+groups that carry signal under the recorded policy, nothing more.
+
+**Selection** (``selection_replay``). The log is cut into rounds (``split_rounds``: maximal runs of
+steps in which no prompt repeats; for the One-Shot-RLVR log these are exactly its visit rounds). In
+each round the round's prompts are shuffled (the same seeded order for every method) and cut into
+pools of ``pool_factor * batch_size``; a round's remainder shorter than a full pool is not offered.
+For each pool a method picks ``batch_size`` prompts; only the chosen prompts' recorded outcomes of
+this round are revealed, and only they update the method's estimator (each (strategy, estimator)
+pair runs on its own fresh estimator, since what it sees depends on what it chose). Score: the
+effective-group rate, the share of chosen groups with 0 < s < n. References: ``uniform`` (random
+choice, no estimator) and ``oracle`` (hindsight: prefers groups whose recorded outcome had signal).
+
+**Allocation** (``allocation_replay``). Every step of the log keeps its recorded batch; a method
+predicts the batch, each allocation strategy splits ``budget_per_prompt * |batch|`` rollouts over it
+within [min, max], and the score is the expected number of non-degenerate groups,
+sum_i 1 - r_i^n_i - (1 - r_i)^n_i, taking each prompt's recorded rate r_i = s_i / n_i as the truth.
+The estimators then learn the recorded outcomes (the log has no others), so one pass per estimator
+serves every strategy. Reference: ``oracle`` allocates with the recorded rates themselves.
+
+Estimators follow ``core.baselines.OnlineEstimator`` (predict / update, optional zero_variance);
+``moments`` adds what selection needs: a variance of the belief about p (graphdiff: Appendix E's,
+as ``Estimator.estimates`` uses it; MoPPS: its Beta's; others: 0, so Thompson sampling reduces to
+the target rule for them) and the zero-variance probability (native where the method has one, else
+the plug-in p^g + (1 - p)^g).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import DataError, InvalidArgumentError
+from . import decisions as dec
+from .baselines import plugin_zero_variance
+from .replay import check_log
+
+OUT_OF_REACH = ("offline replay: every outcome comes from the recorded run, so the policy's response to "
+                "the choice (training on other prompts changes later success rates) is out of reach; the "
+                "scores measure how well each estimator steers decisions under the recorded policy")
+
+
+def split_rounds(step, ids) -> list[np.ndarray]:
+    """Row index arrays of the rounds: maximal runs of whole steps in which no prompt appears twice."""
+    step = np.asarray(step)
+    ids = np.asarray(ids)
+    starts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    ends = np.r_[starts[1:], step.size]
+    rounds: list[list[int]] = []
+    seen: set[int] = set()
+    current: list[int] = []
+    for a, b in zip(starts, ends):
+        batch = [int(i) for i in ids[a:b]]
+        if len(set(batch)) != len(batch):
+            raise DataError(f"step {step[a]} lists a prompt twice; a round needs each prompt once per step")
+        if current and seen.intersection(batch):
+            rounds.append(current)
+            current, seen = [], set()
+        current.extend(range(a, b))
+        seen.update(batch)
+    if current:
+        rounds.append(current)
+    return [np.asarray(r, dtype=np.int64) for r in rounds]
+
+
+def moments(method, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
+    """p, variance and p_zero_variance of ``method`` for node ``ids`` (see the module docstring)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    est = getattr(method, "estimator", None)
+    if est is not None and hasattr(est, "estimates"):  # graphdiff
+        res = est.estimates(ids, group_size=group_size)
+        weight = np.where(np.asarray(res["n_seen"]) > 0, float(est.config.gamma), 1.0)
+        return {"p": np.asarray(res["p"], dtype=np.float64),
+                "variance": weight * weight * np.asarray(res["uncertainty"], dtype=np.float64),
+                "p_zero_variance": np.asarray(res["p_zero_variance"], dtype=np.float64)}
+    p = np.clip(np.asarray(method.predict(ids), dtype=np.float64), 0.0, 1.0)
+    if hasattr(method, "alpha_") and hasattr(method, "beta_"):  # MoPPS: its Beta's variance
+        a, b = method.alpha_[ids], method.beta_[ids]
+        var = a * b / ((a + b) ** 2 * (a + b + 1.0))
+    else:
+        var = np.zeros(ids.size)
+    zv = getattr(method, "zero_variance", None)
+    pzv = np.asarray(zv(ids, group_size), dtype=np.float64) if zv is not None else plugin_zero_variance(p, group_size)
+    return {"p": p, "variance": var, "p_zero_variance": np.clip(pzv, 0.0, 1.0)}
+
+
+# ----------------------------------------------------------------------------------------------------
+# selection
+
+
+@dataclass
+class SelectionRun:
+    """One (strategy, estimator) replay: per offered pool, the number chosen and how many had signal."""
+
+    strategy: str
+    estimator: str
+    round_of_pool: np.ndarray
+    chosen: np.ndarray  # groups chosen per pool
+    effective: np.ndarray  # chosen groups with 0 < s < n per pool
+    seconds: float
+
+    def summary(self) -> dict:
+        first = self.round_of_pool == 0
+        def rate(mask):
+            c = int(self.chosen[mask].sum())
+            return float(self.effective[mask].sum() / c) if c else None
+        return {"strategy": self.strategy, "estimator": self.estimator, "pools": int(self.chosen.size),
+                "groups": int(self.chosen.sum()), "effective_groups": int(self.effective.sum()),
+                "effective_rate": rate(np.ones_like(first)), "effective_rate_round0": rate(first),
+                "effective_rate_later": rate(~first), "seconds": round(self.seconds, 3)}
+
+
+def _pools(rounds, ids, batch_size: int, pool_size: int, seed: int) -> list[tuple[int, np.ndarray]]:
+    """(round, row indices of the pool) for every full pool, in replay order (same for every method)."""
+    out = []
+    for k, rows in enumerate(rounds):
+        order = rows[np.random.default_rng([seed, k]).permutation(rows.size)]
+        for start in range(0, order.size - pool_size + 1, pool_size):
+            out.append((k, order[start:start + pool_size]))
+    return out
+
+
+def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]], *, strategies: Sequence[str]
+                     = ("target", "thompson", "skip-zero-variance"), batch_size: int = 128,
+                     pool_factor: float = 2.0, seed: int = 0, target: float = 0.5, n_nodes: int | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> dict:
+    """Replay selection on the log; see the module docstring. ``factories[name]()`` -> a fresh estimator."""
+    step, ids, n, s = check_log(step, ids, n, s, n_nodes)
+    batch_size = dec._check_int(batch_size, "batch size", 1)
+    if not pool_factor >= 1:
+        raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
+    for st in strategies:
+        dec._check_strategy(st, dec.SELECT_STRATEGIES, "selection")
+    pool_size = max(batch_size, int(round(pool_factor * batch_size)))
+    rounds = split_rounds(step, ids)
+    pools = _pools(rounds, ids, batch_size, pool_size, seed)
+    if not pools:
+        raise DataError(f"no round has {pool_size} prompts: lower the batch size or the pool factor")
+    signal = (s > 0) & (s < n)
+    runs: list[SelectionRun] = []
+    jobs = [("uniform", None), ("oracle", None)] + [(st, name) for name in factories for st in strategies
+                                                    if st != "uniform"]
+    import time
+
+    for j, (strategy, name) in enumerate(jobs):
+        t0 = time.perf_counter()
+        method = factories[name]() if name is not None else None
+        chosen_n = np.zeros(len(pools), dtype=np.int64)
+        eff = np.zeros(len(pools), dtype=np.int64)
+        for q, (k, rows) in enumerate(pools):
+            sub_seed = [seed, q, j]
+            if strategy == "uniform":
+                pick = np.random.default_rng(sub_seed).choice(rows.size, size=batch_size, replace=False)
+            elif strategy == "oracle":
+                key = np.where(signal[rows], 0.0, 1.0)  # hindsight: groups that had signal first
+                perm = np.random.default_rng(sub_seed).permutation(rows.size)
+                pick = perm[np.argsort(key[perm], kind="stable")][:batch_size]
+            else:
+                g = int(np.median(n[rows]))
+                m = moments(method, ids[rows], g)
+                pick = dec.select(strategy, batch_size, p=m["p"], variance=m["variance"],
+                                  p_zero_variance=m["p_zero_variance"], target=target, seed=sub_seed).chosen
+            got = rows[pick]
+            if method is not None:
+                method.update(ids[got].copy(), n[got].copy(), s[got].copy())  # only the chosen are revealed
+            chosen_n[q] = got.size
+            eff[q] = int(signal[got].sum())
+        runs.append(SelectionRun(strategy, name or "-", np.asarray([k for k, _ in pools]), chosen_n, eff,
+                                 time.perf_counter() - t0))
+        if progress is not None:
+            progress(j + 1, len(jobs))
+    summaries = [r.summary() for r in runs]
+    base = summaries[0]["effective_rate"]
+    for row in summaries:
+        row["vs_uniform"] = None if row["effective_rate"] is None or not base else row["effective_rate"] / base
+    return {"kind": "selection", "batch_size": batch_size, "pool_size": pool_size, "seed": seed,
+            "target": target, "rounds": len(rounds), "pools": len(pools),
+            "offered_share": float(sum(r.size for _, r in pools) / step.size),
+            "note": OUT_OF_REACH, "results": summaries}
+
+
+# ----------------------------------------------------------------------------------------------------
+# allocation
+
+
+def allocation_replay(step, ids, n, s, factories: dict[str, Callable[[], object]], *,
+                      strategies: Sequence[str] = ("uniform", "variance", "vip"), budget_per_prompt: int = 8,
+                      min_count: int = 2, max_count: int = 32, vip_gamma: float = 0.0,
+                      n_nodes: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Replay allocation on the log; see the module docstring."""
+    step, ids, n, s = check_log(step, ids, n, s, n_nodes)
+    for st in strategies:
+        dec._check_strategy(st, dec.ALLOCATE_STRATEGIES, "allocation")
+    rate = s / n
+    starts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    ends = np.r_[starts[1:], step.size]
+    dec.check_budget(int((ends - starts).min()), budget_per_prompt * int((ends - starts).min()), min_count, max_count)
+
+    def score(p, a, b):
+        budget = budget_per_prompt * (b - a)
+        return {st: float(dec.nondegenerate_probability(rate[a:b], dec.allocate(
+            st, p, budget, min_count, max_count, vip_gamma=vip_gamma)).sum()) for st in strategies}
+
+    totals: dict[tuple[str, str], float] = {}
+    oracle = {st: 0.0 for st in strategies}
+    for a, b in zip(starts, ends):
+        for st, v in score(rate[a:b], a, b).items():
+            oracle[st] += v
+    names = list(factories)
+    for j, name in enumerate(names):
+        method = factories[name]()
+        acc = {st: 0.0 for st in strategies}
+        for a, b in zip(starts, ends):
+            p = np.clip(np.asarray(method.predict(ids[a:b].copy()), dtype=np.float64), 0.0, 1.0)
+            for st, v in score(p, a, b).items():
+                acc[st] += v
+            method.update(ids[a:b].copy(), n[a:b].copy(), s[a:b].copy())
+        for st in strategies:
+            totals[(name, st)] = acc[st]
+        if progress is not None:
+            progress(j + 1, len(names))
+    n_steps = starts.size
+    uniform_total = totals.get((names[0], "uniform")) if names and "uniform" in strategies else None
+    results = []
+    for (name, st), v in totals.items():
+        results.append({"estimator": name, "strategy": st, "expected_nondegenerate_per_step": v / n_steps,
+                        "vs_uniform": (v / uniform_total) if uniform_total else None})
+    for st, v in oracle.items():
+        results.append({"estimator": "oracle(recorded rate)", "strategy": st,
+                        "expected_nondegenerate_per_step": v / n_steps,
+                        "vs_uniform": (v / uniform_total) if uniform_total else None})
+    return {"kind": "allocation", "steps": int(n_steps), "budget_per_prompt": budget_per_prompt,
+            "min": min_count, "max": max_count, "vip_gamma": vip_gamma,
+            "truth": "each prompt's recorded success rate s/n at that step",
+            "note": OUT_OF_REACH, "results": results}

@@ -1,0 +1,255 @@
+"""What every trainer integration shares: where outcomes go, how they are counted, how a batch is chosen.
+
+* ``Target`` - the estimator the trainer feeds: ``InMemoryTarget`` (a ``graphdiff_cli.estimator.Estimator``
+  plus the string id of each node) or ``StateTarget`` (a STATE directory; each step's outcomes are written
+  to ``STATE/../<name>.outcomes/step_<T>.jsonl`` and applied with ``stages.handoff.update_state``, so the
+  STATE's log records the file's hash like any ``graphdiff update``). Both map string prompt ids to node
+  indices, refuse unknown ids, and apply trainer step T only onto estimator step T - 1.
+* ``OutcomeRecorder`` - a thread-safe list of (trainer step, prompt id, reward) rows.
+* ``count_outcomes`` - rows -> per-prompt (n, s): a rollout succeeds when reward >= threshold.
+* ``BatchChooser`` - draws a candidate pool and keeps B prompts by a ``core.decisions`` strategy, from
+  the target's current estimates; every decision is kept (``decisions``) for inspection and tests.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..core import decisions as dec
+from ..errors import DataError, InvalidArgumentError, StateError
+
+
+def _check_threshold(x) -> float:
+    x = float(x)
+    if not math.isfinite(x):
+        raise InvalidArgumentError(f"success threshold must be a finite number, got {x!r}")
+    return x
+
+
+# ----------------------------------------------------------------------------------------------------
+# targets
+
+
+class Target:
+    """The estimator a trainer feeds; subclasses set ``ids`` and implement ``step``, ``_apply``, ``_estimates``."""
+
+    ids: list[str]
+
+    def __init__(self):
+        self._index: dict[str, int] | None = None
+
+    @property
+    def index(self) -> dict[str, int]:
+        if self._index is None:
+            self._index = {pid: i for i, pid in enumerate(self.ids)}
+        return self._index
+
+    def nodes(self, ids, where: str = "ids") -> np.ndarray:
+        """Node indices of string ids; an unknown id is refused (DataError)."""
+        out = np.empty(len(ids), dtype=np.int64)
+        for j, pid in enumerate(ids):
+            i = self.index.get(str(pid))
+            if i is None:
+                raise DataError(f"{where}[{j}]: unknown prompt id {str(pid)!r} (not among the estimator's "
+                                f"{len(self.ids)} prompts)")
+            out[j] = i
+        return out
+
+    @property
+    def step(self) -> int:
+        raise NotImplementedError
+
+    def apply(self, trainer_step: int, ids: list[str], n: np.ndarray, s: np.ndarray) -> dict:
+        """Apply trainer step ``trainer_step``'s outcomes; it must be the estimator's step + 1."""
+        cur = self.step
+        if trainer_step != cur + 1:
+            raise StateError(f"trainer step {trainer_step} cannot follow estimator step {cur}: the estimator "
+                             f"must be at step {trainer_step - 1} (on resume, roll the STATE back to the "
+                             "checkpoint's step: graphdiff rollback --to STEP)")
+        nodes = self.nodes(ids, "outcomes")
+        return self._apply(trainer_step, list(ids), nodes, np.asarray(n, np.int64), np.asarray(s, np.int64))
+
+    def estimates(self, nodes: np.ndarray, group_size: int = 8) -> dict[str, np.ndarray]:
+        return self._estimates(np.asarray(nodes, dtype=np.int64), int(group_size))
+
+
+class InMemoryTarget(Target):
+    """An ``Estimator`` held in memory; ``ids[i]`` is node i's prompt id (default: "0", "1", ...)."""
+
+    def __init__(self, estimator, ids=None):
+        super().__init__()
+        self.estimator = estimator
+        self.ids = [str(i) for i in (range(estimator.n_nodes) if ids is None else ids)]
+        if len(self.ids) != estimator.n_nodes:
+            raise InvalidArgumentError(f"{len(self.ids)} ids for an estimator of {estimator.n_nodes} prompts")
+        if len(set(self.ids)) != len(self.ids):
+            raise DataError("prompt ids must be unique")
+
+    @property
+    def step(self) -> int:
+        return int(self.estimator.step_)
+
+    def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
+        return self.estimator.update(nodes, n, s)
+
+    def _estimates(self, nodes, group_size):
+        from ..stages.decide import estimate_moments
+
+        return estimate_moments(self.estimator, nodes, group_size)
+
+
+class StateTarget(Target):
+    """A STATE directory (``graphdiff init``); every step goes through ``stages.handoff.update_state``."""
+
+    def __init__(self, state, outcomes_dir=None, device: str | None = "cpu", durable: bool = True):
+        from ..io.state_dir import StateDir
+
+        super().__init__()
+        self.sd = StateDir.open(state)
+        self.ids = list(self.sd.ids)
+        root = Path(state)
+        self.outcomes_dir = Path(outcomes_dir) if outcomes_dir else root.parent / f"{root.name}.outcomes"
+        self.device = device
+        self.durable = durable
+        self._est = None  # cached estimator of the current step
+
+    @property
+    def step(self) -> int:
+        return self.sd.current_step
+
+    def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
+        from ..io.tables import write_rows
+        from ..stages.handoff import update_state
+
+        rows = [{"id": pid, "n": int(a), "s": int(b)} for pid, a, b in zip(ids, n, s)]
+        if not rows:
+            # a step without rollouts (reused generations) still advances the STATE: one row with n = 0
+            rows = [{"id": self.ids[0], "n": 0, "s": 0}]
+        path = self.outcomes_dir / f"step_{trainer_step:08d}.jsonl"
+        write_rows(path, rows, columns=["id", "n", "s"])
+        self._est = None
+        return update_state(self.sd.root, trainer_step, path, device=self.device, durable=self.durable)
+
+    def _estimates(self, nodes, group_size):
+        from ..stages.decide import estimate_moments
+
+        if self._est is None or self._est.step_ != self.step:
+            self._est = self.sd.load_estimator(device=self.device)
+        return estimate_moments(self._est, nodes, group_size)
+
+
+def open_target(target, ids=None, **kwargs) -> Target:
+    """A ``Target`` from a Target, an ``Estimator`` (with ``ids``) or a STATE directory path."""
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, (str, Path)):
+        return StateTarget(target, **kwargs)
+    if hasattr(target, "update") and hasattr(target, "estimates"):
+        return InMemoryTarget(target, ids)
+    raise InvalidArgumentError(f"expected an Estimator or a STATE directory, got {type(target).__name__}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# outcomes
+
+
+class OutcomeRecorder:
+    """Rows (trainer step, prompt id, reward) appended by reward functions, taken by the step callback."""
+
+    def __init__(self):
+        self._rows: list[tuple[int, str, float]] = []
+        self._lock = threading.Lock()
+
+    def add(self, step: int, ids, rewards) -> None:
+        rows = [(int(step), str(i), float(r)) for i, r in zip(ids, rewards) if r is not None]
+        with self._lock:
+            self._rows.extend(rows)
+
+    def take(self, before_step: int) -> list[tuple[int, str, float]]:
+        """Remove and return every row recorded at a trainer step < ``before_step``."""
+        with self._lock:
+            out = [r for r in self._rows if r[0] < before_step]
+            self._rows = [r for r in self._rows if r[0] >= before_step]
+        return out
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+
+def count_outcomes(rows, threshold: float = 1.0) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(ids in order of first appearance, n, s): one rollout per row, success = reward >= threshold.
+    NaN rewards (TRL's "not applicable") are not rollouts of this reward and are skipped."""
+    threshold = _check_threshold(threshold)
+    order: dict[str, int] = {}
+    n: list[int] = []
+    s: list[int] = []
+    for _, pid, r in rows:
+        if isinstance(r, float) and math.isnan(r):
+            continue
+        j = order.setdefault(pid, len(order))
+        if j == len(n):
+            n.append(0)
+            s.append(0)
+        n[j] += 1
+        s[j] += int(r >= threshold)
+    return list(order), np.asarray(n, dtype=np.int64), np.asarray(s, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------------------------------
+# choosing a batch
+
+
+@dataclass
+class Decision:
+    """One batch choice: the estimator step it used, the pool (dataset rows), their p, the chosen rows."""
+
+    batch: int
+    estimator_step: int
+    pool: np.ndarray
+    p: np.ndarray
+    chosen: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+
+class BatchChooser:
+    """Keep ``batch_size`` of a random pool of ``pool_factor * batch_size`` dataset rows by ``strategy``.
+
+    ``row_nodes[r]`` is dataset row r's node index in the target. The pool is drawn uniformly without
+    replacement from all rows (the whole pool when it is smaller); the same seed, epoch and batch
+    number give the same pool, and the same estimates give the same choice.
+    """
+
+    def __init__(self, target: Target, row_nodes: np.ndarray, batch_size: int, strategy: str = "target",
+                 pool_factor: float = 4.0, seed: int = 0, target_p: float = 0.5, group_size: int = 8):
+        dec._check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
+        self.target = target
+        self.row_nodes = np.asarray(row_nodes, dtype=np.int64)
+        self.batch_size = dec._check_int(batch_size, "batch size", 1)
+        if self.batch_size > self.row_nodes.size:
+            raise InvalidArgumentError(f"batch size {batch_size} is larger than the data set of "
+                                       f"{self.row_nodes.size} prompts")
+        if not pool_factor >= 1:
+            raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
+        self.strategy, self.pool_factor, self.seed = strategy, float(pool_factor), int(seed)
+        self.target_p, self.group_size = dec._check_target(target_p), int(group_size)
+        self.decisions: list[Decision] = []
+
+    def choose(self, epoch: int, batch: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, epoch, batch])
+        m = min(self.row_nodes.size, max(self.batch_size, int(round(self.pool_factor * self.batch_size))))
+        pool = rng.choice(self.row_nodes.size, size=m, replace=False)
+        est = self.target.estimates(self.row_nodes[pool], self.group_size)
+        sel = dec.select(self.strategy, self.batch_size, p=est["p"], variance=est["variance"],
+                         p_zero_variance=est["p_zero_variance"], target=self.target_p,
+                         seed=[self.seed, epoch, batch, 1])
+        chosen = pool[sel.chosen]
+        self.decisions.append(Decision(batch=len(self.decisions), estimator_step=self.target.step, pool=pool,
+                                       p=np.asarray(est["p"], dtype=np.float64), chosen=chosen,
+                                       extra={"epoch": epoch, "p_zero_variance": est["p_zero_variance"]}))
+        return chosen

@@ -1,0 +1,143 @@
+"""graphdiff as a verl curriculum sampler (``data.sampler.class_path`` / ``class_name``).
+
+verl (through 0.7.x) builds ``data.sampler.class_name`` from ``data.sampler.class_path`` as
+``cls(data_source=train_dataset, data_config=config.data)``, asserts it is an ``AbstractSampler`` and
+that ``data.dataloader_num_workers == 0``, and - because it is an ``AbstractCurriculumSampler`` - calls
+``sampler.update(batch)`` after every training step with that step's ``DataProto``. This adapter:
+
+* reads every dataset row's ``extra_info.index`` once, at start-up, as the row's prompt id, and refuses
+  a row without one (verl silently substitutes 0, so such rows would all collide on id "0") and two
+  rows with the same one;
+* in ``__iter__`` yields, batch by batch, ``B = data.gen_batch_size or data.train_batch_size`` dataset
+  rows chosen from a pool of ``pool_factor * B`` random rows by ``strategy``
+  (``core.decisions.select``) from the current estimates. With ``num_workers = 0`` verl's
+  ``StatefulDataLoader`` asks for batch t + 1 only after ``update`` of step t, so each choice sees
+  every outcome so far;
+* in ``update(batch)`` counts, per prompt, the step's rollouts and successes - the prompt id is
+  ``batch.non_tensor_batch["index"]`` (one entry per rollout; never ``"uid"``, a fresh uuid per step),
+  the reward ``batch.batch["token_level_scores"].sum(-1)`` (the reward function's score, before any KL
+  penalty), success = reward >= ``success_threshold`` - and applies them as exactly one step to the
+  estimator.
+
+Settings go under ``data.sampler`` next to class_path/class_name (``+data.sampler.state=...`` on the
+Hydra command line; see examples/verl/): ``state`` (a STATE directory from ``graphdiff init``;
+environment fallback ``GRAPHDIFF_STATE``), ``strategy`` (target), ``pool_factor`` (4), ``seed`` (0),
+``target`` (0.5), ``success_threshold`` (1.0), ``group_size`` (= actor_rollout_ref.rollout.n, for
+p_zero_variance; 8), ``outcomes_dir`` (next to the STATE).
+
+verl 0.8 removed the ``data.sampler.class_path`` hook and the ``update`` call: there, pass an instance
+as ``RayPPOTrainer(train_sampler=...)`` and call ``sampler.update(batch)`` yourself after each step
+(docs/trainers.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import DataError, InvalidArgumentError
+from .tracking import BatchChooser, open_target
+
+try:  # the class verl checks with isinstance; without verl (or with verl >= 0.8) a plain torch Sampler
+    from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _Base
+
+    VERL_HOOK = True
+except Exception:  # noqa: BLE001 - any import failure means "no usable verl hook"
+    from torch.utils.data import Sampler as _Base
+
+    VERL_HOOK = False
+
+DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5,
+            "success_threshold": 1.0, "group_size": 8, "outcomes_dir": None}
+
+
+def _get(cfg, key, default=None):
+    if cfg is None:
+        return default
+    try:
+        value = cfg.get(key, default)
+    except AttributeError:
+        value = getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def row_prompt_ids(data_source) -> list[str]:
+    """Each dataset row's ``extra_info.index`` as a string; missing or repeated indexes refused."""
+    frame = getattr(data_source, "dataframe", data_source)
+    try:
+        extra = frame["extra_info"]
+    except (KeyError, TypeError, IndexError):
+        raise DataError("the verl data set has no extra_info column: graphdiff needs extra_info.index on every "
+                        "row as a stable prompt id (verl would silently use 0)") from None
+    ids: list[str] = []
+    first: dict[str, int] = {}
+    for r, info in enumerate(extra):
+        index = info.get("index") if isinstance(info, dict) else None
+        if index is None:
+            raise DataError(f"data set row {r} has no extra_info.index; verl would silently use 0 and every such "
+                            "row would share one id - add a unique index to every row")
+        pid = str(index)
+        if pid in first:
+            raise DataError(f"data set rows {first[pid]} and {r} share extra_info.index {pid!r}; ids must be unique")
+        first[pid] = r
+        ids.append(pid)
+    return ids
+
+
+def outcomes_from_batch(batch, success_threshold: float = 1.0) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(prompt ids, n, s) of one step's ``DataProto``: ids from non_tensor_batch["index"] (not "uid")."""
+    from .tracking import count_outcomes
+
+    ntb = batch.non_tensor_batch
+    if "index" not in ntb:
+        raise DataError("the batch has no non_tensor_batch['index'] (from extra_info.index); graphdiff does not "
+                        "use 'uid', which verl draws afresh every step")
+    scores = batch.batch["token_level_scores"]
+    rewards = scores.sum(-1).detach().cpu().numpy() if hasattr(scores, "detach") else np.asarray(scores).sum(-1)
+    index = list(ntb["index"])
+    if len(index) != len(rewards):
+        raise DataError(f"{len(index)} prompt indexes for {len(rewards)} rollouts in the batch")
+    return count_outcomes([(0, str(i), float(r)) for i, r in zip(index, rewards)], success_threshold)
+
+
+class GraphdiffCurriculumSampler(_Base):
+    """verl curriculum sampler driven by a graphdiff STATE directory (or an in-memory target)."""
+
+    def __init__(self, data_source, data_config, target=None):
+        sampler_cfg = _get(data_config, "sampler")
+        opts = {k: _get(sampler_cfg, k, v) for k, v in DEFAULTS.items()}
+        if target is None:
+            state = opts["state"] or os.environ.get("GRAPHDIFF_STATE")
+            if not state:
+                raise InvalidArgumentError("set data.sampler.state (or GRAPHDIFF_STATE) to a STATE directory made "
+                                           "with graphdiff init")
+            target = state
+        kwargs = {"outcomes_dir": opts["outcomes_dir"]} if isinstance(target, (str, os.PathLike)) else {}
+        self.target = open_target(target, **kwargs)
+        self.success_threshold = float(opts["success_threshold"])
+        self.batch_size = int(_get(data_config, "gen_batch_size") or _get(data_config, "train_batch_size"))
+        self.data_source = data_source
+        self.row_ids = row_prompt_ids(data_source)
+        self.chooser = BatchChooser(self.target, self.target.nodes(self.row_ids, "extra_info.index"),
+                                    self.batch_size, strategy=opts["strategy"],
+                                    pool_factor=float(opts["pool_factor"]), seed=int(opts["seed"]),
+                                    target_p=float(opts["target"]), group_size=int(opts["group_size"]))
+        self.epoch = 0
+        self.applied: list[dict] = []
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        for k in range(len(self.row_ids) // self.batch_size):
+            for row in self.chooser.choose(epoch, k):
+                yield int(row)
+
+    def __len__(self) -> int:
+        return (len(self.row_ids) // self.batch_size) * self.batch_size
+
+    def update(self, batch) -> None:
+        """Apply one training step's outcomes (called by verl after every step)."""
+        ids, n, s = outcomes_from_batch(batch, self.success_threshold)
+        step = self.target.step + 1
+        stats = self.target.apply(step, ids, n, s)
+        self.applied.append({"step": step, "ids": ids, "n": n, "s": s, "stats": stats})

@@ -1,0 +1,82 @@
+"""Stage: offline counterfactual replay of selection and allocation (``core.counterfactual``) on a log.
+
+Inputs are the ones ``graphdiff evaluate`` reads (a log of rows step, id, n, s; the graph and clusters
+artifacts; embeddings for VIP), read with the same readers. Every method except the oracles of the
+estimation replay takes part: graphdiff, per-prompt history, discounted history (lambda = 0.9, m = 1,
+the peers' suggested start; not tuned on the log, which would be hindsight), MoPPS (lambda 1 and 0.5),
+GRESO, VIP (when embeddings are given) and label propagation. The result dict (also written as JSON
+to ``out`` when given, atomically) carries the note that the policy's response to the choice is out of
+reach offline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable
+
+from ..errors import InvalidArgumentError
+
+Progress = Callable[..., None]
+
+COUNTERFACTUAL_METHODS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "labelprop")
+DISCOUNTED = {"lam": 0.9, "m": 1.0}
+
+
+def _noop(done=None, total=None):
+    return None
+
+
+def method_factories(keys, cfg, w, labels, k, embeddings, n_nodes) -> dict:
+    """{method name: zero-argument factory of a fresh estimator} for the given method keys."""
+    from .evaluate import build_methods
+
+    factories = {}
+    for key in keys:
+        if key not in COUNTERFACTUAL_METHODS:
+            raise InvalidArgumentError(f"method {key!r} cannot drive decisions; choose from "
+                                       f"{', '.join(COUNTERFACTUAL_METHODS)}")
+        if key == "vip" and embeddings is None:
+            continue
+        built, _ = build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)
+        for idx, m in enumerate(built):
+            factories[m.name] = (lambda key=key, idx=idx:
+                                 build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)[0][idx])
+    return factories
+
+
+def counterfactual(log, graph, clusters, *, embeddings=None, config=None, methods=None, batch_size: int = 128,
+                   pool_factor: float = 2.0, seed: int = 0, strategies=("target", "thompson", "skip-zero-variance"),
+                   allocation=("uniform", "variance", "vip"), budget_per_prompt: int = 8, min_count: int = 2,
+                   max_count: int = 32, device: str | None = None, out=None, progress: Progress = _noop) -> dict:
+    """Run both replays; returns {"selection": ..., "allocation": ..., "methods": [...], "note": ...}."""
+    from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
+    from .evaluate import (load_config, read_clusters_artifact, read_embeddings_artifact, read_graph_artifact,
+                           read_log)
+
+    t0 = time.perf_counter()
+    cfg = load_config(config)
+    if device is not None:
+        cfg["estimator"]["device"] = device
+    _, graph_ids, w = read_graph_artifact(graph)
+    _, labels, k = read_clusters_artifact(clusters, graph_ids)
+    emb = read_embeddings_artifact(embeddings, graph_ids) if embeddings is not None else None
+    lg = read_log(log, graph_ids)
+    keys = list(methods) if methods else list(COUNTERFACTUAL_METHODS)
+    factories = method_factories(keys, cfg, w, labels, k, emb, len(graph_ids))
+    res: dict = {"note": OUT_OF_REACH, "methods": list(factories)}
+    if strategies:
+        res["selection"] = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
+                                            strategies=strategies, batch_size=batch_size, pool_factor=pool_factor,
+                                            seed=seed, n_nodes=len(graph_ids), progress=progress)
+    if allocation:
+        res["allocation"] = allocation_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
+                                              strategies=allocation, budget_per_prompt=budget_per_prompt,
+                                              min_count=min_count, max_count=max_count, n_nodes=len(graph_ids),
+                                              progress=progress)
+    res["seconds"] = time.perf_counter() - t0
+    if out is not None:
+        from ..io.atomic import atomic_write_text
+
+        atomic_write_text(out, json.dumps(res, indent=2, sort_keys=True) + "\n")
+    return res

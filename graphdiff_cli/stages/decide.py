@@ -1,0 +1,201 @@
+"""Stages behind ``graphdiff select`` and ``graphdiff allocate``: a STATE's estimates -> a decision file.
+
+``select``: read a candidate pool (one id per line, or a table with an ``id`` column), map the string
+ids through the STATE's ids, take the current step's estimates for them, and write the B chosen
+prompts (``core.decisions.select``). ``allocate``: the same for a list of prompts and a total rollout
+budget, writing one count per prompt (``core.decisions.allocate``).
+
+Everything is read and checked before anything is written: an unknown or repeated id is refused with
+its file and line, an impossible batch size or budget before the estimator is even loaded, and the
+output is written atomically (``.txt``: one id per line; otherwise JSONL, CSV or Parquet by the
+extension). No typer or rich here.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..core import decisions as dec
+from ..errors import DataError, InvalidArgumentError
+
+Progress = Callable[..., None]
+
+SELECT_COLUMNS = ["rank", "id", "p", "variance", "p_zero_variance", "n_seen", "key"]
+ALLOCATE_COLUMNS = ["id", "n", "p", "p_nondegenerate"]
+TABLE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet", ".pq")
+
+
+def _noop(done=None, total=None):
+    return None
+
+
+def read_id_lines(path) -> list[tuple[int, str]]:
+    """(line, id) pairs of an ids file: a table with an ``id`` column, or plain text with one id per line
+    (blank lines skipped). A repeated id is refused with both lines."""
+    from ..io.tables import as_id, read_rows
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such ids file")
+    pairs: list[tuple[int, str]] = []
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        for line_no, row in read_rows(path):
+            if "id" not in row:
+                raise DataError(f"{path}:{line_no}: no 'id' column")
+            pairs.append((line_no, as_id(row["id"], path, line_no, "id")))
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise DataError(f"{path}: not UTF-8 text") from None
+        pairs = [(i, line.strip()) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not pairs:
+        raise DataError(f"{path}: no ids")
+    first: dict[str, int] = {}
+    for line_no, pid in pairs:
+        if pid in first:
+            raise DataError(f"{path}:{line_no}: duplicate id {pid!r} (first on line {first[pid]}); "
+                            "each prompt may appear once")
+        first[pid] = line_no
+    return pairs
+
+
+def map_ids(path, pairs: list[tuple[int, str]], index: dict[str, int]) -> np.ndarray:
+    """Node indices of the ids; an id the STATE does not know is refused with its line."""
+    rows = np.empty(len(pairs), dtype=np.int64)
+    for j, (line_no, pid) in enumerate(pairs):
+        i = index.get(pid)
+        if i is None:
+            raise DataError(f"{path}:{line_no}: unknown prompt id {pid!r} (not in the state's prompts)")
+        rows[j] = i
+    return rows
+
+
+def estimate_moments(est, rows: np.ndarray, group_size: int = 8) -> dict[str, np.ndarray]:
+    """``est.estimates`` as numpy arrays; ``variance`` is the belief's variance that p_zero_variance uses."""
+    return {k: np.asarray(v) for k, v in est.estimates(rows, group_size=group_size).items()}
+
+
+def _check_group_size(group_size) -> int:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise InvalidArgumentError(f"--group-size must be an integer >= 1, got {group_size!r}")
+    return group_size
+
+
+def _check_out(out, fmt):
+    from ..io.tables import detect_format
+
+    out = Path(out)
+    if fmt is None and out.suffix.lower() == ".txt":
+        return "txt"
+    return detect_format(out, fmt)
+
+
+def _write(out, fmt: str, records: list[dict], columns: list[str]) -> None:
+    from ..io.atomic import atomic_write_text
+    from ..io.tables import write_rows
+
+    if fmt == "txt":
+        atomic_write_text(out, "".join(f"{r['id']}\n" for r in records))
+    else:
+        write_rows(out, records, fmt, columns)
+
+
+def _json_float(x) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+# ------------------------------------------------------------------------------------------- select
+
+def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int = 0, target: float = 0.5,
+           group_size: int = 8, fmt: str | None = None, device: str | None = None,
+           progress: Progress = _noop) -> dict:
+    """Choose ``batch_size`` prompts of the candidate file by ``strategy`` and write them to ``out``."""
+    from ..io.state_dir import StateDir
+
+    t0 = time.perf_counter()
+    dec._check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
+    dec._check_target(target)
+    group_size = _check_group_size(group_size)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidArgumentError(f"--seed must be an integer, got {seed!r}")
+    fmt = _check_out(out, fmt)
+    sd = StateDir.open(state)
+    progress(0, 3)
+    pairs = read_id_lines(candidates)
+    rows = map_ids(candidates, pairs, sd.id_index())
+    dec._check_int(batch_size, "--batch-size", 1)
+    if batch_size > rows.size:
+        raise InvalidArgumentError(f"--batch-size {batch_size} is larger than the pool of {rows.size} "
+                                   f"candidates in {candidates}")
+    est = sd.load_estimator(device=device)
+    progress(1, 3)
+    m = estimate_moments(est, rows, group_size)
+    sel = dec.select(strategy, batch_size, p=m["p"], variance=m["variance"],
+                     p_zero_variance=m["p_zero_variance"], target=target, seed=seed)
+    progress(2, 3)
+    ids = [pid for _, pid in pairs]
+    records = [{"rank": r + 1, "id": ids[j], "p": float(m["p"][j]), "variance": float(m["variance"][j]),
+                "p_zero_variance": float(m["p_zero_variance"][j]), "n_seen": int(m["n_seen"][j]),
+                "key": _json_float(sel.key[j])} for r, j in enumerate(sel.chosen)]
+    _write(out, fmt, records, SELECT_COLUMNS)
+    progress(3, 3)
+    chosen = sel.chosen
+    signal = 1.0 - m["p_zero_variance"]
+    return {"command": "select", "state": str(sd.root), "step": est.step_, "strategy": strategy, "seed": seed,
+            "target": target, "group_size": group_size, "batch_size": batch_size, "pool": int(rows.size),
+            "out": str(out), "format": fmt, "ids": [ids[j] for j in chosen],
+            "p_mean": {"chosen": float(m["p"][chosen].mean()), "pool": float(m["p"].mean())},
+            # predicted share of groups with 0 < s < g: what the choice is meant to raise
+            "predicted_effective_share": {"chosen": float(signal[chosen].mean()), "pool": float(signal.mean())},
+            **({"dropped": int(sel.dropped.sum()), "filled": sel.info["filled"]} if sel.dropped is not None else {}),
+            "timings": {"total_s": time.perf_counter() - t0}}
+
+
+# ----------------------------------------------------------------------------------------- allocate
+
+def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int = 2, max_count: int = 32,
+             vip_gamma: float = 0.0, fmt: str | None = None,
+             device: str | None = None, progress: Progress = _noop) -> dict:
+    """Split ``budget`` rollouts over the prompts of ``ids_file`` by ``strategy``; write id, n per prompt."""
+    from ..io.state_dir import StateDir
+
+    t0 = time.perf_counter()
+    dec._check_strategy(strategy, dec.ALLOCATE_STRATEGIES, "allocation")
+    fmt = _check_out(out, fmt)
+    if fmt == "txt":
+        raise InvalidArgumentError(f"{out}: an allocation needs a table (.jsonl, .csv or .parquet) for its "
+                                   "id and n columns")
+    sd = StateDir.open(state)
+    progress(0, 3)
+    pairs = read_id_lines(ids_file)
+    rows = map_ids(ids_file, pairs, sd.id_index())
+    dec.check_budget(rows.size, budget, min_count, max_count)
+    if strategy == "vip" and min_count < 2:
+        raise InvalidArgumentError(f"the vip strategy needs --min >= 2, got --min {min_count}")
+    est = sd.load_estimator(device=device)
+    progress(1, 3)
+    p = np.asarray(est.predict(rows), dtype=np.float64)
+    n = dec.allocate(strategy, p, budget, min_count, max_count, vip_gamma=vip_gamma)
+    progress(2, 3)
+    signal = dec.nondegenerate_probability(p, n)
+    ids = [pid for _, pid in pairs]
+    records = [{"id": ids[j], "n": int(n[j]), "p": float(p[j]), "p_nondegenerate": float(signal[j])}
+               for j in range(len(ids))]
+    _write(out, fmt, records, ALLOCATE_COLUMNS)
+    progress(3, 3)
+    uniform = dec.allocate("uniform", p, budget, min_count, max_count)
+    return {"command": "allocate", "state": str(sd.root), "step": est.step_, "strategy": strategy,
+            "budget": int(budget), "prompts": len(ids), "min": int(min_count), "max": int(max_count),
+            "vip_gamma": float(vip_gamma), "out": str(out), "format": fmt,
+            "counts": {"min": int(n.min()), "max": int(n.max()), "at_min": int((n == min_count).sum()),
+                       "at_max": int((n == max_count).sum())},
+            # plug-in expectation under the estimates (the policy's true rates are unknown here)
+            "predicted_nondegenerate_groups": {"allocation": float(signal.sum()),
+                                               "uniform": float(dec.nondegenerate_probability(p, uniform).sum())},
+            "timings": {"total_s": time.perf_counter() - t0}}

@@ -1,0 +1,164 @@
+"""``graphdiff select`` and ``graphdiff allocate`` on a real STATE directory: picks checked against the
+``predict`` table by hand, file formats, one JSON object, and refusals that write nothing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from _handoff_fixtures import make_inputs, step_rows, write_outcomes
+from graphdiff_cli.cli.app import app
+from graphdiff_cli.core import decisions as dec
+from graphdiff_cli.stages.handoff import init_state, update_state
+
+runner = CliRunner()
+
+
+def gd(*args, code=0):
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr, res.exception)
+    return res
+
+
+def gd_json(*args) -> dict:
+    res = gd(*args, "--json")
+    assert res.stdout.count("\n") == 1, res.stdout
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("select")
+    graph, clusters, ids = make_inputs(folder, n=40)
+    out = folder / "STATE"
+    init_state(graph, clusters, out, device="cpu", durable=False)
+    for t in (1, 2):
+        update_state(out, t, write_outcomes(folder / f"o{t}.jsonl", step_rows(ids, t, batch=16)), durable=False)
+    gd("predict", "--state", out, "--out", folder / "pred.jsonl")
+    pred = {}
+    for line in (folder / "pred.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        pred[r["id"]] = r
+    return out, ids, pred
+
+
+def _read_jsonl(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_select_target_picks_the_closest_to_half(state, tmp_path):
+    root, ids, pred = state
+    pool = ids[3:15]
+    (tmp_path / "cand.txt").write_text("\n".join(pool) + "\n\n")
+    res = gd_json("select", "--state", root, "--candidates", tmp_path / "cand.txt", "--batch-size", 4,
+                  "--strategy", "target", "--out", tmp_path / "chosen.jsonl")
+    want = sorted(pool, key=lambda i: abs(pred[i]["p"] - 0.5))[:4]
+    rows = _read_jsonl(tmp_path / "chosen.jsonl")
+    assert [r["id"] for r in rows] == want == res["ids"]
+    assert [r["rank"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["p"] == pytest.approx(pred[r["id"]]["p"]) for r in rows)
+    assert res["step"] == 2 and res["pool"] == 12 and res["batch_size"] == 4
+    # the chosen prompts are predicted to carry more signal than the pool on average
+    assert res["predicted_effective_share"]["chosen"] >= res["predicted_effective_share"]["pool"]
+    # another target
+    res = gd_json("select", "--state", root, "--candidates", tmp_path / "cand.txt", "--batch-size", 3,
+                  "--strategy", "target", "--target", 0.8, "--out", tmp_path / "c2.jsonl")
+    assert res["ids"] == sorted(pool, key=lambda i: abs(pred[i]["p"] - 0.8))[:3]
+
+
+def test_select_table_candidates_and_txt_output(state, tmp_path):
+    root, ids, pred = state
+    pool = ids[20:30]
+    (tmp_path / "cand.csv").write_text("id,extra\n" + "".join(f"{i},x\n" for i in pool))
+    gd("select", "--state", root, "--candidates", tmp_path / "cand.csv", "-B", 3, "--strategy",
+       "skip-zero-variance", "--out", tmp_path / "chosen.txt", "--seed", 1)
+    chosen = (tmp_path / "chosen.txt").read_text().split()
+    assert len(chosen) == 3 == len(set(chosen)) and set(chosen) <= set(pool)
+
+
+@pytest.mark.parametrize("strategy", dec.SELECT_STRATEGIES)
+def test_select_every_strategy_is_seeded(state, tmp_path, strategy):
+    root, ids, _ = state
+    (tmp_path / "cand.txt").write_text("\n".join(ids) + "\n")
+    a = gd_json("select", "--state", root, "--candidates", tmp_path / "cand.txt", "-B", 8, "--strategy",
+                strategy, "--seed", 5, "--out", tmp_path / "a.csv")
+    b = gd_json("select", "--state", root, "--candidates", tmp_path / "cand.txt", "-B", 8, "--strategy",
+                strategy, "--seed", 5, "--out", tmp_path / "b.csv")
+    assert a["ids"] == b["ids"] and len(set(a["ids"])) == 8 and set(a["ids"]) <= set(ids)
+    assert (tmp_path / "a.csv").read_text() == (tmp_path / "b.csv").read_text()
+    assert (tmp_path / "a.csv").read_text().splitlines()[0] == "rank,id,p,variance,p_zero_variance,n_seen,key"
+
+
+def test_select_refusals_write_nothing(state, tmp_path):
+    root, ids, _ = state
+    out = tmp_path / "chosen.jsonl"
+    (tmp_path / "unknown.txt").write_text(f"{ids[0]}\n{ids[1]}\nnope\n")
+    res = gd("select", "--state", root, "--candidates", tmp_path / "unknown.txt", "-B", 1, "--strategy", "target",
+             "--out", out, code=1)
+    assert "unknown.txt:3: unknown prompt id 'nope'" in res.stderr and res.stderr.count("\n") == 1
+    (tmp_path / "dup.jsonl").write_text(f'{{"id": "{ids[0]}"}}\n{{"id": "{ids[1]}"}}\n{{"id": "{ids[0]}"}}\n')
+    res = gd("select", "--state", root, "--candidates", tmp_path / "dup.jsonl", "-B", 1, "--strategy", "target",
+             "--out", out, code=1)
+    assert "dup.jsonl:3: duplicate id 'q000' (first on line 1)" in res.stderr
+    (tmp_path / "two.txt").write_text(f"{ids[0]}\n{ids[1]}\n")
+    res = gd("select", "--state", root, "--candidates", tmp_path / "two.txt", "-B", 3, "--strategy", "target",
+             "--out", out, code=2)
+    assert "--batch-size 3 is larger than the pool of 2 candidates" in res.stderr
+    res = gd("select", "--state", root, "--candidates", tmp_path / "two.txt", "-B", 1, "--strategy", "best",
+             "--out", out, code=2)
+    assert "unknown selection strategy 'best'" in res.stderr
+    res = gd("select", "--state", tmp_path / "nostate", "--candidates", tmp_path / "two.txt", "-B", 1,
+             "--strategy", "target", "--out", out, code=1)
+    assert "no such STATE directory" in res.stderr
+    assert not out.exists()
+
+
+def test_allocate_matches_the_rule_on_the_predictions(state, tmp_path):
+    root, ids, pred = state
+    batch = ids[:16]
+    (tmp_path / "batch.txt").write_text("\n".join(batch) + "\n")
+    for strategy in dec.ALLOCATE_STRATEGIES:
+        out = tmp_path / f"alloc-{strategy}.jsonl"
+        res = gd_json("allocate", "--state", root, "--ids", tmp_path / "batch.txt", "--budget", 128, "--min", 2,
+                      "--max", 16, "--strategy", strategy, "--out", out)
+        rows = _read_jsonl(out)
+        n = np.array([r["n"] for r in rows])
+        assert [r["id"] for r in rows] == batch
+        assert n.sum() == 128 and n.min() >= 2 and n.max() <= 16
+        p = np.array([pred[i]["p"] for i in batch])
+        assert n.tolist() == dec.allocate(strategy, p, 128, 2, 16).tolist()
+        assert res["budget"] == 128 and res["prompts"] == 16 and res["counts"]["min"] == n.min()
+        if strategy == "uniform":
+            assert set(n.tolist()) == {8}
+        else:  # more uncertain outcome -> at least as many rollouts (up to one unit of rounding)
+            w = np.sqrt(p * (1 - p))
+            i, j = np.argmax(w), np.argmin(w)
+            assert n[i] >= n[j]
+            assert res["predicted_nondegenerate_groups"]["allocation"] >= \
+                res["predicted_nondegenerate_groups"]["uniform"] - 1e-9
+
+
+def test_allocate_refusals_write_nothing(state, tmp_path):
+    root, ids, _ = state
+    out = tmp_path / "alloc.csv"
+    (tmp_path / "batch.txt").write_text("\n".join(ids[:4]) + "\n")
+    res = gd("allocate", "--state", root, "--ids", tmp_path / "batch.txt", "--budget", 7, "--strategy", "uniform",
+             "--out", out, code=2)
+    assert "budget 7 is below the minimum 2 x 4 prompts = 8" in res.stderr
+    res = gd("allocate", "--state", root, "--ids", tmp_path / "batch.txt", "--budget", 200, "--max", 32,
+             "--strategy", "variance", "--out", out, code=2)
+    assert "budget 200 is above the maximum 32 x 4 prompts = 128" in res.stderr
+    res = gd("allocate", "--state", root, "--ids", tmp_path / "batch.txt", "--budget", 16, "--min", 1,
+             "--strategy", "vip", "--out", out, code=2)
+    assert "vip strategy needs --min >= 2" in res.stderr
+    res = gd("allocate", "--state", root, "--ids", tmp_path / "batch.txt", "--budget", 16, "--strategy", "greedy",
+             "--out", out, code=2)
+    assert "unknown allocation strategy 'greedy'" in res.stderr
+    (tmp_path / "bad.txt").write_text(f"{ids[0]}\nzzz\n")
+    res = gd("allocate", "--state", root, "--ids", tmp_path / "bad.txt", "--budget", 16, "--strategy", "uniform",
+             "--out", out, code=1)
+    assert "bad.txt:2: unknown prompt id 'zzz'" in res.stderr
+    assert not out.exists()

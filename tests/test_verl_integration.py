@@ -1,0 +1,144 @@
+"""The verl curriculum sampler adapter.
+
+Without verl installed the adapter is exercised through objects shaped like verl's (a dataset with a
+``dataframe`` holding ``extra_info``, a batch with ``non_tensor_batch`` and ``batch`` as DataProto
+has them in verl 0.7); with verl installed, against verl's own ``AbstractCurriculumSampler`` and
+``DataProto`` as well.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from graphdiff_cli.core.graph import drop_self, exact_knn, mutual_knn_graph
+from graphdiff_cli.errors import DataError, InvalidArgumentError
+from graphdiff_cli.estimator import Estimator
+from graphdiff_cli.integrations.tracking import InMemoryTarget
+from graphdiff_cli.integrations.verl import (GraphdiffCurriculumSampler, outcomes_from_batch,
+                                             row_prompt_ids)
+
+N = 24
+
+
+def _target():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N, 4)) + np.repeat(rng.normal(size=(3, 4)) * 3, N // 3, axis=0)
+    nbr, sim = drop_self(*exact_knn(x, 5), 5)
+    est = Estimator(mutual_knn_graph(nbr, sim), np.arange(N) // (N // 3), 3, device="cpu")
+    return InMemoryTarget(est, ids=[str(100 + i) for i in range(N)])  # ids are extra_info.index values
+
+
+def _dataset(indexes):
+    return SimpleNamespace(dataframe={"extra_info": [{"index": i} if i is not None else {} for i in indexes]})
+
+
+def _batch(index, rewards, uid=None):
+    scores = torch.zeros(len(rewards), 5)
+    scores[:, -1] = torch.tensor(rewards, dtype=torch.float32)  # verl puts the score on the last token
+    ntb = {"index": np.array(index, dtype=object)}
+    if uid is not None:
+        ntb["uid"] = np.array(uid, dtype=object)
+    return SimpleNamespace(non_tensor_batch=ntb, batch={"token_level_scores": scores})
+
+
+def _config(**sampler):
+    return {"train_batch_size": 4, "gen_batch_size": None, "dataloader_num_workers": 0,
+            "sampler": {"class_path": "pkg://graphdiff_cli.integrations.verl",
+                        "class_name": "GraphdiffCurriculumSampler", **sampler}}
+
+
+def test_batches_follow_the_target_rule_and_updates_apply_one_step():
+    target = _target()
+    sampler = GraphdiffCurriculumSampler(_dataset(range(100, 100 + N)), _config(pool_factor=2, seed=4),
+                                         target=target)
+    assert len(sampler) == N // 4 * 4
+    it = iter(sampler)
+    first = [next(it) for _ in range(4)]
+    d = sampler.chooser.decisions[0]
+    assert d.estimator_step == 0 and sorted(first) == sorted(d.chosen.tolist()) and len(set(first)) == 4
+    key = np.abs(d.p - 0.5)
+    assert np.allclose(np.sort(key[np.isin(d.pool, d.chosen)]), np.sort(key)[:4])
+    # step 1's batch: 4 prompts x 2 rollouts, rewards by index; uid is random per rollout and ignored
+    index = [str(100 + r) for r in first for _ in range(2)]
+    rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    sampler.update(_batch(index, rewards, uid=[f"u{j}" for j in range(8)]))
+    assert target.step == 1
+    e = sampler.applied[0]
+    assert e["ids"] == [str(100 + r) for r in first] and e["n"].tolist() == [2] * 4
+    assert e["s"].tolist() == [1, 2, 0, 1]
+    assert target.estimator.successes_[first].tolist() == [1, 2, 0, 1]
+    # the next batch is chosen only now, from the updated estimates (no read-ahead with num_workers=0)
+    second = [next(it) for _ in range(4)]
+    assert sampler.chooser.decisions[1].estimator_step == 1 and len(set(second)) == 4
+
+
+def test_outcomes_use_index_never_uid():
+    ids, n, s = outcomes_from_batch(_batch(["7", "7", "9"], [1.0, 0.5, 2.0], uid=["a", "b", "c"]))
+    assert ids == ["7", "9"] and n.tolist() == [2, 1] and s.tolist() == [1, 1]
+    ids, n, s = outcomes_from_batch(_batch(["7", "7"], [0.5, 0.2]), success_threshold=0.5)
+    assert s.tolist() == [1]
+    bad = SimpleNamespace(non_tensor_batch={"uid": np.array(["a"])}, batch={"token_level_scores": torch.ones(1, 2)})
+    with pytest.raises(DataError, match="no non_tensor_batch\\['index'\\].*does not use 'uid'"):
+        outcomes_from_batch(bad)
+
+
+def test_dataset_id_pitfalls_are_refused():
+    assert row_prompt_ids(_dataset([3, 1, 2])) == ["3", "1", "2"]
+    with pytest.raises(DataError, match="row 1 has no extra_info.index; verl would silently use 0"):
+        row_prompt_ids(_dataset([3, None, 2]))
+    with pytest.raises(DataError, match="rows 0 and 2 share extra_info.index '3'"):
+        row_prompt_ids(_dataset([3, 1, 3]))
+    with pytest.raises(DataError, match="no extra_info column"):
+        row_prompt_ids(SimpleNamespace(dataframe={"prompt": ["x"]}))
+    with pytest.raises(DataError, match="unknown prompt id '999'"):
+        GraphdiffCurriculumSampler(_dataset([100, 999]), _config(), target=_target())
+
+
+def test_a_state_is_required(monkeypatch):
+    monkeypatch.delenv("GRAPHDIFF_STATE", raising=False)
+    with pytest.raises(InvalidArgumentError, match="set data.sampler.state"):
+        GraphdiffCurriculumSampler(_dataset([100]), _config())
+
+
+def test_state_directory_target(tmp_path):
+    from _handoff_fixtures import make_inputs
+
+    from graphdiff_cli.io.state_dir import StateDir
+    from graphdiff_cli.stages.handoff import init_state
+
+    graph, clusters, ids = make_inputs(tmp_path, n=16, k_states=2)
+    init_state(graph, clusters, tmp_path / "STATE", device="cpu", durable=False)
+    ds = SimpleNamespace(dataframe={"extra_info": [{"index": i} for i in ids]})
+    sampler = GraphdiffCurriculumSampler(ds, _config(state=str(tmp_path / "STATE")))
+    rows = list(iter(sampler))[:4]
+    sampler.update(_batch([ids[r] for r in rows], [1.0, 0.0, 1.0, 1.0]))
+    sd = StateDir.open(tmp_path / "STATE")
+    assert sd.current_step == 1
+    entry = sd.log_entries()[-1]
+    assert entry["rollouts"] == 4 and entry["successes"] == 3
+    assert (tmp_path / "STATE.outcomes" / "step_00000001.jsonl").is_file()
+    # a step without rollouts still advances the STATE by one (an n = 0 row carries no evidence)
+    sampler.target.apply(2, [], np.zeros(0), np.zeros(0))
+    assert sd.current_step == 2 and sd.log_entries()[-1]["rollouts"] == 0
+
+
+def test_with_verl_installed():
+    verl = pytest.importorskip("verl", reason="verl is not installed; the adapter is tested on verl-shaped objects")
+    from graphdiff_cli.integrations import verl as adapter
+
+    if not adapter.VERL_HOOK:
+        pytest.skip(f"verl {getattr(verl, '__version__', '?')} has no AbstractCurriculumSampler (removed in 0.8)")
+    from verl import DataProto
+    from verl.experimental.dataset.sampler import AbstractCurriculumSampler
+
+    sampler = GraphdiffCurriculumSampler(_dataset(range(100, 100 + N)), _config(), target=_target())
+    assert isinstance(sampler, AbstractCurriculumSampler)
+    rows = list(iter(sampler))[:4]
+    batch = DataProto.from_dict(tensors={"token_level_scores": torch.tensor([[0.0, 1.0]] * 4)},
+                                non_tensors={"index": np.array([str(100 + r) for r in rows], dtype=object)})
+    sampler.update(batch)
+    assert sampler.applied[0]["s"].tolist() == [1, 1, 1, 1]
