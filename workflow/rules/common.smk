@@ -1,0 +1,184 @@
+# Shared helpers: paths of every artifact, wildcard formats, the graphdiff command, resources.
+# No rules here.
+
+import shlex
+import shutil
+import sys
+from itertools import product
+from pathlib import Path
+
+RUN = config["run"]
+ART = f"artifacts/{RUN}"
+LOGS = f"logs/{RUN}"
+EST = config["estimator"]
+RES = config["resources"]
+THREADS = config["threads"]
+# The software of every rule: used only with --software-deployment-method conda (a machine without the
+# project's .venv); otherwise the rules call the graphdiff on PATH. Relative to workflow/rules/.
+ENV = "../envs/graphdiff.yaml"
+
+
+def _graphdiff_command():
+    """config["graphdiff"]; "graphdiff" falls back to the one beside the Python running Snakemake."""
+    cmd = config["graphdiff"]
+    if cmd == "graphdiff" and shutil.which("graphdiff") is None:
+        beside = Path(sys.executable).with_name("graphdiff")
+        if beside.exists():
+            return shlex.quote(str(beside))
+    return cmd
+
+
+GD = _graphdiff_command()
+
+
+# --- wildcard values: numbers as they read ("2", "0.5"), the window as an integer or "cum" ---------
+
+
+def fmt_num(x):
+    return f"{float(x):g}"
+
+
+def fmt_window(w):
+    return "cum" if w is None else str(int(w))
+
+
+def fmt_states(k):
+    return str(k)
+
+
+wildcard_constraints:
+    run=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    k_nn=r"\d+",
+    states=r"auto|\d+",
+    seed=r"\d+",
+    beta=r"\d+(\.\d+)?(e-?\d+)?",
+    gamma=r"\d+(\.\d+)?(e-?\d+)?",
+    window=r"cum|\d+",
+    i=r"\d+",
+    n=r"\d+",
+
+
+# --- paths -------------------------------------------------------------------------------------------
+
+
+def prompts_file():
+    """The prompts file every embedding is made from."""
+    if config["source"]["kind"] == "files":
+        return config["source"]["prompts"]
+    return f"{ART}/data/prompts.jsonl"
+
+
+def log_file():
+    """The training log (rows step, id, n, s) replayed by the estimate and report stages."""
+    if config["source"]["kind"] == "files":
+        return config["source"]["log"]
+    return f"{ART}/data/log.jsonl"
+
+
+def id_text_fields():
+    """(id column, text column) of the prompts file: the workflow's own files use id and prompt."""
+    if config["source"]["kind"] == "files":
+        return config["source"]["id_field"], config["source"]["text_field"]
+    return "id", "prompt"
+
+
+EMBEDDINGS = f"{ART}/embeddings.zarr"
+
+
+def graph_path(k_nn):
+    return f"{ART}/graph/k{k_nn}.zarr"
+
+
+def clusters_path(k_nn, states, seed):
+    return f"{ART}/clusters/k{k_nn}_K{states}_s{seed}.zarr"
+
+
+def evaluate_config_path(beta, gamma, window):
+    return f"{ART}/configs/evaluate_b{beta}_g{gamma}_w{window}.yaml"
+
+
+# The default pipeline's own choice of every setting (the grid varies them).
+K_NN = str(config["graph"]["k_nn"])
+STATES = fmt_states(config["cluster"]["states"])
+SEED = str(config["cluster"]["seed"])
+BETA, GAMMA, WINDOW = fmt_num(EST["beta"]), fmt_num(EST["gamma"]), fmt_window(EST["window"])
+GRAPH = graph_path(K_NN)
+CLUSTERS = clusters_path(K_NN, STATES, SEED)
+
+
+def grid_points():
+    """Every grid point as a dict of wildcard values (seeds innermost)."""
+    g = config["grid"]
+    return [
+        dict(k_nn=str(k), states=fmt_states(K), seed=str(s), beta=fmt_num(b), gamma=fmt_num(gm), window=fmt_window(w))
+        for k, K, b, gm, w, s in product(g["k_nn"], g["states"], g["beta"], g["gamma"], g["window"], g["seeds"])
+    ]
+
+
+def grid_point_dir(p):
+    return f"{ART}/grid/k{p['k_nn']}_K{p['states']}_s{p['seed']}/b{p['beta']}_g{p['gamma']}_w{p['window']}"
+
+
+def all_targets():
+    targets = [f"{ART}/STATE"]
+    if config["evaluate"]["enabled"]:
+        targets.append(f"{ART}/report")
+    if config["replay"]["enabled"]:
+        targets.append(f"{ART}/replay/predictions.jsonl")
+    if config["grid"]["enabled"]:
+        targets += [f"{ART}/grid/comparison.md", f"{ART}/grid/comparison.csv", f"{ART}/grid/comparison.png"]
+    return targets
+
+
+def gpu_resources(stage):
+    """Resources of a GPU-capable job: gpu (0 = none requested), mem_mb, runtime (minutes)."""
+    return dict(gpu=RES["gpu"], mem_mb=RES["mem_mb"][stage], runtime=RES["runtime"][stage])
+
+
+def cpu_resources(stage):
+    return dict(mem_mb=RES["mem_mb"][stage], runtime=RES["runtime"][stage])
+
+
+# --- estimate stage: graphdiff init flags --------------------------------------------------------
+
+
+def init_args():
+    args = [
+        f"--beta {EST['beta']}",
+        f"--epsilon {EST['epsilon']}",
+        f"--gamma {EST['gamma']}",
+        f"--schedule {EST['schedule']}",
+        f"--device {EST['device']}",
+        f"--max-iters {EST['max_iters']}",
+        f"--tol {EST['tol']}",
+        f"--keep {EST['keep']}",
+    ]
+    if EST["window"] is not None:
+        args.append(f"--window {EST['window']}")
+    return " ".join(args)
+
+
+# --- grid stage: input functions -----------------------------------------------------------------
+
+GRID = config["grid"]
+
+
+def _baseline_inputs(wildcards):
+    # evaluate needs a clustering even when graphdiff is not among the methods: take the grid's first
+    # (K, seed) for this k_nn, which the grid computes anyway.
+    inputs = dict(
+        log=log_file(),
+        graph=graph_path(wildcards.k_nn),
+        clusters=clusters_path(wildcards.k_nn, fmt_states(GRID["states"][0]), str(GRID["seeds"][0])),
+        config=evaluate_config_path(BETA, GAMMA, WINDOW),
+    )
+    if "vip" in GRID["baselines"]:
+        inputs["embeddings"] = EMBEDDINGS
+    return inputs
+
+
+def _grid_table_inputs(wildcards):
+    inputs = {"points": [grid_point_dir(p) for p in grid_points()]}
+    if GRID["baselines"]:
+        inputs["baselines"] = [f"{ART}/grid/baselines_k{k}" for k in dict.fromkeys(GRID["k_nn"])]
+    return inputs

@@ -1,0 +1,78 @@
+# Embedding stage (Section 3.3): prompts file -> embeddings artifact. With embed_shards = N > 1 the
+# prompts are embedded by N independent jobs (graphdiff embed --shard I/N, I = 0..N-1) and joined by
+# graphdiff merge-embeddings, so a large prompt set spreads over N GPUs of a cluster.
+
+SHARDS = config["embed_shards"]
+_E = config["embed"]
+_ID, _TEXT = id_text_fields()
+EMBED_ARGS = " ".join(
+    [
+        f"--model {shlex.quote(_E['model'])}",
+        f"--batch-size {_E['batch_size']}",
+        f"--device {_E['device']}",
+        f"--id-field {shlex.quote(_ID)}",
+        f"--text-field {shlex.quote(_TEXT)}",
+    ]
+    + ([f"--instruction {shlex.quote(_E['instruction'])}"] if _E["instruction"] else [])
+    + (["--no-instruction"] if _E["no_instruction"] else [])
+    + ([f"--dim {_E['dim']}"] if _E["dim"] else [])
+)
+
+
+if SHARDS == 1:
+
+    rule embed:
+        input:
+            prompts_file(),
+        output:
+            directory(EMBEDDINGS),
+        log:
+            f"{LOGS}/embed.log",
+        params:
+            gd=GD,
+            args=EMBED_ARGS,
+        conda:
+            ENV
+        threads: THREADS["embed"]
+        resources:
+            **gpu_resources("embed"),
+        shell:
+            "OMP_NUM_THREADS={threads} {params.gd} embed {input} --out {output} {params.args} 2> {log}"
+
+else:
+
+    rule embed_shard:
+        input:
+            prompts_file(),
+        output:
+            directory(f"{ART}/embeddings/shard-{{i}}-of-{{n}}.zarr"),
+        log:
+            f"{LOGS}/embed/shard-{{i}}-of-{{n}}.log",
+        params:
+            gd=GD,
+            args=EMBED_ARGS,
+        conda:
+            ENV
+        threads: THREADS["embed"]
+        resources:
+            **gpu_resources("embed"),
+        shell:
+            "OMP_NUM_THREADS={threads} {params.gd} embed {input} --out {output} --shard {wildcards.i}/{wildcards.n} "
+            "{params.args} 2> {log}"
+
+    rule merge_embeddings:
+        input:
+            expand(f"{ART}/embeddings/shard-{{i}}-of-{SHARDS}.zarr", i=range(SHARDS)),
+        output:
+            directory(EMBEDDINGS),
+        log:
+            f"{LOGS}/merge_embeddings.log",
+        params:
+            gd=GD,
+        conda:
+            ENV
+        threads: 1
+        resources:
+            **cpu_resources("embed"),
+        shell:
+            "{params.gd} merge-embeddings {input} --out {output} 2> {log}"

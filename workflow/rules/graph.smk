@@ -1,0 +1,22 @@
+# Graph stage (Section 3.3): embeddings -> mutual-kNN graph W, one per k_nn (shared by every
+# clustering, estimator setting and seed that uses that k_nn).
+
+
+rule build_graph:
+    input:
+        EMBEDDINGS,
+    output:
+        directory(f"{ART}/graph/k{{k_nn}}.zarr"),
+    log:
+        f"{LOGS}/graph/k{{k_nn}}.log",
+    params:
+        gd=GD,
+        device=config["graph"]["device"],
+    conda:
+        ENV
+    threads: THREADS["graph"]
+    resources:
+        **gpu_resources("graph"),
+    shell:
+        "OMP_NUM_THREADS={threads} {params.gd} build-graph {input} --out {output} --k-nn {wildcards.k_nn} "
+        "--device {params.device} 2> {log}"

@@ -1,0 +1,49 @@
+# Report stage: graphdiff evaluate replays the training log step by step (no look-ahead) through
+# graphdiff and the baselines and writes report.md, PNG plots and metrics.json. The estimator
+# settings go to evaluate through a small YAML file per (beta, gamma, window), written here and
+# shared with the grid.
+
+localrules:
+    evaluate_config,
+
+
+rule evaluate_config:
+    output:
+        f"{ART}/configs/evaluate_b{{beta}}_g{{gamma}}_w{{window}}.yaml",
+    log:
+        f"{LOGS}/configs/evaluate_b{{beta}}_g{{gamma}}_w{{window}}.log",
+    params:
+        estimator={k: EST[k] for k in ("epsilon", "schedule", "max_iters", "tol", "device")},
+        evaluate=config["evaluate"]["settings"],
+    conda:
+        ENV
+    threads: 1
+    resources:
+        **cpu_resources("report"),
+    script:
+        "../scripts/evaluate_config.py"
+
+
+rule report:
+    input:
+        log=log_file(),
+        graph=GRAPH,
+        clusters=CLUSTERS,
+        embeddings=EMBEDDINGS,
+        config=evaluate_config_path(BETA, GAMMA, WINDOW),
+    output:
+        directory(f"{ART}/report"),
+    log:
+        f"{LOGS}/report.log",
+    params:
+        gd=GD,
+        methods=",".join(config["evaluate"]["methods"]),
+    conda:
+        ENV
+    threads: THREADS["evaluate"]
+    resources:
+        **gpu_resources("evaluate"),
+    shell:
+        "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log} --graph {input.graph} "
+        "--clusters {input.clusters} --embeddings {input.embeddings} --config {input.config} "
+        "--methods {params.methods} --out {output} 2> {log}"
