@@ -49,6 +49,9 @@ class EstimatorConfig:
     prompt_forgetting: float = 1.0  # lambda: a prompt's own counts decay by this at each of its visits
     state_forgetting: float = 1.0  # rho: state evidence decays by this at every step (1 = cumulative)
     state_prior: str = "uniform"  # "observed": Beta prior of mean = recent global success rate
+    # tau, in rollouts: the graph's estimate of a prompt adds its mutual neighbours' W-weighted offset
+    # from their own model predictions (mean-field states are coarse; neighbours resolve within a state)
+    neighbor_smoothing: float | None = None
 
     def validate(self) -> None:
         def bad(msg):
@@ -84,6 +87,9 @@ class EstimatorConfig:
             v = getattr(self, name)
             if not 0 < v <= 1:
                 bad(f"{name} must lie in (0, 1], got {v!r}")
+        if self.neighbor_smoothing is not None and not (np.isfinite(self.neighbor_smoothing)
+                                                        and self.neighbor_smoothing > 0):
+            bad(f"neighbor_smoothing must be None (off) or a number > 0, got {self.neighbor_smoothing!r}")
         if self.window is not None and self.state_forgetting != 1.0:
             bad("choose either a window or state_forgetting < 1, not both")
         from .backends.device import check_device_name
@@ -103,13 +109,15 @@ class Estimator:
                  gamma: float = 0.5, window: int | None = None, max_iters: int = 50, tol: float = 1e-6,
                  schedule: str = "synchronous", device: str = "auto", dtype: str = "float32",
                  residual_tol: float = 1e-4, mixing: str = "gamma", prior_strength: float = 4.0,
-                 prompt_forgetting: float = 1.0, state_forgetting: float = 1.0, state_prior: str = "uniform"):
+                 prompt_forgetting: float = 1.0, state_forgetting: float = 1.0, state_prior: str = "uniform",
+                 neighbor_smoothing: float | None = None):
         config = EstimatorConfig(n_states=n_states, beta=float(beta), epsilon=float(epsilon),
                                  gamma=float(gamma), window=window, max_iters=max_iters, tol=float(tol),
                                  schedule=schedule, device=device, dtype=dtype, residual_tol=float(residual_tol),
                                  mixing=mixing, prior_strength=float(prior_strength),
                                  prompt_forgetting=float(prompt_forgetting),
-                                 state_forgetting=float(state_forgetting), state_prior=state_prior)
+                                 state_forgetting=float(state_forgetting), state_prior=state_prior,
+                                 neighbor_smoothing=None if neighbor_smoothing is None else float(neighbor_smoothing))
         config.validate()
         labels = np.asarray(labels)
         if labels.ndim != 1 or labels.dtype.kind not in "iu":
@@ -305,22 +313,37 @@ class Estimator:
         rows = self._rows(ids)
         c = self.config
         p_model, u = mf.model_prediction(self._q_rows(rows), self.a_, self.b_)
+        p_graph = self._graph_estimate(rows, p_model)
         roll = self.rollouts_[rows]
         if c.mixing == "gamma":
-            p = mf.mix_with_history(p_model, self.successes_[rows].astype(np.float64), roll.astype(np.float64),
+            p = mf.mix_with_history(p_graph, self.successes_[rows].astype(np.float64), roll.astype(np.float64),
                                     c.gamma)
             weight = np.where(roll > 0, c.gamma, 1.0)
             var = weight * weight * u
         elif c.mixing == "offset":
             roll_d = self.rollouts_decayed_[rows]
-            p = np.clip(p_model + self.offset_decayed_[rows] / (c.prior_strength + roll_d), 0.0, 1.0)
+            p = np.clip(p_graph + self.offset_decayed_[rows] / (c.prior_strength + roll_d), 0.0, 1.0)
             var = np.where(roll > 0, p * (1.0 - p) / (c.prior_strength + roll_d + 1.0), u)
         else:
-            p, var = mf.mix_by_evidence(p_model, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows],
+            p, var = mf.mix_by_evidence(p_graph, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows],
                                         c.prior_strength)
         pzv = mf.zero_variance_probability(p, var, group_size)
         return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "variance": var,
                 "n_seen": roll, "p_zero_variance": pzv}
+
+    def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
+        """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
+        neighbours of ``rows`` are read, so a batch costs O(batch x degree x K), not O(N K))."""
+        tau = self.config.neighbor_smoothing
+        if tau is None or rows.size == 0:
+            return p_model
+        sub = self._spec.graph[rows]
+        cols, local = np.unique(sub.indices, return_inverse=True)
+        if cols.size == 0:
+            return p_model
+        sub = type(sub)((sub.data, local.reshape(-1), sub.indptr), shape=(rows.size, cols.size))
+        p_nb = mf.model_prediction(self._q_rows(cols), self.a_, self.b_)[0]
+        return mf.neighbor_shift(p_model, sub, p_nb, self.successes_decayed_[cols], self.rollouts_decayed_[cols], tau)
 
     # -- persistence -------------------------------------------------------------------------------
 

@@ -466,6 +466,23 @@ def mix_by_evidence(p_model: np.ndarray, u: np.ndarray, successes: np.ndarray, r
     return p, var
 
 
+def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successes_nb: np.ndarray,
+                   rollouts_nb: np.ndarray, strength: float) -> np.ndarray:
+    """The graph's estimate with the neighbours' residuals (beyond the paper).
+
+    p_i = clip(p_model_i + sum_j W_ij (S_j - C_j p_model_j) / (tau + sum_j W_ij C_j), 0, 1): how far the
+    mutual neighbours' own (possibly forgotten) outcomes S_j / C_j sit above or below the model's
+    prediction for them, shrunk towards 0 by tau pseudo-rollouts. Mean-field states are coarse (a state
+    holds N / K prompts); the residuals carry what the states cannot resolve, the way label propagation
+    does, and they give a never-seen prompt a signal of its own. ``w_rows``: the rows of W for the
+    prompts of ``p_model`` (sparse, columns = the neighbours listed in the ``*_nb`` arrays).
+    """
+    resid = np.asarray(successes_nb, dtype=np.float64) - np.asarray(rollouts_nb, dtype=np.float64) * p_model_nb
+    num = np.asarray(w_rows @ resid, dtype=np.float64).reshape(-1)
+    den = float(strength) + np.asarray(w_rows @ np.asarray(rollouts_nb, dtype=np.float64), dtype=np.float64).reshape(-1)
+    return np.clip(np.asarray(p_model, dtype=np.float64) + num / den, 0.0, 1.0)
+
+
 def zero_variance_probability(mean: np.ndarray, var: np.ndarray, group_size: int) -> np.ndarray:
     """P(a group of g rollouts is all-correct or all-wrong) = E[p^g + (1 - p)^g] for p ~ Beta.
 
