@@ -84,7 +84,9 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
                 assert got == pytest.approx(ev["methods"][name]["phases"][phase]["all"][key], nan_ok=True)
     assert summary["summary"]["history"]["mae"] == pytest.approx(ev["methods"]["history"]["phases"]["full"]["all"]["mae"])
     # graphdiff's figures are those of the estimator itself, replayed the same way
-    gd = B.GraphdiffAdapter.from_graph(world["w"], world["labels"], K, device="cpu")
+    from graphdiff_cli.estimator import preset_settings
+
+    gd = B.GraphdiffAdapter.from_graph(world["w"], world["labels"], K, **{**preset_settings("default"), "device": "cpu"})
     ref_gd = replay(sim.step, sim.id, sim.n, sim.s, [gd])
     assert doc["metrics"]["methods"]["graphdiff"]["phases"]["full"]["all"]["mae"] == pytest.approx(
         float(np.mean(np.abs(ref_gd.predictions["graphdiff"] - ref_gd.rate))), rel=1e-5)

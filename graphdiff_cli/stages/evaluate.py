@@ -31,8 +31,9 @@ METHOD_KEYS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "l
 ORACLE_KEYS = ("sbr", "sbs")
 
 DEFAULT_CONFIG = {
-    "estimator": {"beta": 2.0, "epsilon": 0.1, "gamma": 0.5, "window": None, "max_iters": 50, "tol": 1e-6,
-                  "schedule": "synchronous", "device": "auto", "dtype": "float32"},
+    # graphdiff's settings: a preset ("default" unless the section names one) and keys that override it,
+    # the same names and rules as `graphdiff init` (graphdiff_cli.estimator.PRESETS)
+    "estimator": {"preset": "default"},
     "evaluate": {
         # discounted history: grid searched on the log itself (hindsight tuning: optimistic for it)
         "discounted": {"lambdas": [1.0, 0.95, 0.9, 0.8, 0.7, 0.5], "m": [0.0, 0.5, 1.0, 2.0, 4.0]},
@@ -60,7 +61,7 @@ def load_config(path) -> dict:
     """
     cfg = json.loads(json.dumps(DEFAULT_CONFIG))
     if path is None:
-        return cfg
+        return _resolve_estimator(cfg, "the default config")
     path = Path(path)
     if not path.is_file():
         raise InvalidArgumentError(f"{path}: no such config file")
@@ -81,6 +82,9 @@ def load_config(path) -> dict:
         if not isinstance(given, dict):
             raise InvalidArgumentError(f"{path}: section {section!r} must be a mapping")
         for key, value in given.items():
+            if section == "estimator":
+                cfg[section][key] = value
+                continue
             if key not in cfg[section]:
                 raise InvalidArgumentError(f"{path}: unknown key {section}.{key}; known: "
                                            f"{', '.join(cfg[section])}")
@@ -92,8 +96,26 @@ def load_config(path) -> dict:
                         raise InvalidArgumentError(f"{path}: unknown key {section}.{key}.{sub}; known: "
                                                    f"{', '.join(cfg[section][key])}")
                 cfg[section][key].update(value)
-            else:
-                cfg[section][key] = value
+    return _resolve_estimator(cfg, str(path))
+
+
+def _resolve_estimator(cfg: dict, where: str) -> dict:
+    """cfg["estimator"] = every setting of the named preset, overridden by the section's own keys;
+    cfg["estimator_preset"] = the preset's name."""
+    from ..estimator import preset_settings
+    from .handoff import SETTINGS, _check_value
+
+    given = dict(cfg["estimator"])
+    preset = given.pop("preset", None) or "default"
+    if not isinstance(preset, str):
+        raise InvalidArgumentError(f"{where}: estimator.preset must be a string, got {preset!r}")
+    resolved = preset_settings(preset)
+    for key, value in given.items():
+        if key not in SETTINGS or key in ("keep", "preset"):
+            raise InvalidArgumentError(f"{where}: unknown key estimator.{key}; known: preset, "
+                                       f"{', '.join(resolved)}")
+        resolved[key] = _check_value(key, value, f"{where}: estimator")
+    cfg["estimator"], cfg["estimator_preset"] = resolved, preset
     return cfg
 
 
@@ -274,7 +296,7 @@ def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> t
     for key in keys:
         if key == "graphdiff":
             add(B.GraphdiffAdapter.from_graph(w, labels, k, **est_cfg),
-                {"method": "graphdiff", "n_states": k, **est_cfg})
+                {"method": "graphdiff", "preset": cfg.get("estimator_preset", "default"), "n_states": k, **est_cfg})
         elif key == "history":
             add(B.HistoryMean(n_nodes), {"method": "per-prompt history mean"})
         elif key == "discounted":

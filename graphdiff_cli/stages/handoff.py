@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +37,8 @@ PREDICT_COLUMNS = ["id", "p", "difficulty", "p_model", "uncertainty", "n_seen", 
 SETTINGS = {"beta": "float", "epsilon": "float", "gamma": "float", "window": "int?", "schedule": "str",
             "device": "str", "max_iters": "int", "tol": "float", "residual_tol": "float", "dtype": "str",
             "mixing": "str", "prior_strength": "float", "prompt_forgetting": "float",
-            "state_forgetting": "float", "state_prior": "str", "keep": "int"}
+            "state_forgetting": "float", "state_prior": "str", "neighbor_smoothing": "float?", "keep": "int",
+            "preset": "str"}
 
 
 def _noop(done, total=None):
@@ -56,16 +57,17 @@ def _import_torch() -> float:
 
 def _check_value(key: str, value, where: str):
     kind = SETTINGS[key]
-    if kind == "int?" and value is None:
+    if kind in ("int?", "float?") and value is None:
         return None
     if kind in ("int", "int?"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidArgumentError(f"{where}: {key} must be an integer{' or null' if kind == 'int?' else ''}, "
                                        f"got {value!r}")
         return int(value)
-    if kind == "float":
+    if kind in ("float", "float?"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InvalidArgumentError(f"{where}: {key} must be a finite number, got {value!r}")
+            raise InvalidArgumentError(f"{where}: {key} must be a finite number{' or null' if kind == 'float?' else ''}"
+                                       f", got {value!r}")
         return float(value)
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{where}: {key} must be a string, got {value!r}")
@@ -112,13 +114,17 @@ def read_config(path) -> dict:
 
 
 def resolve_settings(config_file=None, **flags) -> dict:
-    """Defaults < config file < flags given on the command line (None = not given)."""
-    from ..estimator import EstimatorConfig
+    """The preset's values < the config file < flags given on the command line (None = not given).
 
-    defaults = {f.name: f.default for f in fields(EstimatorConfig) if f.name != "n_states"}
-    settings = {**defaults, "keep": DEFAULT_KEEP}
-    if config_file is not None:
-        settings.update(read_config(config_file))
+    The preset is the flag ``preset``, else the file's ``preset`` key, else "default" (see
+    ``graphdiff_cli.estimator.PRESETS``); the result holds every setting but the preset's name.
+    """
+    from ..estimator import preset_settings
+
+    from_file = read_config(config_file) if config_file is not None else {}
+    preset = flags.pop("preset", None) or from_file.pop("preset", None) or "default"
+    settings = {**preset_settings(preset), "keep": DEFAULT_KEEP}
+    settings.update(from_file)
     for key, value in flags.items():
         if key not in SETTINGS:
             raise InvalidArgumentError(f"unknown setting {key!r}")

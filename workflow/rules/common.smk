@@ -142,12 +142,17 @@ def cpu_resources(stage):
 # --- estimate stage: graphdiff init flags --------------------------------------------------------
 
 
+# estimator keys whose null means "the preset's value" (schema: estimator.*)
+PRESET_KEYS = ("schedule", "mixing", "prior_strength", "prompt_forgetting", "state_forgetting", "state_prior",
+               "neighbor_smoothing")
+
+
 def init_args():
     args = [
+        f"--preset {EST['preset']}",
         f"--beta {EST['beta']}",
         f"--epsilon {EST['epsilon']}",
         f"--gamma {EST['gamma']}",
-        f"--schedule {EST['schedule']}",
         f"--device {EST['device']}",
         f"--max-iters {EST['max_iters']}",
         f"--tol {EST['tol']}",
@@ -155,7 +160,17 @@ def init_args():
     ]
     if EST["window"] is not None:
         args.append(f"--window {EST['window']}")
+    for key in PRESET_KEYS:
+        if EST[key] is not None:
+            args.append(f"--{key.replace('_', '-')} {EST[key]}")
     return " ".join(args)
+
+
+def evaluate_estimator_settings():
+    """The estimator section of evaluate's --config, but beta, gamma and window (from the wildcards)."""
+    est = {k: EST[k] for k in ("preset", "epsilon", "max_iters", "tol", "device")}
+    est.update({k: EST[k] for k in PRESET_KEYS if EST[k] is not None})
+    return est
 
 
 # --- grid stage: input functions -----------------------------------------------------------------

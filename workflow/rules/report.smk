@@ -13,7 +13,7 @@ rule evaluate_config:
     log:
         f"{LOGS}/configs/evaluate_b{{beta}}_g{{gamma}}_w{{window}}.log",
     params:
-        estimator={k: EST[k] for k in ("epsilon", "schedule", "max_iters", "tol", "device")},
+        estimator=evaluate_estimator_settings(),
         evaluate=config["evaluate"]["settings"],
     conda:
         ENV

@@ -25,8 +25,8 @@ def allocate(
     max_count: int = typer.Option(32, "--max", help="Most rollouts per prompt."),
     vip_gamma: float = typer.Option(0.0, "--vip-gamma", help="vip only: weight of VIP's code's log(p) tilt "
                                     "(0 = the paper's variance objective; VIP's code uses 0.0007)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet [default: from the "
-                                      "extension of --out]."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
+                                      "extension of --out)."),
     json_out: bool = JSON_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,

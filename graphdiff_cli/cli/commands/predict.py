@@ -16,9 +16,9 @@ def predict(
     state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
     out: Path = typer.Option(..., "--out", "-o", help="Table to write (replaced atomically)."),
     ids: Optional[Path] = typer.Option(None, "--ids", help="Only these prompts: one id per line, or a "
-                                       ".jsonl/.csv/.parquet table with an 'id' column [default: all]."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet [default: from the "
-                                      "extension of --out]."),
+                                       ".jsonl/.csv/.parquet table with an 'id' column (default: all)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
+                                      "extension of --out)."),
     group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance "
                                    "= P(all correct or all wrong)."),
     json_out: bool = JSON_OPTION,

@@ -25,8 +25,8 @@ def select(
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice (draws, drops, tie-breaks)."),
     target: float = typer.Option(0.5, "--target", help="Target success probability (target, thompson)."),
     group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet [default: from the "
-                                      "extension of --out]."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
+                                      "extension of --out)."),
     json_out: bool = JSON_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
