@@ -14,7 +14,7 @@ import pytest
 
 from _handoff_fixtures import make_inputs, step_rows, tree_hash, write_clusters, write_outcomes
 from graphdiff_cli.errors import ArtifactError, DataError, InvalidArgumentError, StateError
-from graphdiff_cli.estimator import Estimator
+from graphdiff_cli.estimator import Estimator, preset_settings
 from graphdiff_cli.io import state_dir as sdmod
 from graphdiff_cli.io.artifacts import read_artifact
 from graphdiff_cli.io.state_dir import StateDir
@@ -38,10 +38,11 @@ def state(tmp_path, inputs):
 
 
 def reference(inputs, **cfg) -> Estimator:
+    """The in-memory twin of a STATE made by ``init_state`` (which uses the "default" preset)."""
     graph, clusters, _ = inputs
     _, _, w, _ = read_graph(graph)
     labels = read_artifact(clusters, "clusters").array("labels")
-    return Estimator(w, labels, n_states=4, device="cpu", **cfg)
+    return Estimator(w, labels, n_states=4, **(preset_settings("default") | {"device": "cpu"} | cfg))
 
 
 def outcomes(tmp_path, ids, step, ext=".jsonl"):
