@@ -45,7 +45,8 @@ class EstimatorConfig:
     mixing: str = "gamma"  # "evidence": p = (kappa p_model + S_i) / (kappa + C_i), empirical Bayes;
     # "offset": p = p_model + sum_visits (s - n p_model_then) / (kappa + C_i), the prompt's offset from
     # its states, so the states carry the drift and the prompt keeps its own level
-    prior_strength: float = 4.0  # kappa, in rollouts: the weight of the graph's estimate in "evidence"
+    prior_strength: float | str = 4.0  # kappa, in rollouts: the weight of the graph's estimate in
+    # "evidence" and "offset"; "auto": fitted online by empirical Bayes (mf.fit_prior_strength)
     prompt_forgetting: float = 1.0  # lambda: a prompt's own counts decay by this at each of its visits
     state_forgetting: float = 1.0  # rho: state evidence decays by this at every step (1 = cumulative)
     state_prior: str = "uniform"  # "observed": Beta prior of mean = recent global success rate
@@ -81,8 +82,9 @@ class EstimatorConfig:
             bad(f"unknown mixing {self.mixing!r}; choose one of {', '.join(MIXINGS)}")
         if self.state_prior not in STATE_PRIORS:
             bad(f"unknown state_prior {self.state_prior!r}; choose one of {', '.join(STATE_PRIORS)}")
-        if not self.prior_strength > 0:
-            bad(f"prior_strength must be > 0, got {self.prior_strength!r}")
+        if self.prior_strength != "auto" and (isinstance(self.prior_strength, str)
+                                              or not (np.isfinite(self.prior_strength) and self.prior_strength > 0)):
+            bad(f"prior_strength must be a number > 0 or 'auto', got {self.prior_strength!r}")
         for name in ("prompt_forgetting", "state_forgetting"):
             v = getattr(self, name)
             if not 0 < v <= 1:
@@ -107,7 +109,7 @@ class EstimatorConfig:
 # paper's model with the measured improvements of docs/results.md (how each value was chosen is there).
 PRESETS: dict[str, dict] = {
     "paper": {},
-    "default": {"schedule": "residual", "mixing": "evidence", "prior_strength": 0.5, "prompt_forgetting": 0.85,
+    "default": {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto", "prompt_forgetting": 0.85,
                 "state_prior": "observed", "neighbor_smoothing": 4.0},
 }
 
@@ -128,13 +130,14 @@ class Estimator:
     def __init__(self, graph, labels, n_states: int, beta: float = 2.0, epsilon: float = mf.DEFAULT_EPSILON,
                  gamma: float = 0.5, window: int | None = None, max_iters: int = 50, tol: float = 1e-6,
                  schedule: str = "synchronous", device: str = "auto", dtype: str = "float32",
-                 residual_tol: float = 1e-4, mixing: str = "gamma", prior_strength: float = 4.0,
+                 residual_tol: float = 1e-4, mixing: str = "gamma", prior_strength: float | str = 4.0,
                  prompt_forgetting: float = 1.0, state_forgetting: float = 1.0, state_prior: str = "uniform",
                  neighbor_smoothing: float | None = None):
         config = EstimatorConfig(n_states=n_states, beta=float(beta), epsilon=float(epsilon),
                                  gamma=float(gamma), window=window, max_iters=max_iters, tol=float(tol),
                                  schedule=schedule, device=device, dtype=dtype, residual_tol=float(residual_tol),
-                                 mixing=mixing, prior_strength=float(prior_strength),
+                                 mixing=mixing,
+                                 prior_strength=prior_strength if isinstance(prior_strength, str) else float(prior_strength),
                                  prompt_forgetting=float(prompt_forgetting),
                                  state_forgetting=float(state_forgetting), state_prior=state_prior,
                                  neighbor_smoothing=None if neighbor_smoothing is None else float(neighbor_smoothing))
@@ -178,6 +181,8 @@ class Estimator:
         # (successes, rollouts) with the same forgetting, for the "observed" state prior
         self.state_evidence_ = np.zeros((2, k))
         self.global_counts_ = np.zeros(2)
+        # prior_strength="auto": the moments (A, B, Q) of the graph's estimates against fresh outcomes
+        self.kappa_moments_ = np.zeros(3)
         self.step_ = 0
         # per-step evidence (sum q s, sum q f) of the last window - 1 steps (windowed variant only)
         self._window_evidence = np.zeros((0, 2, k))
@@ -211,6 +216,13 @@ class Estimator:
     def q_(self) -> np.ndarray:
         """The assignment probabilities q (N x K) as a numpy copy."""
         return self._q.detach().cpu().numpy().copy()
+
+    @property
+    def kappa_(self) -> float:
+        """The prior strength in use: the configured number, or the empirical-Bayes fit ("auto")."""
+        if self.config.prior_strength == "auto":
+            return mf.fit_prior_strength(self.kappa_moments_)
+        return float(self.config.prior_strength)
 
     def _history_prior(self) -> tuple[np.ndarray, np.ndarray]:
         """(a_hist, b_hist) for the coming step.
@@ -252,6 +264,10 @@ class Estimator:
         t0 = time.perf_counter()
         obs = mf.make_observations(ids, n, s, self.n_nodes)
         p_then = mf.model_prediction(self._q_rows(obs.ids), self.a_, self.b_)[0] if len(obs) else np.zeros(0)
+        moments = self.kappa_moments_
+        if self.config.prior_strength == "auto" and len(obs):
+            # score the graph's estimate made before these outcomes (it is what mixing will weigh)
+            moments = moments + mf.prior_strength_moments(self._graph_estimate(obs.ids, p_then), obs.n, obs.s)
         a_hist, b_hist = self._history_prior()
         if self.config.schedule == "residual":
             res = mf.run_step_residual(self._spec, self._q, a_hist, b_hist, obs, self._dirty,
@@ -284,6 +300,7 @@ class Estimator:
         self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
         self.successes_decayed_, self.rollouts_decayed_, self.offset_decayed_ = succ_d, roll_d, off_d
         self.state_evidence_, self.global_counts_ = state_ev, global_counts
+        self.kappa_moments_ = moments
         self._dirty = dirty
         self.step_ += 1
         return {
@@ -342,11 +359,12 @@ class Estimator:
             var = weight * weight * u
         elif c.mixing == "offset":
             roll_d = self.rollouts_decayed_[rows]
-            p = np.clip(p_graph + self.offset_decayed_[rows] / (c.prior_strength + roll_d), 0.0, 1.0)
-            var = np.where(roll > 0, p * (1.0 - p) / (c.prior_strength + roll_d + 1.0), u)
+            kappa = self.kappa_
+            p = np.clip(p_graph + self.offset_decayed_[rows] / (kappa + roll_d), 0.0, 1.0)
+            var = np.where(roll > 0, p * (1.0 - p) / (kappa + roll_d + 1.0), u)
         else:
             p, var = mf.mix_by_evidence(p_graph, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows],
-                                        c.prior_strength)
+                                        self.kappa_)
         pzv = mf.zero_variance_probability(p, var, group_size)
         return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "variance": var,
                 "n_seen": roll, "p_zero_variance": pzv}
@@ -385,6 +403,7 @@ class Estimator:
             "state_evidence": self.state_evidence_.copy(),
             "global_counts": self.global_counts_.copy(),
             "offset_decayed": self.offset_decayed_.copy(),
+            "kappa_moments": self.kappa_moments_.copy(),
             "dirty": np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy(),
             "at_fixed_point": np.array(self._dirty is not None),
         }
@@ -407,7 +426,8 @@ class Estimator:
         est.rollouts_ = np.asarray(state["rollouts"], dtype=np.int64).copy()
         est._window_evidence = np.asarray(state["window_evidence"], dtype=np.float64).reshape(-1, 2, est.n_states)
         est.step_ = int(state["step"])
-        for name in ("successes_decayed", "rollouts_decayed", "state_evidence", "global_counts", "offset_decayed"):
+        for name in ("successes_decayed", "rollouts_decayed", "state_evidence", "global_counts", "offset_decayed",
+                     "kappa_moments"):
             if name in state:  # absent in states written before these options existed
                 setattr(est, name + "_", np.asarray(state[name], dtype=np.float64).copy())
         if "successes_decayed" not in state:

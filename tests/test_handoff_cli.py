@@ -109,6 +109,22 @@ def test_init_usage_errors(tmp_path, inputs):
     assert not (tmp_path / "S").exists()
 
 
+def test_prior_strength_is_a_number_or_auto_from_flags_and_config(tmp_path, inputs):
+    folder, _ = inputs
+    base = ["init", "--graph", folder / "graph.zarr", "--clusters", folder / "clusters.zarr"]
+    assert gd_json(*base, "--out", tmp_path / "A")["config"]["prior_strength"] == "auto"  # the default preset
+    assert gd_json(*base, "--out", tmp_path / "B", "--prior-strength", "2.5")["config"]["prior_strength"] == 2.5
+    (tmp_path / "c.yaml").write_text("preset: paper\nmixing: evidence\nprior-strength: auto\n")
+    cfg = gd_json(*base, "--out", tmp_path / "C", "--config", tmp_path / "c.yaml")["config"]
+    assert cfg["prior_strength"] == "auto" and cfg["mixing"] == "evidence" and cfg["schedule"] == "synchronous"
+    res = gd(*base, "--out", tmp_path / "D", "--prior-strength", "strong", code=2)
+    assert "--prior-strength: prior_strength must be a number or 'auto', got 'strong'" in res.stderr
+    (tmp_path / "bad.yaml").write_text("prior-strength: [1]\n")
+    res = gd(*base, "--out", tmp_path / "E", "--config", tmp_path / "bad.yaml", code=2)
+    assert "bad.yaml:1: prior_strength must be a finite number" in res.stderr
+    assert not (tmp_path / "D").exists() and not (tmp_path / "E").exists()
+
+
 def test_predict_columns_values_ids_and_formats(state, inputs, tmp_path):
     folder, ids = inputs
     gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl")

@@ -466,6 +466,37 @@ def mix_by_evidence(p_model: np.ndarray, u: np.ndarray, successes: np.ndarray, r
     return p, var
 
 
+# the range an empirical-Bayes prior strength is clipped to, in rollouts (KAPPA_MAX also stands in
+# while the outcomes carry no more spread than binomial noise, i.e. the graph explains them fully)
+KAPPA_MIN, KAPPA_MAX = 0.05, 64.0
+
+
+def prior_strength_moments(p_graph: np.ndarray, n: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """One step's moments (A, B, Q) for ``fit_prior_strength`` (beyond the paper).
+
+    For prompts observed with n_i rollouts and s_i successes, and the graph's estimate m_i made before
+    seeing them: A = sum m(1 - m), B = sum m(1 - m) / n, Q = sum (s / n - m)^2.
+    """
+    m = np.asarray(p_graph, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    v = m * (1.0 - m)
+    return np.array([v.sum(), (v / n).sum(), ((np.asarray(s, dtype=np.float64) / n - m) ** 2).sum()])
+
+
+def fit_prior_strength(moments) -> float:
+    """kappa by the method of moments from accumulated (A, B, Q) (beyond the paper).
+
+    If p_i ~ Beta(mean m_i, strength kappa) and s_i ~ Binomial(n_i, p_i), then
+    E[(s_i / n_i - m_i)^2] = m_i (1 - m_i) (1 + kappa / n_i) / (kappa + 1); summed over observations,
+    Q = (A + kappa B) / (kappa + 1), so kappa = (A - Q) / (Q - B), clipped to [KAPPA_MIN, KAPPA_MAX].
+    Q <= B (no spread beyond binomial noise; also before any outcome) gives KAPPA_MAX.
+    """
+    a, b, q = (float(x) for x in moments)
+    if not q > b:
+        return KAPPA_MAX
+    return float(np.clip((a - q) / (q - b), KAPPA_MIN, KAPPA_MAX))
+
+
 def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successes_nb: np.ndarray,
                    rollouts_nb: np.ndarray, strength: float) -> np.ndarray:
     """The graph's estimate with the neighbours' residuals (beyond the paper).

@@ -36,7 +36,7 @@ PREDICT_COLUMNS = ["id", "p", "difficulty", "p_model", "uncertainty", "n_seen", 
 # from the YAML config file is checked ("int?" = an integer or null).
 SETTINGS = {"beta": "float", "epsilon": "float", "gamma": "float", "window": "int?", "schedule": "str",
             "device": "str", "max_iters": "int", "tol": "float", "residual_tol": "float", "dtype": "str",
-            "mixing": "str", "prior_strength": "float", "prompt_forgetting": "float",
+            "mixing": "str", "prior_strength": "float|auto", "prompt_forgetting": "float",
             "state_forgetting": "float", "state_prior": "str", "neighbor_smoothing": "float?", "keep": "int",
             "preset": "str"}
 
@@ -59,6 +59,15 @@ def _check_value(key: str, value, where: str):
     kind = SETTINGS[key]
     if kind in ("int?", "float?") and value is None:
         return None
+    if kind == "float|auto":
+        if value == "auto":
+            return value
+        if isinstance(value, str):  # from the command line
+            try:
+                value = float(value)
+            except ValueError:
+                raise InvalidArgumentError(f"{where}: {key} must be a number or 'auto', got {value!r}") from None
+        kind = "float"
     if kind in ("int", "int?"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidArgumentError(f"{where}: {key} must be an integer{' or null' if kind == 'int?' else ''}, "

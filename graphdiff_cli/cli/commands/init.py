@@ -39,9 +39,10 @@ def init(
     mixing: Optional[str] = typer.Option(None, "--mixing", help="How p combines the graph's estimate with "
                                          "a prompt's own outcomes: evidence (empirical Bayes), offset, or gamma "
                                          "(the paper's fixed mix) (default: evidence; paper: gamma)."),
-    prior_strength: Optional[float] = typer.Option(None, "--prior-strength", help="kappa: weight of the "
-                                                   "graph's estimate, in rollouts, under --mixing evidence or "
-                                                   "offset (default: 0.5)."),
+    prior_strength: Optional[str] = typer.Option(None, "--prior-strength", help="kappa: weight of the "
+                                                 "graph's estimate, in rollouts, under --mixing evidence or "
+                                                 "offset, or auto (fitted online by empirical Bayes) "
+                                                 "(default: auto)."),
     prompt_forgetting: Optional[float] = typer.Option(None, "--prompt-forgetting", help="lambda: a prompt's "
                                                       "own counts decay by this at each of its visits "
                                                       "(default: 0.85; paper: 1)."),
