@@ -26,14 +26,14 @@ LADDER = [
     ("paper (Sections 3.4-3.6)", {}),
     ("+ residual schedule", {"schedule": "residual"}),
     ("+ evidence mixing, kappa 4", {"schedule": "residual", "mixing": "evidence", "prior_strength": 4.0}),
-    ("+ kappa auto (empirical Bayes)", {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto"}),
+    ("+ kappa auto (prequential)", {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto"}),
     ("+ prompt forgetting 0.85", {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto",
                                   "prompt_forgetting": 0.85}),
     ("+ observed state prior", {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto",
                                 "prompt_forgetting": 0.85, "state_prior": "observed"}),
     ("+ neighbour smoothing 4 (= default)", {"preset": "default"}),
     ("default, offset mixing", {"preset": "default", "mixing": "offset"}),
-    ("default, kappa 0.5 fixed", {"preset": "default", "prior_strength": 0.5}),
+    ("default, kappa 4 fixed", {"preset": "default", "prior_strength": 4.0}),
     ("default, state forgetting 0.95", {"preset": "default", "state_forgetting": 0.95}),
 ]
 
@@ -75,7 +75,8 @@ def main() -> None:
     print(f"{args.run}: N = {len(ids)}, K = {k}, {len(np.unique(log['step']))} steps, "
           f"{len(log['step'])} rows, round 0 = {len(r0)} steps", flush=True)
 
-    methods = [B.HistoryMean(len(ids)), B.LabelPropagation(w)]
+    methods = [B.HistoryMean(len(ids)), B.DiscountedHistory(len(ids), 0.8, 0.0, name="discounted(0.8, m=0)"),
+               B.LabelPropagation(w)]
     for name, overrides in LADDER:
         if args.only and name not in args.only:
             continue

@@ -46,7 +46,7 @@ class EstimatorConfig:
     # "offset": p = p_model + sum_visits (s - n p_model_then) / (kappa + C_i), the prompt's offset from
     # its states, so the states carry the drift and the prompt keeps its own level
     prior_strength: float | str = 4.0  # kappa, in rollouts: the weight of the graph's estimate in
-    # "evidence" and "offset"; "auto": fitted online by empirical Bayes (mf.fit_prior_strength)
+    # "evidence" and "offset"; "auto": chosen online, prequentially (mf.choose_prior_strength)
     prompt_forgetting: float = 1.0  # lambda: a prompt's own counts decay by this at each of its visits
     state_forgetting: float = 1.0  # rho: state evidence decays by this at every step (1 = cumulative)
     state_prior: str = "uniform"  # "observed": Beta prior of mean = recent global success rate
@@ -181,8 +181,9 @@ class Estimator:
         # (successes, rollouts) with the same forgetting, for the "observed" state prior
         self.state_evidence_ = np.zeros((2, k))
         self.global_counts_ = np.zeros(2)
-        # prior_strength="auto": the moments (A, B, Q) of the graph's estimates against fresh outcomes
-        self.kappa_moments_ = np.zeros(3)
+        # prior_strength="auto": per kappa of mf.KAPPA_GRID, the summed absolute error of the p-hat it
+        # would have given each observed prompt just before the prompt's outcomes arrived
+        self.kappa_errors_ = np.zeros(mf.KAPPA_GRID.size)
         self.step_ = 0
         # per-step evidence (sum q s, sum q f) of the last window - 1 steps (windowed variant only)
         self._window_evidence = np.zeros((0, 2, k))
@@ -219,9 +220,9 @@ class Estimator:
 
     @property
     def kappa_(self) -> float:
-        """The prior strength in use: the configured number, or the empirical-Bayes fit ("auto")."""
+        """The prior strength in use: the configured number, or the prequential choice ("auto")."""
         if self.config.prior_strength == "auto":
-            return mf.fit_prior_strength(self.kappa_moments_)
+            return mf.choose_prior_strength(self.kappa_errors_)
         return float(self.config.prior_strength)
 
     def _history_prior(self) -> tuple[np.ndarray, np.ndarray]:
@@ -264,10 +265,12 @@ class Estimator:
         t0 = time.perf_counter()
         obs = mf.make_observations(ids, n, s, self.n_nodes)
         p_then = mf.model_prediction(self._q_rows(obs.ids), self.a_, self.b_)[0] if len(obs) else np.zeros(0)
-        moments = self.kappa_moments_
-        if self.config.prior_strength == "auto" and len(obs):
-            # score the graph's estimate made before these outcomes (it is what mixing will weigh)
-            moments = moments + mf.prior_strength_moments(self._graph_estimate(obs.ids, p_then), obs.n, obs.s)
+        kappa_errors = self.kappa_errors_
+        if self.config.prior_strength == "auto" and self.config.mixing != "gamma" and len(obs):
+            # score, for every kappa of the grid, the p-hat it gives these prompts before their outcomes
+            p_graph, rate = self._graph_estimate(obs.ids, p_then), obs.s / obs.n
+            kappa_errors = kappa_errors + [np.abs(self._mix(obs.ids, p_graph, p_graph, k)[0] - rate).sum()
+                                           for k in mf.KAPPA_GRID]
         a_hist, b_hist = self._history_prior()
         if self.config.schedule == "residual":
             res = mf.run_step_residual(self._spec, self._q, a_hist, b_hist, obs, self._dirty,
@@ -300,7 +303,7 @@ class Estimator:
         self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
         self.successes_decayed_, self.rollouts_decayed_, self.offset_decayed_ = succ_d, roll_d, off_d
         self.state_evidence_, self.global_counts_ = state_ev, global_counts
-        self.kappa_moments_ = moments
+        self.kappa_errors_ = kappa_errors
         self._dirty = dirty
         self.step_ += 1
         return {
@@ -348,26 +351,27 @@ class Estimator:
         enters p as a fixed number, the model part carries the uncertainty.
         """
         rows = self._rows(ids)
-        c = self.config
         p_model, u = mf.model_prediction(self._q_rows(rows), self.a_, self.b_)
         p_graph = self._graph_estimate(rows, p_model)
+        p, var = self._mix(rows, p_graph, u, self.kappa_)
+        pzv = mf.zero_variance_probability(p, var, group_size)
+        return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "variance": var,
+                "n_seen": self.rollouts_[rows], "p_zero_variance": pzv}
+
+    def _mix(self, rows: np.ndarray, p_graph: np.ndarray, u: np.ndarray, kappa: float):
+        """(p-hat, variance of the belief) from the graph's estimate and the prompts' own evidence."""
+        c = self.config
         roll = self.rollouts_[rows]
         if c.mixing == "gamma":
             p = mf.mix_with_history(p_graph, self.successes_[rows].astype(np.float64), roll.astype(np.float64),
                                     c.gamma)
             weight = np.where(roll > 0, c.gamma, 1.0)
-            var = weight * weight * u
-        elif c.mixing == "offset":
+            return p, weight * weight * u
+        if c.mixing == "offset":
             roll_d = self.rollouts_decayed_[rows]
-            kappa = self.kappa_
             p = np.clip(p_graph + self.offset_decayed_[rows] / (kappa + roll_d), 0.0, 1.0)
-            var = np.where(roll > 0, p * (1.0 - p) / (kappa + roll_d + 1.0), u)
-        else:
-            p, var = mf.mix_by_evidence(p_graph, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows],
-                                        self.kappa_)
-        pzv = mf.zero_variance_probability(p, var, group_size)
-        return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "variance": var,
-                "n_seen": roll, "p_zero_variance": pzv}
+            return p, np.where(roll > 0, p * (1.0 - p) / (kappa + roll_d + 1.0), u)
+        return mf.mix_by_evidence(p_graph, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows], kappa)
 
     def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
@@ -403,7 +407,7 @@ class Estimator:
             "state_evidence": self.state_evidence_.copy(),
             "global_counts": self.global_counts_.copy(),
             "offset_decayed": self.offset_decayed_.copy(),
-            "kappa_moments": self.kappa_moments_.copy(),
+            "kappa_errors": self.kappa_errors_.copy(),
             "dirty": np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy(),
             "at_fixed_point": np.array(self._dirty is not None),
         }
@@ -427,7 +431,7 @@ class Estimator:
         est._window_evidence = np.asarray(state["window_evidence"], dtype=np.float64).reshape(-1, 2, est.n_states)
         est.step_ = int(state["step"])
         for name in ("successes_decayed", "rollouts_decayed", "state_evidence", "global_counts", "offset_decayed",
-                     "kappa_moments"):
+                     "kappa_errors"):
             if name in state:  # absent in states written before these options existed
                 setattr(est, name + "_", np.asarray(state[name], dtype=np.float64).copy())
         if "successes_decayed" not in state:

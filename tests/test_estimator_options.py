@@ -155,49 +155,36 @@ def test_paper_settings_reproduce_the_paper_exactly():
     np.testing.assert_allclose(est.predict(), want, rtol=1e-10)
 
 
-def test_fit_prior_strength_by_hand():
-    m, n, s = np.array([0.5, 0.2, 0.9]), np.array([8, 4, 10]), np.array([7, 1, 10])
-    a = np.sum(m * (1 - m))
-    b = np.sum(m * (1 - m) / n)
-    q = np.sum((s / n - m) ** 2)
-    np.testing.assert_allclose(mf.prior_strength_moments(m, n, s), [a, b, q])
-    assert b < q < a and mf.fit_prior_strength([a, b, q]) == pytest.approx((a - q) / (q - b))
-    assert mf.fit_prior_strength([0.0, 0.0, 0.0]) == mf.KAPPA_MAX  # no outcomes yet
-    assert mf.fit_prior_strength([1.0, 0.2, 0.1]) == mf.KAPPA_MAX  # less spread than binomial noise
-    assert mf.fit_prior_strength([1.0, 0.2, 5.0]) == mf.KAPPA_MIN  # far more spread than the prior allows
+def test_choose_prior_strength_by_hand():
+    errors = np.full(mf.KAPPA_GRID.size, 5.0)
+    errors[3] = 1.0
+    assert mf.choose_prior_strength(errors) == mf.KAPPA_GRID[3]
+    assert mf.choose_prior_strength(np.zeros(mf.KAPPA_GRID.size)) == mf.KAPPA_GRID[0]  # ties: the smaller
+    with pytest.raises(ValueError):
+        mf.choose_prior_strength([1.0, 2.0])
 
 
-@pytest.mark.parametrize("kappa", [0.5, 3.0, 20.0])
-def test_fit_prior_strength_recovers_a_known_beta_binomial_strength(kappa):
-    rng = np.random.default_rng(11)
-    m = rng.uniform(0.1, 0.9, 40_000)
-    n = rng.integers(4, 17, m.size)
-    p = rng.beta(kappa * m, kappa * (1 - m))
-    s = rng.binomial(n, p)
-    fit = mf.fit_prior_strength(mf.prior_strength_moments(m, n, s))
-    assert fit == pytest.approx(kappa, rel=0.15)
-
-
-def test_auto_prior_strength_accumulates_the_graphs_errors_before_each_step():
+@pytest.mark.parametrize("mixing", ["evidence", "offset"])
+def test_auto_prior_strength_is_the_grid_kappa_with_the_least_prequential_error(mixing):
+    """Brute force: one estimator per grid kappa, each scored on its own predictions made before every
+    step's outcomes; "auto" must have summed exactly those errors and predict as the best of them."""
     w, labels, true_p, rng = problem()
-    kw = dict(device="cpu", dtype="float64", mixing="evidence", prompt_forgetting=0.85, state_prior="observed",
+    kw = dict(device="cpu", dtype="float64", mixing=mixing, prompt_forgetting=0.85, state_prior="observed",
               neighbor_smoothing=4.0)
+    batches = list(steps(rng, true_p, 6))
     est = Estimator(w, labels, 8, prior_strength="auto", **kw)
-    assert est.kappa_ == mf.KAPPA_MAX
-    batches = list(steps(rng, true_p, 5))
-    moments = np.zeros(3)
+    fixed = [Estimator(w, labels, 8, prior_strength=float(k), **kw) for k in mf.KAPPA_GRID]
+    errors = np.zeros(mf.KAPPA_GRID.size)
     for ids, n, s in batches:
-        m = est._graph_estimate(ids, model_part(est, ids)[0])
-        moments += mf.prior_strength_moments(m, n, s)
-        est.update(ids, n, s)
-        np.testing.assert_allclose(est.kappa_moments_, moments, rtol=1e-12)
-    kappa = mf.fit_prior_strength(moments)
-    assert est.kappa_ == pytest.approx(kappa) and mf.KAPPA_MIN < kappa < mf.KAPPA_MAX
-    # kappa enters only the mixing: the same history with that number fixed predicts the same p
-    fixed = Estimator(w, labels, 8, prior_strength=kappa, **kw)
-    for b in batches:
-        fixed.update(*b)
-    np.testing.assert_allclose(fixed.predict(), est.predict(), rtol=1e-10)
+        errors += [np.abs(f.predict(ids) - s / n).sum() for f in fixed]
+        for e in [est, *fixed]:
+            e.update(ids, n, s)
+        np.testing.assert_allclose(est.kappa_errors_, errors, rtol=1e-10)
+    best = int(np.argmin(errors))
+    assert est.kappa_ == mf.KAPPA_GRID[best] and len(set(np.round(errors, 6))) > 1  # the choice is not a tie
+    np.testing.assert_allclose(est.predict(), fixed[best].predict(), rtol=1e-10)
+    # kappa enters only the mixing: the fixed-kappa estimators share everything else with "auto"
+    np.testing.assert_allclose(est.a_, fixed[0].a_, rtol=1e-12)
 
 
 @pytest.mark.parametrize("kwargs,match", [

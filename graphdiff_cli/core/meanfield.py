@@ -466,35 +466,23 @@ def mix_by_evidence(p_model: np.ndarray, u: np.ndarray, successes: np.ndarray, r
     return p, var
 
 
-# the range an empirical-Bayes prior strength is clipped to, in rollouts (KAPPA_MAX also stands in
-# while the outcomes carry no more spread than binomial noise, i.e. the graph explains them fully)
-KAPPA_MIN, KAPPA_MAX = 0.05, 64.0
+# the prior strengths (in rollouts) that prior_strength="auto" chooses among, log-spaced: from 0.05 (a
+# seen prompt's own evidence all but alone) to 64 (the graph outweighs eight visits of eight rollouts)
+KAPPA_GRID = np.geomspace(0.05, 64.0, 12)
 
 
-def prior_strength_moments(p_graph: np.ndarray, n: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """One step's moments (A, B, Q) for ``fit_prior_strength`` (beyond the paper).
+def choose_prior_strength(errors) -> float:
+    """kappa for prior_strength="auto" (beyond the paper): the KAPPA_GRID value whose predictions had the
+    lowest summed absolute error against outcomes they had not seen (``errors``, one per grid value).
 
-    For prompts observed with n_i rollouts and s_i successes, and the graph's estimate m_i made before
-    seeing them: A = sum m(1 - m), B = sum m(1 - m) / n, Q = sum (s / n - m)^2.
+    A prequential choice: every prediction was made before its outcome, as in `graphdiff evaluate`, so
+    the choice adapts to the log (a prompt seen fifty times needs the graph less than one seen twice)
+    without hindsight. Ties, e.g. before any prompt has been seen twice, go to the smaller kappa.
     """
-    m = np.asarray(p_graph, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    v = m * (1.0 - m)
-    return np.array([v.sum(), (v / n).sum(), ((np.asarray(s, dtype=np.float64) / n - m) ** 2).sum()])
-
-
-def fit_prior_strength(moments) -> float:
-    """kappa by the method of moments from accumulated (A, B, Q) (beyond the paper).
-
-    If p_i ~ Beta(mean m_i, strength kappa) and s_i ~ Binomial(n_i, p_i), then
-    E[(s_i / n_i - m_i)^2] = m_i (1 - m_i) (1 + kappa / n_i) / (kappa + 1); summed over observations,
-    Q = (A + kappa B) / (kappa + 1), so kappa = (A - Q) / (Q - B), clipped to [KAPPA_MIN, KAPPA_MAX].
-    Q <= B (no spread beyond binomial noise; also before any outcome) gives KAPPA_MAX.
-    """
-    a, b, q = (float(x) for x in moments)
-    if not q > b:
-        return KAPPA_MAX
-    return float(np.clip((a - q) / (q - b), KAPPA_MIN, KAPPA_MAX))
+    errors = np.asarray(errors, dtype=np.float64)
+    if errors.shape != KAPPA_GRID.shape:
+        raise ValueError(f"expected {KAPPA_GRID.size} errors, got shape {errors.shape}")
+    return float(KAPPA_GRID[int(np.argmin(errors))])
 
 
 def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successes_nb: np.ndarray,

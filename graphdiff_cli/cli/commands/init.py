@@ -41,7 +41,7 @@ def init(
                                          "(the paper's fixed mix) (default: evidence; paper: gamma)."),
     prior_strength: Optional[str] = typer.Option(None, "--prior-strength", help="kappa: weight of the "
                                                  "graph's estimate, in rollouts, under --mixing evidence or "
-                                                 "offset, or auto (fitted online by empirical Bayes) "
+                                                 "offset, or auto (chosen online by prequential error) "
                                                  "(default: auto)."),
     prompt_forgetting: Optional[float] = typer.Option(None, "--prompt-forgetting", help="lambda: a prompt's "
                                                       "own counts decay by this at each of its visits "
