@@ -111,6 +111,33 @@ def test_methods_subset_and_vip_needs_embeddings(world, tmp_path):
     assert res.exit_code == 2 and "unknown method" in res.output
 
 
+def test_counterfactual_section_matches_the_stage_run_directly(world, tmp_path):
+    from graphdiff_cli.stages.counterfactual import counterfactual
+
+    d = world["dir"]
+    out = tmp_path / "r"
+    res = _eval(world, out, "--methods", "graphdiff,history,mopps,sbs", "--counterfactual", "--pool-factor", "1.5",
+                "--seed", "3")
+    assert res.exit_code == 0, res.output
+    got = json.loads((out / "metrics.json").read_text())["counterfactual"]
+    # the oracle sbs is an estimation reference only: it cannot drive decisions
+    assert got["methods"] == ["graphdiff", "history", "mopps(lam=1)", "mopps(lam=0.5)"]
+    want = counterfactual(d / "log.jsonl", d / "graph.zarr", d / "clusters.zarr",
+                          methods=["graphdiff", "history", "mopps"], batch_size=30, pool_factor=1.5, seed=3,
+                          device="cpu")
+    for part, key in (("selection", "effective_rate"), ("allocation", "expected_nondegenerate_per_step")):
+        g = {(r["strategy"], r["estimator"]): r[key] for r in got[part]["results"]}
+        w = {(r["strategy"], r["estimator"]): r[key] for r in want[part]["results"]}
+        assert g.keys() == w.keys() and all(g[k] == pytest.approx(w[k]) for k in w)
+    assert got["selection"]["batch_size"] == 30 and got["selection"]["pool_size"] == 45
+    md = (out / "report.md").read_text()
+    assert "## Decisions driven by each estimator (offline counterfactual)" in md
+    assert "| skip-zero-variance | graphdiff |" in md and "out of reach" in md.lower()
+    # without the flag: no section
+    assert _eval(world, tmp_path / "r2", "--methods", "history").exit_code == 0
+    assert "Decisions driven" not in (tmp_path / "r2" / "report.md").read_text()
+
+
 def test_log_rows_are_sorted_by_step_and_unknown_ids_refused(world, tmp_path):
     rows = world["rows"]
     shuffled = rows[len(rows) // 2:] + rows[:len(rows) // 2]  # later steps first, within-step order kept

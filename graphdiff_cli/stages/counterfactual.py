@@ -45,12 +45,34 @@ def method_factories(keys, cfg, w, labels, k, embeddings, n_nodes) -> dict:
     return factories
 
 
+def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int, *, methods=None,
+                       batch_size: int = 128, pool_factor: float = 2.0, seed: int = 0,
+                       strategies=("target", "thompson", "skip-zero-variance"), allocation=("uniform", "variance", "vip"),
+                       budget_per_prompt: int = 8, min_count: int = 2, max_count: int = 32,
+                       progress: Progress = _noop) -> dict:
+    """Both replays on a log already read (``read_log``) with the graph's arrays; the result dict."""
+    from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
+
+    keys = list(methods) if methods else list(COUNTERFACTUAL_METHODS)
+    factories = method_factories(keys, cfg, w, labels, k, emb, n_nodes)
+    res: dict = {"note": OUT_OF_REACH, "methods": list(factories)}
+    if strategies:
+        res["selection"] = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
+                                            strategies=strategies, batch_size=batch_size, pool_factor=pool_factor,
+                                            seed=seed, n_nodes=n_nodes, progress=progress)
+    if allocation:
+        res["allocation"] = allocation_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
+                                              strategies=allocation, budget_per_prompt=budget_per_prompt,
+                                              min_count=min_count, max_count=max_count, n_nodes=n_nodes,
+                                              progress=progress)
+    return res
+
+
 def counterfactual(log, graph, clusters, *, embeddings=None, config=None, methods=None, batch_size: int = 128,
                    pool_factor: float = 2.0, seed: int = 0, strategies=("target", "thompson", "skip-zero-variance"),
                    allocation=("uniform", "variance", "vip"), budget_per_prompt: int = 8, min_count: int = 2,
                    max_count: int = 32, device: str | None = None, out=None, progress: Progress = _noop) -> dict:
     """Run both replays; returns {"selection": ..., "allocation": ..., "methods": [...], "note": ...}."""
-    from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
     from .evaluate import (load_config, read_clusters_artifact, read_embeddings_artifact, read_graph_artifact,
                            read_log)
 
@@ -62,18 +84,10 @@ def counterfactual(log, graph, clusters, *, embeddings=None, config=None, method
     _, labels, k = read_clusters_artifact(clusters, graph_ids)
     emb = read_embeddings_artifact(embeddings, graph_ids) if embeddings is not None else None
     lg = read_log(log, graph_ids)
-    keys = list(methods) if methods else list(COUNTERFACTUAL_METHODS)
-    factories = method_factories(keys, cfg, w, labels, k, emb, len(graph_ids))
-    res: dict = {"note": OUT_OF_REACH, "methods": list(factories)}
-    if strategies:
-        res["selection"] = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
-                                            strategies=strategies, batch_size=batch_size, pool_factor=pool_factor,
-                                            seed=seed, n_nodes=len(graph_ids), progress=progress)
-    if allocation:
-        res["allocation"] = allocation_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
-                                              strategies=allocation, budget_per_prompt=budget_per_prompt,
-                                              min_count=min_count, max_count=max_count, n_nodes=len(graph_ids),
-                                              progress=progress)
+    res = run_counterfactual(lg, cfg, w, labels, k, emb, len(graph_ids), methods=methods, batch_size=batch_size,
+                             pool_factor=pool_factor, seed=seed, strategies=strategies, allocation=allocation,
+                             budget_per_prompt=budget_per_prompt, min_count=min_count, max_count=max_count,
+                             progress=progress)
     res["seconds"] = time.perf_counter() - t0
     if out is not None:
         from ..io.atomic import atomic_write_text

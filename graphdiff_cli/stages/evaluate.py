@@ -352,8 +352,12 @@ def _verdict(metrics: dict) -> list[dict]:
 
 
 def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods=None, device: str | None = None,
+             counterfactual: bool = False, pool_factor: float = 2.0, seed: int = 0,
              progress: Progress = _noop) -> dict:
     """Replay ``log`` through the chosen methods and write the report folder ``out`` atomically.
+
+    ``counterfactual``: also replay selection and allocation driven by each (non-oracle) method
+    (``stages.counterfactual``), with the log's median batch size as B and a pool of ``pool_factor`` x B.
 
     Returns the result summary (also stored in metrics.json under "run").
     """
@@ -398,6 +402,15 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
 
     n_steps = int(res.steps.size)
     sizes = np.diff(np.r_[np.flatnonzero(np.r_[True, res.step[1:] != res.step[:-1]]), res.step.size])
+    decisions = None
+    if counterfactual:
+        from .counterfactual import COUNTERFACTUAL_METHODS, run_counterfactual
+
+        progress(0, None)
+        decisions = run_counterfactual(lg, cfg, w, labels, k, emb, n_nodes,
+                                       methods=[m for m in keys if m in COUNTERFACTUAL_METHODS],
+                                       batch_size=int(np.median(sizes)), pool_factor=pool_factor, seed=seed,
+                                       progress=progress)
     run = {
         "command": "evaluate", "log": str(log), "graph": str(graph), "clusters": str(clusters),
         "embeddings": None if embeddings is None else str(embeddings), "config": None if config is None else str(config),
@@ -411,7 +424,8 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
                                        "seconds_per_step")}
                     for name, m in metrics["methods"].items()}
     document = {"run": run, "settings": described, "metrics": metrics, "verdict": _verdict(metrics),
-                "discounted_grid": grid, "discounted_best": tuned, "ground_truth": truth}
+                "discounted_grid": grid, "discounted_best": tuned, "ground_truth": truth,
+                "counterfactual": decisions}
 
     staging = out.parent / f".{out.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:

@@ -201,10 +201,43 @@ def render_markdown(doc: dict) -> str:
         out += [f"| {_label(n, methods[n]['oracle'])} | {_fmt(v)} |" for n, v in truth["methods"].items()]
         out.append("")
 
+    out += _counterfactual_markdown(doc.get("counterfactual"))
     out += ["## Plots", "", "![Batch-mean predicted vs observed](batch_mean.png)", "",
             "![MAE over steps](mae_over_steps.png)", "", "![Reliability diagram](reliability.png)", ""]
     out += ["## Settings", "", "```json", json.dumps(to_jsonable(doc["settings"]), indent=2), "```", ""]
     return "\n".join(out)
+
+
+def _counterfactual_markdown(cf: dict | None) -> list[str]:
+    """The decisions section (evaluate --counterfactual): selection and allocation tables, best first."""
+    if not cf:
+        return []
+    out = ["## Decisions driven by each estimator (offline counterfactual)", "", cf["note"], ""]
+    sel = cf.get("selection")
+    if sel:
+        rows = sorted(sel["results"], key=lambda r: -(r["effective_rate"] if r["effective_rate"] is not None else -1))
+        out += [f"Selection: each step offers a pool of {sel['pool_size']} prompts from the current round "
+                f"({sel['pools']} pools over {sel['rounds']} rounds, seed {sel['seed']}); the strategy picks "
+                f"{sel['batch_size']}, and only their recorded outcomes are revealed to its estimator. Effective-"
+                "group rate = share of chosen groups with 0 < s < n (the groups that give GRPO a gradient). "
+                "`oracle` picks in hindsight the groups that had signal.", "",
+                "| Strategy | Estimator | Effective-group rate ↑ | Round 0 | Later rounds | vs uniform |",
+                "|:---|:---|---:|---:|---:|---:|"]
+        out += [f"| {r['strategy']} | {r['estimator']} | {_fmt(r['effective_rate'])} | "
+                f"{_fmt(r['effective_rate_round0'])} | {_fmt(r['effective_rate_later'])} | "
+                f"{_fmt(r['vs_uniform'])} |" for r in rows]
+        out.append("")
+    alloc = cf.get("allocation")
+    if alloc:
+        rows = sorted(alloc["results"], key=lambda r: -r["expected_nondegenerate_per_step"])
+        out += [f"Allocation: every step's batch gets {alloc['budget_per_prompt']} rollouts per prompt on average "
+                f"(each count in [{alloc['min']}, {alloc['max']}]); the expected number of non-degenerate groups "
+                f"per step, with {alloc['truth']} as the truth.", "",
+                "| Strategy | Estimator | Non-degenerate groups per step ↑ | vs uniform |", "|:---|:---|---:|---:|"]
+        out += [f"| {r['strategy']} | {r['estimator']} | {_fmt(r['expected_nondegenerate_per_step'], 2)} | "
+                f"{_fmt(r['vs_uniform'])} |" for r in rows]
+        out.append("")
+    return out
 
 
 def _plots(folder: Path, doc: dict) -> None:

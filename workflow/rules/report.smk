@@ -38,6 +38,7 @@ rule report:
     params:
         gd=GD,
         methods=",".join(config["evaluate"]["methods"]),
+        counterfactual="--counterfactual" if config["evaluate"]["counterfactual"] else "",
     conda:
         ENV
     threads: THREADS["evaluate"]
@@ -46,4 +47,4 @@ rule report:
     shell:
         "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log} --graph {input.graph} "
         "--clusters {input.clusters} --embeddings {input.embeddings} --config {input.config} "
-        "--methods {params.methods} --out {output} 2> {log}"
+        "--methods {params.methods} {params.counterfactual} --out {output} 2> {log}"

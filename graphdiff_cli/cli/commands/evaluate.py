@@ -27,6 +27,12 @@ def evaluate(
                                                 "labelprop, sbr, sbs (oracles), or all (default)."),
     device: Optional[str] = typer.Option(None, "--device", help="graphdiff's device: auto, cpu, cuda "
                                          "(overrides the config)."),
+    counterfactual: bool = typer.Option(False, "--counterfactual", help="Also replay prompt selection and "
+                                        "rollout allocation driven by each estimator (offline counterfactual: "
+                                        "effective-group rates, expected non-degenerate groups)."),
+    pool_factor: float = typer.Option(2.0, "--pool-factor", help="--counterfactual: candidate pool = this x the "
+                                      "log's median batch size."),
+    seed: int = typer.Option(0, "--seed", help="--counterfactual: seed of the pools and random strategies."),
     json_out: bool = JSON_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
@@ -39,7 +45,8 @@ def evaluate(
 
         with progress("replaying the log") as update:
             res = run_evaluate(log, graph, clusters, out, embeddings=embeddings, config=config, methods=methods,
-                               device=device, progress=update)
+                               device=device, counterfactual=counterfactual, pool_factor=pool_factor, seed=seed,
+                               progress=update)
         lines = [f"{res['rows']:,} rows over {res['steps']:,} steps, {len(res['methods'])} methods -> {res['out']}"]
         for name, m in res["summary"].items():
             mae = "–" if m["mae"] is None else f"{m['mae']:.3f}"
