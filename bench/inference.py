@@ -59,6 +59,7 @@ def main():
     ap.add_argument("--rollouts", type=int, default=8)
     ap.add_argument("--warm-steps", type=int, default=3)
     ap.add_argument("--reference", action="store_true", help="also run the converged synchronous reference")
+    ap.add_argument("--reference-iters", type=int, default=300, help="rounds cap of the reference (tol 0)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -114,7 +115,7 @@ def main():
     }
     if args.reference:
         ref = Estimator.from_state_dict({**state, "config": {**state["config"], "schedule": "synchronous",
-                                                             "tol": 0.0, "max_iters": 300}})
+                                                             "tol": 0.0, "max_iters": args.reference_iters}})
         t = time.perf_counter()
         rs = ref.update(ids, n, s)
         out["reference_sync_s"] = time.perf_counter() - t
