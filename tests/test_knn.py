@@ -90,3 +90,49 @@ def test_gpu_search_matches_brute_force():
     # GPU float sums may swap near-ties; the neighbour sets agree on (almost) every row
     agree = np.mean([set(a) == set(b) for a, b in zip(nbr, ref_nbr)])
     assert agree > 0.99
+
+
+def _clustered(n, d, seed):
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((max(2, n // 100), d))
+    x = centers[rng.integers(0, centers.shape[0], n)] + 0.6 * rng.standard_normal((n, d))
+    return normalize_rows(x.astype(np.float32))
+
+
+def test_sampled_recall_is_exact_on_exact_hits_and_counts_misses():
+    from graphdiff_cli.backends.knn import sampled_recall
+
+    x = _unit(500, 12, seed=9)
+    res = knn_search(x, 11, device="cpu")
+    assert sampled_recall(x, res.neighbors, sample=200)["recall"] == 1.0
+    # replace the last 5 of 11 hits of every row by rows that are certainly not among its top 11
+    worst = np.argsort(x @ x.T, axis=1)[:, :5]
+    damaged = res.neighbors.copy()
+    damaged[:, 6:] = worst
+    damaged[0, 6:] = -1  # padding counts as a miss
+    got = sampled_recall(x, damaged, sample=500)
+    assert got == {"recall": pytest.approx(6 / 11), "sample": 500, "k": 11}
+
+
+@pytest.mark.parametrize("index", ["hnsw", "ivf"])
+def test_approximate_indexes_reach_high_recall_and_report_it(index):
+    from graphdiff_cli.backends.knn import sampled_recall
+
+    x = _clustered(4000, 32, seed=4)
+    k = 21
+    res = knn_search(x, k, device="cpu", index=index)
+    assert res.backend == f"faiss-{index}" and res.params
+    ref, _ = exact_knn(x, k - 1)
+    # recall against the brute-force reference, computed independently of sampled_recall
+    hits = np.mean([len(set(a[a != i]) & set(b)) / (k - 1) for i, (a, b) in enumerate(zip(res.neighbors, ref))])
+    assert hits >= 0.95
+    est = sampled_recall(x, res.neighbors, sample=4000)["recall"]  # every row: the full figure
+    assert est == pytest.approx(np.mean([len(set(a) & set(np.r_[i, b])) / k
+                                         for i, (a, b) in enumerate(zip(res.neighbors, ref))]), abs=2e-3)
+    if index == "ivf":
+        assert res.params["nlist"] == min(round(4 * np.sqrt(4000)), 4000 // 39)
+
+
+def test_unknown_index_refused():
+    with pytest.raises(InvalidArgumentError, match="unknown index"):
+        knn_search(_unit(20, 4, seed=1), 3, device="cpu", index="lsh")

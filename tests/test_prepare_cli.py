@@ -137,6 +137,17 @@ def test_build_graph_equals_brute_force(embedded, graph40):
     assert res["k"] == 8 and res["search_backend"] == "faiss-cpu"
 
 
+def test_build_graph_with_an_approximate_index_stamps_its_recall(embedded, tmp_path):
+    out = tmp_path / "g.zarr"
+    res = gd_json("build-graph", embedded[1], "--out", out, "--k-nn", 8, "--index", "hnsw", "--recall-sample", 40)
+    g = read_artifact(out, "graph")
+    assert g.params["index"] == "hnsw" and g.params["index_params"]["ef_search"] >= 18
+    assert g.attr("recall") == res["recall"] and res["recall"]["sample"] == 40 and res["recall"]["k"] == 9
+    assert res["recall"]["recall"] >= 0.95  # 40 prompts: HNSW finds (nearly) everything
+    bad = gd("build-graph", embedded[1], "--out", tmp_path / "h.zarr", "--index", "annoy", ok=False)
+    assert_refused(bad, tmp_path / "h.zarr", 2, "--index must be one of exact, hnsw, ivf")
+
+
 def test_k_nn_capped_at_n_minus_1(small, tmp_path):
     out = tmp_path / "g.zarr"
     res = gd_json("build-graph", small[1], "--out", out, "--k-nn", 80)

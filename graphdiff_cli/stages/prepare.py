@@ -287,14 +287,18 @@ def read_embeddings(path) -> Artifact:
     return art
 
 
-def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", progress: Progress = _noop) -> dict:
+def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index: str = "exact",
+                nprobe: int | None = None, ef_search: int | None = None, recall_sample: int = 1000,
+                progress: Progress = _noop) -> dict:
     """The mutual-kNN sample graph W of Section 3.3 as a "graph" artifact.
 
     W_ij = c_ij if j in N_k(i), i in N_k(j) and c_ij > 0, else 0, with c_ij = phi_i . phi_j and
-    k = min(k_nn, N - 1); the exact inner-product search asks for k + 1 hits and drops self.
+    k = min(k_nn, N - 1); the search asks for k + 1 hits and drops self. ``index`` "exact" (the
+    paper's) or an approximate faiss index ("hnsw", "ivf"; backends.knn), whose recall against exact
+    search is measured on ``recall_sample`` random prompts and stamped in the artifact.
     """
     from ..backends.device import check_device_name
-    from ..backends.knn import knn_search
+    from ..backends.knn import INDEXES, knn_search, sampled_recall
     from ..core.graph import drop_self, mutual_knn_graph, normalize_rows, summarize_graph
 
     t0 = time.perf_counter()
@@ -302,6 +306,13 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", progre
     if k_nn < 1:
         raise InvalidArgumentError(f"--k-nn must be >= 1, got {k_nn}")
     check_device_name(device)
+    if index not in INDEXES:
+        raise InvalidArgumentError(f"--index must be one of {', '.join(INDEXES)}, got {index!r}")
+    for name, v in (("--nprobe", nprobe), ("--ef-search", ef_search)):
+        if v is not None and v < 1:
+            raise InvalidArgumentError(f"{name} must be >= 1, got {v}")
+    if recall_sample < 1:
+        raise InvalidArgumentError(f"--recall-sample must be >= 1, got {recall_sample}")
     art = read_embeddings(embeddings)
     ids = [str(x) for x in art.array("ids")]
     x = art.array("embeddings")
@@ -313,8 +324,9 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", progre
     x = normalize_rows(x)  # idempotent on stored rows; guards against hand-made artifacts
     k = min(k_nn, n - 1)
     ts = time.perf_counter()
-    res = knn_search(x, k + 1, device=device, progress=progress)
+    res = knn_search(x, k + 1, device=device, progress=progress, index=index, nprobe=nprobe, ef_search=ef_search)
     t_search = time.perf_counter() - ts
+    recall = None if index == "exact" else sampled_recall(x, res.neighbors, sample=recall_sample)
     nbr, sim = drop_self(res.neighbors, res.similarities, k)
     w = mutual_knn_graph(nbr, sim)
     summary = summarize_graph(w)
@@ -324,13 +336,19 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", progre
               "knn_indices": nbr.astype(np.int64)}
     content_hash = hash_arrays(ids_arr, arrays["indptr"], arrays["indices"], arrays["data"],
                                arrays["knn_indices"], extra="graph")
-    write_artifact(out, "graph", arrays, params={"k_nn": int(k_nn), "device": res.device, "index": "flat-ip"},
-                   inputs={"embeddings": art.content_hash}, content_hash=content_hash,
-                   attrs={"summary": asdict(summary), "k": int(k), "search_backend": res.backend})
+    params = {"k_nn": int(k_nn), "device": res.device, "index": "flat-ip" if index == "exact" else index}
+    if res.params:
+        params["index_params"] = res.params
+    attrs = {"summary": asdict(summary), "k": int(k), "search_backend": res.backend}
+    if recall is not None:
+        attrs["recall"] = recall
+    write_artifact(out, "graph", arrays, params=params, inputs={"embeddings": art.content_hash},
+                   content_hash=content_hash, attrs=attrs)
     t_end = time.perf_counter()
     return {"command": "build-graph", "embeddings": str(embeddings), "out": str(out), "n_prompts": n,
             "dim": int(x.shape[1]), "k_nn": int(k_nn), "k": int(k), "device": res.device,
-            "search_backend": res.backend, "summary": asdict(summary), "content_hash": content_hash,
+            "search_backend": res.backend, "index": index, "index_params": res.params, "recall": recall,
+            "summary": asdict(summary), "content_hash": content_hash,
             "timings": {"search_s": t_search, "total_s": t_end - t0}}
 
 

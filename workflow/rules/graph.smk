@@ -12,6 +12,7 @@ rule build_graph:
     params:
         gd=GD,
         device=config["graph"]["device"],
+        index=config["graph"]["index"],
     conda:
         ENV
     threads: THREADS["graph"]
@@ -19,4 +20,4 @@ rule build_graph:
         **gpu_resources("graph"),
     shell:
         "OMP_NUM_THREADS={threads} {params.gd} build-graph {input} --out {output} --k-nn {wildcards.k_nn} "
-        "--device {params.device} 2> {log}"
+        "--device {params.device} --index {params.index} 2> {log}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -17,6 +18,15 @@ def build_graph(
     k_nn: int = typer.Option(80, "--k-nn", help="Neighbours per prompt before the mutual filter "
                              "(k = min(k_nn, N - 1))."),
     device: str = typer.Option("auto", "--device", help="auto (GPU where one works), cpu or cuda."),
+    index: str = typer.Option("exact", "--index", help="exact (flat inner product, the paper's), or an "
+                              "approximate faiss index for millions of prompts: hnsw (CPU) or ivf (GPU with "
+                              "faiss-gpu); its recall is measured and reported."),
+    nprobe: Optional[int] = typer.Option(None, "--nprobe", help="ivf: inverted lists probed per query "
+                                         "(default: max(16, nlist / 8), nlist = 4 sqrt(N))."),
+    ef_search: Optional[int] = typer.Option(None, "--ef-search", help="hnsw: search breadth (default: "
+                                            "max(128, 2 k))."),
+    recall_sample: int = typer.Option(1000, "--recall-sample", help="Approximate indexes: prompts whose "
+                                      "hits are checked against exact search to measure recall."),
     json_out: bool = JSON_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
@@ -28,9 +38,15 @@ def build_graph(
         from ...stages.prepare import build_graph as build
 
         with progress("searching neighbours") as update:
-            res = build(embeddings, out, k_nn=k_nn, device=device, progress=update)
+            res = build(embeddings, out, k_nn=k_nn, device=device, index=index, nprobe=nprobe,
+                        ef_search=ef_search, recall_sample=recall_sample, progress=update)
         s = res["summary"]
-        emit(res, f"graph of {s['n_nodes']} prompts, {s['n_edges']} edges (mean degree {s['mean_degree']:.1f}, "
-                  f"{s['isolated']} isolated, {s['components']} components) -> {res['out']}")
+        text = (f"graph of {s['n_nodes']} prompts, {s['n_edges']} edges (mean degree {s['mean_degree']:.1f}, "
+                f"{s['isolated']} isolated, {s['components']} components) -> {res['out']}")
+        if res["recall"] is not None:
+            r = res["recall"]
+            text += (f"\n{index} index: recall@{r['k']} {r['recall']:.4f} against exact search on "
+                     f"{r['sample']:,} sampled prompts")
+        emit(res, text)
 
     run_guarded(body)
