@@ -2,7 +2,7 @@
 """Benchmark graph construction (faiss kNN + mutual filter) and embedding throughput.
 
     python bench/graph_and_embed.py knn --n 150000 --dim 1024 --k 80
-    python bench/graph_and_embed.py knn --n 300000 --dim 384 --k 80 --index ivf     # recall on a sample
+    python bench/graph_and_embed.py knn --n 100000 --dim 384 --k 80 --index ivf     # recall on a sample
     python bench/graph_and_embed.py embed --prompts ../shared/data/math/math_train.jsonl --limit 2000
 
 knn: random unit vectors with a planted cluster structure (N x dim, float32), the exact inner-product
