@@ -96,7 +96,9 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rollouts", type=int, default=8)
     ap.add_argument("--max-iters", type=int, default=50)
-    ap.add_argument("--schedule", default="synchronous")
+    ap.add_argument("--schedule", default=None, help="override init's (the default preset's: residual)")
+    ap.add_argument("--steps", type=int, default=2, help="updates applied; the last one is the one reported "
+                    "(step 1 after init starts from q = A; later steps are the steady state)")
     ap.add_argument("--format", default="jsonl", choices=["jsonl", "csv", "parquet"])
     ap.add_argument("--workdir", default=None, help="Keep the files here (default: a temporary folder).")
     ap.add_argument("--out", default=None)
@@ -110,17 +112,20 @@ def main():
         t_inputs = time.perf_counter() - t0
         state = work / "STATE"
         shutil.rmtree(state, ignore_errors=True)
+        extra = ["--schedule", args.schedule] if args.schedule else []
         init, init_wall = run("init", "--graph", work / "graph.zarr", "--clusters", work / "clusters.zarr",
-                              "--out", state, "--device", "cpu", "--max-iters", args.max_iters,
-                              "--schedule", args.schedule)
+                              "--out", state, "--device", "cpu", "--max-iters", args.max_iters, *extra)
         rng = np.random.default_rng(1)
-        batch = rng.choice(args.n, size=args.batch, replace=False)
-        p_true = rng.beta(2, 2, args.k)[labels[batch]]
-        s = rng.binomial(args.rollouts, p_true)
-        outcomes = work / "step1.jsonl"
-        outcomes.write_text("".join(json.dumps({"id": ids[i], "n": args.rollouts, "s": int(si)}) + "\n"
-                                    for i, si in zip(batch, s)))
-        upd, upd_wall = run("update", "--state", state, "--step", 1, "--outcomes", outcomes)
+        p_state = rng.beta(2, 2, args.k)
+        steps = []
+        for t in range(1, args.steps + 1):
+            batch = rng.choice(args.n, size=args.batch, replace=False)
+            s = rng.binomial(args.rollouts, p_state[labels[batch]])
+            outcomes = work / f"step{t}.jsonl"
+            outcomes.write_text("".join(json.dumps({"id": ids[i], "n": args.rollouts, "s": int(si)}) + "\n"
+                                        for i, si in zip(batch, s)))
+            upd, upd_wall = run("update", "--state", state, "--step", t, "--outcomes", outcomes)
+            steps.append({"step": t, "wall_s": upd_wall, "iterations": upd["iterations"], **upd["timings"]})
         pred, pred_wall = run("predict", "--state", state, "--out", work / f"predictions.{args.format}")
         result = {
             "benchmark": "handoff_roundtrip",
@@ -128,14 +133,15 @@ def main():
             "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                         "python": platform.python_version()},
             "n": args.n, "k": args.k, "mean_degree": float(w.nnz / args.n), "batch": args.batch,
-            "rollouts": args.rollouts, "schedule": args.schedule, "max_iters": args.max_iters,
+            "rollouts": args.rollouts, "schedule": init["config"]["schedule"], "max_iters": args.max_iters,
+            "updates": steps,
             "make_inputs_s": t_inputs,
             "init": {"wall_s": init_wall, **init["timings"]},
             "update": {"wall_s": upd_wall, "iterations": upd["iterations"], "converged": upd["converged"],
                        **upd["timings"]},
             "predict": {"wall_s": pred_wall, "format": args.format, "rows": pred["rows"], **pred["timings"]},
             "round_trip_wall_s": upd_wall + pred_wall,
-            "disk_mb": {"model": du_mb(state / "model.zarr"), "step": du_mb(state / "steps" / "00000001.zarr"),
+            "disk_mb": {"model": du_mb(state / "model.zarr"), "step": du_mb(state / "steps" / f"{args.steps:08d}.zarr"),
                         "predictions": (work / f"predictions.{args.format}").stat().st_size / 2**20},
         }
     finally:
