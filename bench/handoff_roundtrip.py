@@ -76,12 +76,23 @@ def write_inputs(folder: Path, n, k, deg):
 
 
 def run(*args) -> tuple[dict, float]:
+    """Run one graphdiff command; its --json result (plus "peak_rss_mb": the process's own maximum
+    resident set, from wait4) and its wall time."""
     t0 = time.perf_counter()
-    res = subprocess.run([str(GRAPHDIFF), *map(str, args), "--json"], capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if res.returncode != 0:
-        sys.exit(f"{args[0]} failed: {res.stderr}")
-    return json.loads(res.stdout), wall
+    with tempfile.TemporaryFile("w+") as errf:
+        proc = subprocess.Popen([str(GRAPHDIFF), *map(str, args), "--json"], stdout=subprocess.PIPE,
+                                stderr=errf, text=True)
+        out = proc.stdout.read()
+        proc.stdout.close()
+        _, status, usage = os.wait4(proc.pid, 0)  # reaps the child and returns its own rusage
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            errf.seek(0)
+            sys.exit(f"{args[0]} failed: {errf.read()}")
+    res = json.loads(out)
+    res["peak_rss_mb"] = usage.ru_maxrss / 1024
+    return res, wall
 
 
 def du_mb(path: Path) -> float:
@@ -125,7 +136,8 @@ def main():
             outcomes.write_text("".join(json.dumps({"id": ids[i], "n": args.rollouts, "s": int(si)}) + "\n"
                                         for i, si in zip(batch, s)))
             upd, upd_wall = run("update", "--state", state, "--step", t, "--outcomes", outcomes)
-            steps.append({"step": t, "wall_s": upd_wall, "iterations": upd["iterations"], **upd["timings"]})
+            steps.append({"step": t, "wall_s": upd_wall, "iterations": upd["iterations"],
+                          "peak_rss_mb": upd["peak_rss_mb"], **upd["timings"]})
         pred, pred_wall = run("predict", "--state", state, "--out", work / f"predictions.{args.format}")
         result = {
             "benchmark": "handoff_roundtrip",
@@ -139,7 +151,10 @@ def main():
             "init": {"wall_s": init_wall, **init["timings"]},
             "update": {"wall_s": upd_wall, "iterations": upd["iterations"], "converged": upd["converged"],
                        **upd["timings"]},
-            "predict": {"wall_s": pred_wall, "format": args.format, "rows": pred["rows"], **pred["timings"]},
+            "predict": {"wall_s": pred_wall, "format": args.format, "rows": pred["rows"],
+                        "peak_rss_mb": pred["peak_rss_mb"], **pred["timings"]},
+            "q_float32_plus_graph_mb": (args.n * args.k * 4 + w.data.nbytes + w.indices.nbytes + w.indptr.nbytes)
+            / 2**20,
             "round_trip_wall_s": upd_wall + pred_wall,
             "disk_mb": {"model": du_mb(state / "model.zarr"), "step": du_mb(state / "steps" / f"{args.steps:08d}.zarr"),
                         "predictions": (work / f"predictions.{args.format}").stat().st_size / 2**20},
