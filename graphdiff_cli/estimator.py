@@ -12,6 +12,7 @@ runs on copies, and the new state is committed by plain assignments at the end.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -132,7 +133,9 @@ class Estimator:
                  schedule: str = "synchronous", device: str = "auto", dtype: str = "float32",
                  residual_tol: float = 1e-4, mixing: str = "gamma", prior_strength: float | str = 4.0,
                  prompt_forgetting: float = 1.0, state_forgetting: float = 1.0, state_prior: str = "uniform",
-                 neighbor_smoothing: float | None = None):
+                 neighbor_smoothing: float | None = None, *, _q=None):
+        # _q (internal, from_state_dict): the N x K q to start from instead of A, so loading a state
+        # never holds A and the saved q at once
         config = EstimatorConfig(n_states=n_states, beta=float(beta), epsilon=float(epsilon),
                                  gamma=float(gamma), window=window, max_iters=max_iters, tol=float(tol),
                                  schedule=schedule, device=device, dtype=dtype, residual_tol=float(residual_tol),
@@ -153,12 +156,12 @@ class Estimator:
         self.config = config
         self._spec = mf.ModelSpec(graph=w, labels=labels, n_states=int(n_states), beta=config.beta,
                                   epsilon=config.epsilon)
-        self._init_state()
+        self._init_state(_q)
 
     # -- state -------------------------------------------------------------------------------------
 
-    def _init_state(self) -> None:
-        """t = 0: q = A (the smoothed spectral prior), every state Beta(1, 1), no history."""
+    def _init_state(self, q=None) -> None:
+        """t = 0: q = A (the smoothed spectral prior) unless ``q`` is given, every state Beta(1, 1), no history."""
         import torch
 
         from .backends.device import resolve_device
@@ -167,8 +170,18 @@ class Estimator:
         if self.config.schedule == "sequential":
             self.device_ = torch.device("cpu")  # Gauss-Seidel is inherently serial
         k, n = self.config.n_states, self.n_nodes
-        q = mf.smoothed_prior(self._spec.labels, k, self.config.epsilon)
-        self._q = torch.as_tensor(q, dtype=self._torch_dtype).to(self.device_)
+        if q is not None:
+            q = np.asarray(q)
+            if q.shape != (n, k):
+                raise DataError(f"saved q has shape {q.shape}, expected {(n, k)}")
+            self._q = torch.as_tensor(q, dtype=self._torch_dtype).to(self.device_)
+        else:
+            # q = A (mf.smoothed_prior), built in place in the working dtype: no N x K float64 intermediate
+            on, off = mf.log_prior_weights(self.config.epsilon, k)
+            self._q = torch.full((n, k), math.exp(off), dtype=self._torch_dtype, device=self.device_)
+            if n:
+                self._q[torch.arange(n, device=self.device_),
+                        torch.as_tensor(self._spec.labels, device=self.device_)] = math.exp(on)
         self.a_ = np.ones(k)
         self.b_ = np.ones(k)
         self.successes_ = np.zeros(n, dtype=np.int64)
@@ -414,16 +427,10 @@ class Estimator:
 
     @classmethod
     def from_state_dict(cls, state: dict, device: str | None = None) -> "Estimator":
-        import torch
-
         cfg = dict(state["config"])
         if device is not None:
             cfg["device"] = device
-        est = cls(state["graph"], state["labels"], **cfg)
-        q = np.asarray(state["q"])
-        if q.shape != (est.n_nodes, est.n_states):
-            raise DataError(f"saved q has shape {q.shape}, expected {(est.n_nodes, est.n_states)}")
-        est._q = torch.as_tensor(q, dtype=est._torch_dtype).to(est.device_)
+        est = cls(state["graph"], state["labels"], **cfg, _q=state["q"])
         est.a_ = np.asarray(state["a"], dtype=np.float64).copy()
         est.b_ = np.asarray(state["b"], dtype=np.float64).copy()
         est.successes_ = np.asarray(state["successes"], dtype=np.int64).copy()

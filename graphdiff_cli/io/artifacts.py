@@ -49,7 +49,7 @@ def hash_arrays(*arrays: np.ndarray, extra: str = "") -> str:
         arr = np.ascontiguousarray(arr)
         h.update(str(arr.dtype).encode())
         h.update(str(arr.shape).encode())
-        h.update(arr.tobytes())
+        h.update(memoryview(arr).cast("B") if arr.size else b"")  # the bytes, without a copy
     h.update(extra.encode())
     return h.hexdigest()[:16]
 

@@ -38,8 +38,8 @@ _STATIC = ("config", "step", "graph", "labels")  # what a step never changes (st
 
 def model_hash(graph: sp.csr_matrix, labels: np.ndarray) -> str:
     """Content hash of the model an estimator state belongs to: W and the spectral labels."""
-    return hash_arrays(graph.indptr.astype(np.int64), graph.indices.astype(np.int64),
-                       graph.data.astype(np.float64), np.asarray(labels, dtype=np.int64), extra="model")
+    return hash_arrays(graph.indptr.astype(np.int64, copy=False), graph.indices.astype(np.int64, copy=False),
+                       graph.data.astype(np.float64, copy=False), np.asarray(labels, dtype=np.int64), extra="model")
 
 
 def _graph_arrays(g: sp.csr_matrix) -> dict:
