@@ -133,9 +133,9 @@ class Estimator:
                  schedule: str = "synchronous", device: str = "auto", dtype: str = "float32",
                  residual_tol: float = 1e-4, mixing: str = "gamma", prior_strength: float | str = 4.0,
                  prompt_forgetting: float = 1.0, state_forgetting: float = 1.0, state_prior: str = "uniform",
-                 neighbor_smoothing: float | None = None, *, _q=None):
+                 neighbor_smoothing: float | None = None, *, _q=None, _own_q: bool = False):
         # _q (internal, from_state_dict): the N x K q to start from instead of A, so loading a state
-        # never holds A and the saved q at once
+        # never holds A and the saved q at once; _own_q: _q may be used in place (nobody else holds it)
         config = EstimatorConfig(n_states=n_states, beta=float(beta), epsilon=float(epsilon),
                                  gamma=float(gamma), window=window, max_iters=max_iters, tol=float(tol),
                                  schedule=schedule, device=device, dtype=dtype, residual_tol=float(residual_tol),
@@ -156,11 +156,11 @@ class Estimator:
         self.config = config
         self._spec = mf.ModelSpec(graph=w, labels=labels, n_states=int(n_states), beta=config.beta,
                                   epsilon=config.epsilon)
-        self._init_state(_q)
+        self._init_state(_q, _own_q)
 
     # -- state -------------------------------------------------------------------------------------
 
-    def _init_state(self, q=None) -> None:
+    def _init_state(self, q=None, own: bool = False) -> None:
         """t = 0: q = A (the smoothed spectral prior) unless ``q`` is given, every state Beta(1, 1), no history."""
         import torch
 
@@ -175,6 +175,8 @@ class Estimator:
             if q.shape != (n, k):
                 raise DataError(f"saved q has shape {q.shape}, expected {(n, k)}")
             self._q = torch.as_tensor(q, dtype=self._torch_dtype).to(self.device_)
+            if not own and self._q.device.type == "cpu" and self._q.data_ptr() == q.__array_interface__["data"][0]:
+                self._q = self._q.clone()  # q is updated in place: never share the caller's array
         else:
             # q = A (mf.smoothed_prior), built in place in the working dtype: no N x K float64 intermediate
             on, off = mf.log_prior_weights(self.config.epsilon, k)
@@ -286,14 +288,35 @@ class Estimator:
                                            for k in mf.KAPPA_GRID]
         a_hist, b_hist = self._history_prior()
         if self.config.schedule == "residual":
+            # in place: q is updated where it lies, with a journal of the touched rows that undoes the
+            # step should anything below raise (an update is all or nothing)
             res = mf.run_step_residual(self._spec, self._q, a_hist, b_hist, obs, self._dirty,
-                                       max_iters=self.config.max_iters, tol=self.config.residual_tol)
+                                       max_iters=self.config.max_iters, tol=self.config.residual_tol,
+                                       in_place=True)
             dirty = obs.ids.copy() if res.converged else None  # their l_ik leaves at the next step
         else:
             res = mf.run_step(self._spec, self._q, a_hist, b_hist, obs, schedule=self.config.schedule,
                               max_iters=self.config.max_iters, tol=self.config.tol)
             dirty = None
-        # commit (nothing above touched self)
+        try:
+            self._commit(res, obs, p_then, kappa_errors, dirty)
+        except BaseException:
+            res.undo()
+            raise
+        return {
+            "step": self.step_,
+            "elbo": res.elbo,
+            "iterations": res.iterations,
+            "converged": res.converged,
+            "rows_updated": res.rows_updated,
+            "n_observed": len(obs),
+            "rollouts": int(obs.n.sum()),
+            "successes": int(obs.s.sum()),
+            "seconds": time.perf_counter() - t0,
+        }
+
+    def _commit(self, res, obs, p_then, kappa_errors, dirty) -> None:
+        """Make the step's results the estimator's state (everything is computed before any assignment)."""
         successes = self.successes_.copy()
         rollouts = self.rollouts_.copy()
         successes[obs.ids] += obs.s.astype(np.int64)
@@ -319,17 +342,6 @@ class Estimator:
         self.kappa_errors_ = kappa_errors
         self._dirty = dirty
         self.step_ += 1
-        return {
-            "step": self.step_,
-            "elbo": res.elbo,
-            "iterations": res.iterations,
-            "converged": res.converged,
-            "rows_updated": res.rows_updated,
-            "n_observed": len(obs),
-            "rollouts": int(obs.n.sum()),
-            "successes": int(obs.s.sum()),
-            "seconds": time.perf_counter() - t0,
-        }
 
     def _rows(self, ids) -> np.ndarray:
         if ids is None:
@@ -402,14 +414,18 @@ class Estimator:
 
     # -- persistence -------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict:
-        """Arrays and config that determine the estimator completely (what ``save`` writes)."""
+    def state_dict(self, copy: bool = True) -> dict:
+        """Arrays and config that determine the estimator completely (what ``save`` writes).
+
+        ``copy=False`` returns q as a view of the estimator's own (on the CPU), valid until its next
+        update: for writers that consume it at once, without an N x K copy.
+        """
         return {
             "config": asdict(self.config),
             "step": self.step_,
             "graph": self._spec.graph,
             "labels": self._spec.labels,
-            "q": self.q_,
+            "q": self.q_ if copy else self._q.detach().cpu().numpy(),
             "a": self.a_.copy(),
             "b": self.b_.copy(),
             "successes": self.successes_.copy(),
@@ -426,11 +442,13 @@ class Estimator:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict, device: str | None = None) -> "Estimator":
+    def from_state_dict(cls, state: dict, device: str | None = None, copy: bool = True) -> "Estimator":
+        """The estimator ``state_dict`` describes. ``copy=False`` lets it update ``state["q"]`` in place
+        instead of copying it (for callers that hand the arrays over, as ``load`` does)."""
         cfg = dict(state["config"])
         if device is not None:
             cfg["device"] = device
-        est = cls(state["graph"], state["labels"], **cfg, _q=state["q"])
+        est = cls(state["graph"], state["labels"], **cfg, _q=state["q"], _own_q=not copy)
         est.a_ = np.asarray(state["a"], dtype=np.float64).copy()
         est.b_ = np.asarray(state["b"], dtype=np.float64).copy()
         est.successes_ = np.asarray(state["successes"], dtype=np.int64).copy()

@@ -550,3 +550,71 @@ def test_residual_state_survives_save_and_load(tmp_path):
     for b in bs[1:]:
         assert est.update(*b)["rows_updated"] == back.update(*b)["rows_updated"]
     np.testing.assert_array_equal(est.predict(), back.predict())
+
+
+def _residual_snapshot(est):
+    return {k: (v.toarray() if sp.issparse(v) else np.array(v, copy=True) if isinstance(v, np.ndarray) else v)
+            for k, v in est.state_dict().items()}
+
+
+def _assert_same(before, after):
+    for key in before:
+        if isinstance(before[key], np.ndarray):
+            np.testing.assert_array_equal(before[key], after[key], err_msg=key)
+        else:
+            assert before[key] == after[key], key
+
+
+@pytest.mark.parametrize("where", ["inside the step", "while committing"])
+def test_in_place_residual_update_that_raises_changes_nothing(monkeypatch, where):
+    """The residual schedule updates q in place; a failure at any point must leave q as it was."""
+    w, labels, true_p, rng = clustered_problem(n=300, seed=23)
+    est = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
+    bs = list(batches(rng, true_p, 3, 30))
+    est.update(*bs[0])
+    before = _residual_snapshot(est)
+    calls = {"n": 0}
+    if where == "inside the step":
+        real = mf._row_logits
+
+        def flaky(*args, **kwargs):  # fails on the second round, after the first changed rows of q
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("injected")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(mf, "_row_logits", flaky)
+    else:
+        def broken(*args, **kwargs):
+            calls["n"] += 1
+            raise RuntimeError("injected")
+
+        monkeypatch.setattr(Estimator, "_commit", broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        est.update(*bs[1])
+    assert calls["n"] >= 1
+    _assert_same(before, _residual_snapshot(est))
+    monkeypatch.undo()
+    # and it goes on exactly like an estimator that never saw the failure
+    ref = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
+    ref.update(*bs[0])
+    for b in bs[1:]:
+        est.update(*b)
+        ref.update(*b)
+    np.testing.assert_array_equal(est.predict(), ref.predict())
+
+
+def test_from_state_dict_never_updates_the_callers_q():
+    w, labels, true_p, rng = clustered_problem(n=300, seed=24)
+    est = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
+    bs = list(batches(rng, true_p, 2, 30))
+    est.update(*bs[0])
+    state = est.state_dict()
+    kept = state["q"].copy()
+    twin = Estimator.from_state_dict(state)
+    twin.update(*bs[1])
+    np.testing.assert_array_equal(state["q"], kept)  # the in-place step worked on a copy
+    assert not np.array_equal(twin.q_, kept)
+    owned = Estimator.from_state_dict(est.state_dict(), copy=False)  # handed over: updated where it lies
+    owned.update(*bs[1])
+    np.testing.assert_array_equal(owned.q_, twin.q_)

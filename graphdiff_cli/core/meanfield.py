@@ -182,6 +182,16 @@ class StepResult:
     converged: bool
     evidence: tuple[np.ndarray, np.ndarray]  # (sum q s, sum q f) over O_t at the final q
     rows_updated: int = 0  # applications of Proposition 1 to a single row (N per full sweep)
+    # in_place=True (run_step_residual): q is the q0 passed in, updated in place, and journal =
+    # (rows, their values before the step) restores it (``undo``) if the caller must not commit
+    journal: tuple | None = None
+
+    def undo(self) -> None:
+        """Put the rows an in-place step changed back as they were (no-op for a fresh q)."""
+        if self.journal is not None:
+            rows, old = self.journal
+            if rows.numel():
+                self.q.index_copy_(0, rows, old)
 
 
 @dataclass
@@ -364,7 +374,8 @@ def _row_logits(spec: ModelSpec, rows: np.ndarray, q, a, b, obs: Observations, o
 
 
 def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarray, obs: Observations,
-                      dirty: np.ndarray | None, *, max_iters: int = 50, tol: float = 1e-4) -> StepResult:
+                      dirty: np.ndarray | None, *, max_iters: int = 50, tol: float = 1e-4,
+                      in_place: bool = False) -> StepResult:
     """The same fixed point as the synchronous schedule, reached by revisiting only what moved.
 
     After a warm start from a converged state, the inputs of Proposition 1 change only for the prompts
@@ -376,10 +387,41 @@ def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarra
     reactivates the observed rows, as push-style PageRank does. It stops when nothing is active.
 
     The ELBO is not tracked (it would cost a full sweep per round); ``elbo`` holds no values.
+
+    ``in_place``: update q0 itself instead of a copy, journalling each row's values before its first
+    change (O(rows touched x K) memory instead of N x K); the result's ``undo()`` restores q0, and
+    does so by itself if this function raises. A start from every row (``dirty`` None) would journal
+    all of q, so it works on a copy either way.
     """
+    if not in_place or dirty is None:
+        return _run_residual(spec, q0.clone(), a_hist, b_hist, obs, dirty, max_iters, tol, None)
+    journal: dict = {"rows": [], "old": [], "seen": np.zeros(spec.n_nodes, dtype=bool)}
+    try:
+        res = _run_residual(spec, q0, a_hist, b_hist, obs, dirty, max_iters, tol, journal)
+    except BaseException:
+        _undo(q0, journal)
+        raise
+    return res
+
+
+def _journal_pack(q, journal: dict) -> tuple:
     import torch
 
-    q = q0.clone()
+    if not journal["rows"]:
+        return torch.zeros(0, dtype=torch.long, device=q.device), q[:0].clone()
+    return (torch.as_tensor(np.concatenate(journal["rows"]), device=q.device), torch.cat(journal["old"]))
+
+
+def _undo(q, journal: dict) -> None:
+    rows, old = _journal_pack(q, journal)
+    if rows.numel():
+        q.index_copy_(0, rows, old)
+
+
+def _run_residual(spec: ModelSpec, q, a_hist, b_hist, obs: Observations, dirty, max_iters: int, tol: float,
+                  journal: dict | None) -> StepResult:
+    import torch
+
     dev = q.device
     n = spec.n_nodes
     obs_pos = np.full(n, -1, dtype=np.int64)
@@ -395,7 +437,15 @@ def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarra
             break
         rows_t = torch.as_tensor(active, device=dev)
         new = torch.softmax(_row_logits(spec, active, q, a, b, obs, obs_pos), dim=1)
-        moved_by = (new - q.index_select(0, rows_t)).abs().amax(dim=1).cpu().numpy()
+        before = q.index_select(0, rows_t)
+        moved_by = (new - before).abs().amax(dim=1).cpu().numpy()
+        if journal is not None:  # keep each row's pre-step values, once
+            first = ~journal["seen"][active]
+            if first.any():
+                journal["seen"][active[first]] = True
+                journal["rows"].append(active[first])
+                journal["old"].append(before[torch.as_tensor(np.flatnonzero(first), device=dev)])
+        del before
         q.index_copy_(0, rows_t, new)
         touched += active.size
         a_new, b_new = beta_update(q.index_select(0, obs_idx), obs, a_hist, b_hist)
@@ -413,7 +463,8 @@ def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarra
     else:
         converged = active.size == 0
     return StepResult(q=q, a=a, b=b, elbo=[], iterations=rounds, converged=converged,
-                      evidence=(a - a_hist, b - b_hist), rows_updated=touched)
+                      evidence=(a - a_hist, b - b_hist), rows_updated=touched,
+                      journal=None if journal is None else _journal_pack(q, journal))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def _read_graph(art, n: int) -> sp.csr_matrix:
 def save_estimator(est, path, *, inputs: dict | None = None, extra_attrs: dict | None = None,
                    durable: bool = True) -> Path:
     """Write ``est`` as one standalone ``estimator-state`` artifact."""
-    st = est.state_dict()
+    st = est.state_dict(copy=False)  # written at once: no N x K copy
     g: sp.csr_matrix = st.pop("graph")
     config, step = st.pop("config"), st.pop("step")
     arrays = {**_graph_arrays(g), **st}
@@ -73,7 +73,7 @@ def save_model(est, path, ids, *, inputs: dict | None = None, extra_attrs: dict 
 
     ``ids[i]`` is the prompt id of node i (row i of the embedded prompts file).
     """
-    st = est.state_dict()
+    st = est.state_dict(copy=False)  # written at once: no N x K copy
     ids = [str(x) for x in ids]
     if len(ids) != est.n_nodes:
         raise ArtifactError(f"{path}: {len(ids)} ids for a model of {est.n_nodes} prompts")
@@ -91,7 +91,7 @@ def save_step(est, path, model_path, model_content: str, *, inputs: dict | None 
     ``model_path`` is the model artifact this step belongs to; it is recorded relative to ``path`` so
     the STATE directory can be moved as a whole.
     """
-    st = est.state_dict()
+    st = est.state_dict(copy=False)  # written at once: no N x K copy
     step = st["step"]
     arrays = {k: v for k, v in st.items() if k not in _STATIC}
     rel = os.path.relpath(Path(model_path).resolve(), Path(path).resolve())
@@ -167,4 +167,4 @@ def load_estimator(path, device: str | None = None, model=None):
     missing = [k for k in ("q", "a", "b", "successes", "rollouts", "window_evidence") if k not in state]
     if missing:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks array(s) {', '.join(missing)}")
-    return Estimator.from_state_dict(state, device=device)
+    return Estimator.from_state_dict(state, device=device, copy=False)  # the arrays were just read: ours
