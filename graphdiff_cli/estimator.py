@@ -174,9 +174,9 @@ class Estimator:
             q = np.asarray(q)
             if q.shape != (n, k):
                 raise DataError(f"saved q has shape {q.shape}, expected {(n, k)}")
-            self._q = torch.as_tensor(q, dtype=self._torch_dtype).to(self.device_)
-            if not own and self._q.device.type == "cpu" and self._q.data_ptr() == q.__array_interface__["data"][0]:
-                self._q = self._q.clone()  # q is updated in place: never share the caller's array
+            # q is updated in place: share the array only when it is handed over (own), else copy
+            make = torch.as_tensor if own else torch.tensor
+            self._q = make(q, dtype=self._torch_dtype).to(self.device_)
         else:
             # q = A (mf.smoothed_prior), built in place in the working dtype: no N x K float64 intermediate
             on, off = mf.log_prior_weights(self.config.epsilon, k)
@@ -284,7 +284,8 @@ class Estimator:
         if self.config.prior_strength == "auto" and self.config.mixing != "gamma" and len(obs):
             # score, for every kappa of the grid, the p-hat it gives these prompts before their outcomes
             p_graph, rate = self._graph_estimate(obs.ids, p_then), obs.s / obs.n
-            kappa_errors = kappa_errors + [np.abs(self._mix(obs.ids, p_graph, p_graph, k)[0] - rate).sum()
+            no_u = np.zeros_like(p_graph)  # u only shapes the variance, which is not scored
+            kappa_errors = kappa_errors + [np.abs(self._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum()
                                            for k in mf.KAPPA_GRID]
         a_hist, b_hist = self._history_prior()
         if self.config.schedule == "residual":

@@ -189,9 +189,7 @@ class StepResult:
     def undo(self) -> None:
         """Put the rows an in-place step changed back as they were (no-op for a fresh q)."""
         if self.journal is not None:
-            rows, old = self.journal
-            if rows.numel():
-                self.q.index_copy_(0, rows, old)
+            _restore(self.q, self.journal)
 
 
 @dataclass
@@ -399,7 +397,7 @@ def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarra
     try:
         res = _run_residual(spec, q0, a_hist, b_hist, obs, dirty, max_iters, tol, journal)
     except BaseException:
-        _undo(q0, journal)
+        _restore(q0, _journal_pack(q0, journal))
         raise
     return res
 
@@ -412,8 +410,9 @@ def _journal_pack(q, journal: dict) -> tuple:
     return (torch.as_tensor(np.concatenate(journal["rows"]), device=q.device), torch.cat(journal["old"]))
 
 
-def _undo(q, journal: dict) -> None:
-    rows, old = _journal_pack(q, journal)
+def _restore(q, journal: tuple) -> None:
+    """Write a packed journal's (rows, old values) back into q."""
+    rows, old = journal
     if rows.numel():
         q.index_copy_(0, rows, old)
 
