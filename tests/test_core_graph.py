@@ -113,3 +113,23 @@ def test_bad_embeddings_refused():
 def test_validate_graph_refusals(graph, match):
     with pytest.raises(DataError, match=match):
         validate_graph(graph)
+
+
+@pytest.mark.parametrize("block_nnz", [1, 7, 1 << 19])
+def test_symmetry_check_in_row_blocks_finds_any_asymmetry(block_nnz):
+    from graphdiff_cli.core.graph import _is_symmetric
+
+    rng = np.random.default_rng(1)
+    a = sp.random(300, 300, density=0.05, random_state=2, format="csr")
+    w = (a + a.T).tocsr()
+    w.setdiag(0)
+    w.eliminate_zeros()
+    w.sort_indices()
+    assert _is_symmetric(w, 1e-9, block_nnz)
+    for _ in range(5):  # one perturbed entry anywhere breaks it
+        bad = w.copy()
+        bad.data[rng.integers(bad.nnz)] += 1e-3
+        assert not _is_symmetric(bad, 1e-9, block_nnz)
+    one_sided = w.tolil()
+    one_sided[299, 0] = 0.5 if w[299, 0] == 0 else 0.0
+    assert not _is_symmetric(one_sided.tocsr(), 1e-9, block_nnz)

@@ -47,5 +47,24 @@ def _register() -> None:
 _register()
 
 
+def _release_freed_memory() -> None:
+    """Have glibc hand large freed buffers back to the OS at once (fixed 1 MiB mmap threshold).
+
+    By default glibc raises its mmap threshold after the first large free, so later chunk-sized
+    buffers (decoded Zarr chunks, per-step temporaries) come from the heap and stay resident after
+    they are freed: about 110 MB of a 150k-prompt `update`'s peak. Only the command-line process
+    does this; importing graphdiff as a library leaves the host's allocator alone. A no-op off glibc.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD (also stops its dynamic adjustment)
+    except (OSError, AttributeError):
+        pass
+
+
 def main() -> None:
+    _release_freed_memory()
     app()

@@ -96,14 +96,18 @@ def _read_parquet(path: Path):
         yield i, row
 
 
-def write_rows(path, rows: list[dict], fmt: str | None = None, columns: list[str] | None = None) -> Path:
-    """Write rows atomically (temporary file in the same folder, fsync, rename)."""
+def write_rows(path, rows, fmt: str | None = None, columns: list[str] | None = None) -> Path:
+    """Write rows (dicts; any iterable when ``columns`` is given: JSONL and CSV stream it, so 150k rows
+    need not be held as dicts) atomically (temporary file in the same folder, fsync, rename)."""
     from .atomic import atomic_write
 
     path = Path(path)
     fmt = detect_format(path, fmt)
-    columns = columns or (list(rows[0].keys()) if rows else [])
+    if columns is None:
+        rows = list(rows)
+        columns = list(rows[0].keys()) if rows else []
     if fmt == "parquet":
+        rows = list(rows)
         import pyarrow as pa
         import pyarrow.parquet as pq
 
