@@ -3,13 +3,19 @@
 
 The selection replay of `graphdiff evaluate --counterfactual` (core.counterfactual.selection_replay:
 each step a pool of pool-factor x B prompts of the current round, B chosen, only their outcomes
-revealed), run for graphdiff variants under one strategy. Input: a workflow run folder, e.g.
+revealed), run for graphdiff variants and the two MoPPS references under the given strategies, over
+several pool shuffles (--seeds): what a method sees depends on what it chose, so one shuffle's rates
+move by about +-0.005; the table gives mean +- standard error over the seeds. Input: a workflow run
+folder, e.g.
 
     snakemake --cores 2 --configfile configs/oneshot.yaml
-    python bench/selection_variants.py artifacts/oneshot [--strategy target] [--batch-size 128]
+    python bench/selection_variants.py artifacts/oneshot [--strategies target,thompson] [--seeds 0,1,2,3]
 
-Variants: the default preset; kappa fixed at 0.05; prompt forgetting 0.7 and 0.5; and the default with
-every never-chosen prompt predicted 0.5 (MoPPS's Beta(1, 1) mean), which isolates exploration.
+Variants: the default preset; the default with belief_strength unset (the belief of the mixing, as
+before the belief existed); prompt forgetting 0.5; and the default with every never-chosen prompt
+predicted 0.5 (MoPPS's Beta(1, 1) mean), which isolates exploration. --calibration adds, on the
+full log (every outcome revealed, as `graphdiff evaluate` replays it), how well each variant's
+p_zero_variance predicts a group with s in {0, n}: Brier score, log-loss, AUROC.
 The figures of docs/results.md ("Decisions on the real log") come from this script.
 """
 
@@ -22,8 +28,7 @@ import numpy as np
 
 VARIANTS = {
     "default": {},
-    "kappa 0.05": {"prior_strength": 0.05},
-    "lambda 0.7": {"prompt_forgetting": 0.7},
+    "belief unset": {"belief_strength": None},
     "lambda 0.5": {"prompt_forgetting": 0.5},
     "unseen -> 0.5": {"unseen_half": True},
 }
@@ -32,14 +37,17 @@ VARIANTS = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path)
-    ap.add_argument("--strategy", default="target")
+    ap.add_argument("--strategies", default="target,thompson,skip-zero-variance")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--pool-factor", type=float, default=2.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
+    ap.add_argument("--calibration", action="store_true")
     args = ap.parse_args()
 
     from graphdiff_cli.core import baselines as B
     from graphdiff_cli.core.counterfactual import selection_replay
+    from graphdiff_cli.core.metrics import auroc, zero_variance_outcome
     from graphdiff_cli.estimator import Estimator, preset_settings
     from graphdiff_cli.stages.evaluate import read_clusters_artifact, read_graph_artifact, read_log
 
@@ -51,6 +59,7 @@ def main() -> None:
     _, ids, w = read_graph_artifact(sorted(args.run.glob("graph/*.zarr"))[0])
     _, labels, k = read_clusters_artifact(sorted(args.run.glob("clusters/*.zarr"))[0], ids)
     lg = read_log(args.run / "data" / "log.jsonl", ids)
+    n_nodes = len(ids)
 
     def factory(overrides):
         kw = dict(overrides)
@@ -58,13 +67,36 @@ def main() -> None:
         settings = preset_settings("default") | {"device": "cpu"} | kw
         return lambda: cls(Estimator(w, labels, k, **settings))
 
-    res = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], {n: factory(o) for n, o in VARIANTS.items()},
-                           strategies=(args.strategy,), batch_size=args.batch_size, pool_factor=args.pool_factor,
-                           seed=args.seed, n_nodes=len(ids))
-    print(f"{'strategy':12s} {'graphdiff variant':18s} {'eff. rate':>9s} {'round 0':>8s} {'later':>7s}")
-    for r in sorted(res["results"], key=lambda r: -r["effective_rate"]):
-        print(f"{r['strategy']:12s} {r['estimator']:18s} {r['effective_rate']:9.4f} {r['effective_rate_round0']:8.4f} "
-              f"{r['effective_rate_later']:7.4f}")
+    factories = {f"graphdiff {v}": factory(VARIANTS[v]) for v in args.variants.split(",")}
+    factories["mopps(lam=0.5)"] = lambda: B.MoPPS(n_nodes, lam=0.5)
+    factories["mopps(lam=1)"] = lambda: B.MoPPS(n_nodes, lam=1.0)
+    rates: dict[tuple[str, str], list[float]] = {}
+    for seed in (int(x) for x in args.seeds.split(",")):
+        res = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
+                               strategies=tuple(args.strategies.split(",")), batch_size=args.batch_size,
+                               pool_factor=args.pool_factor, seed=seed, n_nodes=n_nodes)
+        for r in res["results"]:
+            rates.setdefault((r["strategy"], r["estimator"]), []).append(r["effective_rate"])
+    print(f"{'strategy':19s} {'estimator':26s} {'eff. rate':>9s} {'s.e.':>6s}  per seed")
+    for (strategy, name), v in sorted(rates.items(), key=lambda kv: -np.mean(kv[1])):
+        se = np.std(v) / np.sqrt(len(v))
+        print(f"{strategy:19s} {name:26s} {np.mean(v):9.4f} {se:6.4f}  {' '.join(f'{x:.3f}' for x in v)}")
+
+    if args.calibration:
+        step = lg["step"]
+        starts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+        ends = np.r_[starts[1:], step.size]
+        y = zero_variance_outcome(lg["n"], lg["s"])
+        print(f"\n{'p_zero_variance of':26s} {'Brier':>7s} {'log-loss':>8s} {'AUROC':>7s}")
+        for name, make in factories.items():
+            method, pz = make(), np.zeros(step.size)
+            for a, b in zip(starts, ends):
+                g = int(np.median(lg["n"][a:b]))
+                pz[a:b] = method.zero_variance(lg["id"][a:b].copy(), g)
+                method.update(lg["id"][a:b].copy(), lg["n"][a:b].copy(), lg["s"][a:b].copy())
+            pc = np.clip(pz, 1e-6, 1 - 1e-6)
+            logloss = -np.mean(np.where(y, np.log(pc), np.log(1 - pc)))
+            print(f"{name:26s} {np.mean((pz - y) ** 2):7.4f} {logloss:8.4f} {auroc(pz, y):7.4f}")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,9 @@ class EstimatorConfig:
     # its states, so the states carry the drift and the prompt keeps its own level
     prior_strength: float | str = 4.0  # kappa, in rollouts: the weight of the graph's estimate in
     # "evidence" and "offset"; "auto": chosen online, prequentially (mf.choose_prior_strength)
+    belief_strength: float | str | None = None  # nu, in rollouts: the weight of the graph's estimate in
+    # the belief decisions use (mean, variance, p_zero_variance: mf.belief_parameters); "auto": chosen
+    # online by the prequential likelihood of whole groups; None: the belief of the mixing (Appendix E)
     prompt_forgetting: float = 1.0  # lambda: a prompt's own counts decay by this at each of its visits
     state_forgetting: float = 1.0  # rho: state evidence decays by this at every step (1 = cumulative)
     state_prior: str = "uniform"  # "observed": Beta prior of mean = recent global success rate
@@ -86,6 +89,10 @@ class EstimatorConfig:
         if self.prior_strength != "auto" and (isinstance(self.prior_strength, str)
                                               or not (np.isfinite(self.prior_strength) and self.prior_strength > 0)):
             bad(f"prior_strength must be a number > 0 or 'auto', got {self.prior_strength!r}")
+        if self.belief_strength is not None:
+            if self.belief_strength != "auto" and (isinstance(self.belief_strength, str) or not (
+                    np.isfinite(self.belief_strength) and self.belief_strength > 0)):
+                bad(f"belief_strength must be None, a number > 0 or 'auto', got {self.belief_strength!r}")
         for name in ("prompt_forgetting", "state_forgetting"):
             v = getattr(self, name)
             if not 0 < v <= 1:
@@ -110,8 +117,8 @@ class EstimatorConfig:
 # paper's model with the measured improvements of docs/results.md (how each value was chosen is there).
 PRESETS: dict[str, dict] = {
     "paper": {},
-    "default": {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto", "prompt_forgetting": 0.85,
-                "state_prior": "observed", "neighbor_smoothing": 4.0},
+    "default": {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto", "belief_strength": "auto",
+                "prompt_forgetting": 0.85, "state_prior": "observed", "neighbor_smoothing": 4.0},
 }
 
 
@@ -133,7 +140,8 @@ class Estimator:
                  schedule: str = "synchronous", device: str = "auto", dtype: str = "float32",
                  residual_tol: float = 1e-4, mixing: str = "gamma", prior_strength: float | str = 4.0,
                  prompt_forgetting: float = 1.0, state_forgetting: float = 1.0, state_prior: str = "uniform",
-                 neighbor_smoothing: float | None = None, *, _q=None, _own_q: bool = False):
+                 neighbor_smoothing: float | None = None, belief_strength: float | str | None = None, *, _q=None,
+                 _own_q: bool = False):
         # _q (internal, from_state_dict): the N x K q to start from instead of A, so loading a state
         # never holds A and the saved q at once; _own_q: _q may be used in place (nobody else holds it)
         config = EstimatorConfig(n_states=n_states, beta=float(beta), epsilon=float(epsilon),
@@ -141,6 +149,8 @@ class Estimator:
                                  schedule=schedule, device=device, dtype=dtype, residual_tol=float(residual_tol),
                                  mixing=mixing,
                                  prior_strength=prior_strength if isinstance(prior_strength, str) else float(prior_strength),
+                                 belief_strength=belief_strength if belief_strength is None or isinstance(
+                                     belief_strength, str) else float(belief_strength),
                                  prompt_forgetting=float(prompt_forgetting),
                                  state_forgetting=float(state_forgetting), state_prior=state_prior,
                                  neighbor_smoothing=None if neighbor_smoothing is None else float(neighbor_smoothing))
@@ -199,6 +209,9 @@ class Estimator:
         # prior_strength="auto": per kappa of mf.KAPPA_GRID, the summed absolute error of the p-hat it
         # would have given each observed prompt just before the prompt's outcomes arrived
         self.kappa_errors_ = np.zeros(mf.KAPPA_GRID.size)
+        # belief_strength="auto": per value of the same grid, the summed log-likelihood of each observed
+        # group under the belief it would have given just before the group's outcomes arrived
+        self.belief_loglik_ = np.zeros(mf.KAPPA_GRID.size)
         self.step_ = 0
         # per-step evidence (sum q s, sum q f) of the last window - 1 steps (windowed variant only)
         self._window_evidence = np.zeros((0, 2, k))
@@ -240,6 +253,15 @@ class Estimator:
             return mf.choose_prior_strength(self.kappa_errors_)
         return float(self.config.prior_strength)
 
+    @property
+    def nu_(self) -> float | None:
+        """The belief strength in use: the configured number or the prequential choice ("auto"); None
+        when belief_strength is unset (the belief is then mix_by_evidence's, or Appendix E's)."""
+        c = self.config
+        if c.belief_strength == "auto":
+            return mf.choose_belief_strength(self.belief_loglik_)
+        return None if c.belief_strength is None else float(c.belief_strength)
+
     def _history_prior(self) -> tuple[np.ndarray, np.ndarray]:
         """(a_hist, b_hist) for the coming step.
 
@@ -279,14 +301,23 @@ class Estimator:
         """
         t0 = time.perf_counter()
         obs = mf.make_observations(ids, n, s, self.n_nodes)
-        p_then = mf.model_prediction(self._q_rows(obs.ids), self.a_, self.b_)[0] if len(obs) else np.zeros(0)
-        kappa_errors = self.kappa_errors_
-        if self.config.prior_strength == "auto" and self.config.mixing != "gamma" and len(obs):
-            # score, for every kappa of the grid, the p-hat it gives these prompts before their outcomes
-            p_graph, rate = self._graph_estimate(obs.ids, p_then), obs.s / obs.n
+        p_then = self._model_prediction(obs.ids)[0] if len(obs) else np.zeros(0)
+        kappa_errors, belief_loglik = self.kappa_errors_, self.belief_loglik_
+        c = self.config
+        score_kappa = c.prior_strength == "auto" and c.mixing != "gamma"
+        score_belief = c.belief_strength == "auto"
+        if (score_kappa or score_belief) and len(obs):
+            # score every value of the grid by what it said about these prompts before their outcomes
+            p_graph = self._graph_estimate(obs.ids, p_then)
+        if score_kappa and len(obs):
+            rate = obs.s / obs.n
             no_u = np.zeros_like(p_graph)  # u only shapes the variance, which is not scored
             kappa_errors = kappa_errors + [np.abs(self._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum()
                                            for k in mf.KAPPA_GRID]
+        if score_belief and len(obs):
+            belief_loglik = belief_loglik + mf.belief_loglik(
+                p_graph, self.successes_decayed_[obs.ids], self.rollouts_decayed_[obs.ids], obs.n, obs.s,
+                mf.KAPPA_GRID)
         a_hist, b_hist = self._history_prior()
         if self.config.schedule == "residual":
             # in place: q is updated where it lies, with a journal of the touched rows that undoes the
@@ -300,7 +331,7 @@ class Estimator:
                               max_iters=self.config.max_iters, tol=self.config.tol)
             dirty = None
         try:
-            self._commit(res, obs, p_then, kappa_errors, dirty)
+            self._commit(res, obs, p_then, kappa_errors, belief_loglik, dirty)
         except BaseException:
             res.undo()
             raise
@@ -316,7 +347,7 @@ class Estimator:
             "seconds": time.perf_counter() - t0,
         }
 
-    def _commit(self, res, obs, p_then, kappa_errors, dirty) -> None:
+    def _commit(self, res, obs, p_then, kappa_errors, belief_loglik, dirty) -> None:
         """Make the step's results the estimator's state (everything is computed before any assignment)."""
         successes = self.successes_.copy()
         rollouts = self.rollouts_.copy()
@@ -340,7 +371,7 @@ class Estimator:
         self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
         self.successes_decayed_, self.rollouts_decayed_, self.offset_decayed_ = succ_d, roll_d, off_d
         self.state_evidence_, self.global_counts_ = state_ev, global_counts
-        self.kappa_errors_ = kappa_errors
+        self.kappa_errors_, self.belief_loglik_ = kappa_errors, belief_loglik
         self._dirty = dirty
         self.step_ += 1
 
@@ -362,6 +393,14 @@ class Estimator:
         idx = torch.as_tensor(rows, device=self.device_)
         return self._q.index_select(0, idx).cpu().numpy()
 
+    def _model_prediction(self, rows: np.ndarray, block: int = mf.RESIDUAL_BLOCK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+        """mf.model_prediction for ``rows``, a block of rows of q at a time (no N x K float64 copy)."""
+        if rows.size <= block:
+            return mf.model_prediction(self._q_rows(rows), self.a_, self.b_)
+        parts = [mf.model_prediction(self._q_rows(rows[i:i + block]), self.a_, self.b_)
+                 for i in range(0, rows.size, block)]
+        return np.concatenate([p for p, _ in parts]), np.concatenate([u for _, u in parts])
+
     def predict(self, ids=None) -> np.ndarray:
         """p-hat_i (Section 3.6) for the given node indices, all prompts if None."""
         return self.estimates(ids)["p"]
@@ -370,19 +409,27 @@ class Estimator:
         """Everything a scheduler needs per prompt.
 
         p (Section 3.6), difficulty = 1 - p, p_model = sum_k q_ik mu_k, uncertainty = u-hat_i of
-        Appendix E, variance (of the belief about p that p_zero_variance and Thompson sampling use),
-        n_seen (rollouts observed so far), and p_zero_variance = E[p^g + (1 - p)^g], the
-        probability that a group of ``group_size`` rollouts is all-correct or all-wrong. Its belief is
-        a Beta with mean p and variance (weight of the model in p)^2 * u-hat: the prompt's own history
-        enters p as a fixed number, the model part carries the uncertainty.
+        Appendix E, n_seen (rollouts observed so far), and the belief about the success probability
+        that decisions use: its mean and variance (what Thompson sampling and the target rule read) and
+        p_zero_variance = E[p^g + (1 - p)^g], the probability that a group of ``group_size`` rollouts is
+        all-correct or all-wrong. With belief_strength set, the belief is mf.belief_parameters' Beta of
+        strength ``nu_`` (under "evidence" mixing its mean is p when nu = kappa); unset, it is a Beta
+        with mean p and the mixing's variance: for "gamma" (the paper) (weight of the model in p)^2 *
+        u-hat, since the prompt's own history enters p as a fixed number and the model part carries the
+        uncertainty.
         """
         rows = self._rows(ids)
-        p_model, u = mf.model_prediction(self._q_rows(rows), self.a_, self.b_)
+        p_model, u = self._model_prediction(rows)
         p_graph = self._graph_estimate(rows, p_model)
         p, var = self._mix(rows, p_graph, u, self.kappa_)
-        pzv = mf.zero_variance_probability(p, var, group_size)
-        return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "variance": var,
-                "n_seen": self.rollouts_[rows], "p_zero_variance": pzv}
+        mean = p
+        nu = self.nu_
+        if nu is not None:
+            a, b = mf.belief_parameters(p_graph, self.successes_decayed_[rows], self.rollouts_decayed_[rows], nu)
+            mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1.0))
+        pzv = mf.zero_variance_probability(mean, var, group_size)
+        return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "mean": mean,
+                "variance": var, "n_seen": self.rollouts_[rows], "p_zero_variance": pzv}
 
     def _mix(self, rows: np.ndarray, p_graph: np.ndarray, u: np.ndarray, kappa: float):
         """(p-hat, variance of the belief) from the graph's estimate and the prompts' own evidence."""
@@ -410,7 +457,7 @@ class Estimator:
         if cols.size == 0:
             return p_model
         sub = type(sub)((sub.data, local.reshape(-1), sub.indptr), shape=(rows.size, cols.size))
-        p_nb = mf.model_prediction(self._q_rows(cols), self.a_, self.b_)[0]
+        p_nb = self._model_prediction(cols)[0]
         return mf.neighbor_shift(p_model, sub, p_nb, self.successes_decayed_[cols], self.rollouts_decayed_[cols], tau)
 
     # -- persistence -------------------------------------------------------------------------------
@@ -438,6 +485,7 @@ class Estimator:
             "global_counts": self.global_counts_.copy(),
             "offset_decayed": self.offset_decayed_.copy(),
             "kappa_errors": self.kappa_errors_.copy(),
+            "belief_loglik": self.belief_loglik_.copy(),
             "dirty": np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy(),
             "at_fixed_point": np.array(self._dirty is not None),
         }
@@ -457,7 +505,7 @@ class Estimator:
         est._window_evidence = np.asarray(state["window_evidence"], dtype=np.float64).reshape(-1, 2, est.n_states)
         est.step_ = int(state["step"])
         for name in ("successes_decayed", "rollouts_decayed", "state_evidence", "global_counts", "offset_decayed",
-                     "kappa_errors"):
+                     "kappa_errors", "belief_loglik"):
             if name in state:  # absent in states written before these options existed
                 setattr(est, name + "_", np.asarray(state[name], dtype=np.float64).copy())
         if "successes_decayed" not in state:

@@ -540,6 +540,25 @@ def test_residual_schedule_matches_converged_synchronous():
     assert work[0] >= 1500 and np.mean(work[1:]) < 5 * 1500
 
 
+def test_residual_rounds_in_blocks_reach_the_same_fixed_point():
+    """A round over more rows than block_rows (the first step after init at scale) runs block by block
+    (Gauss-Seidel across blocks); forced here with blocks of 37 rows, it must land on the converged
+    synchronous solution as the one-block round does."""
+    w, labels, true_p, rng = clustered_problem(n=900, seed=23, n_states=16)
+    ref = Estimator(w, labels, 16, schedule="synchronous", tol=0, max_iters=500, device="cpu", dtype="float64")
+    spec = ref._spec
+    q0 = ref._q.clone()
+    ids, n, s = next(iter(batches(rng, true_p, 1, 64)))
+    obs = mf.make_observations(ids, n, s, 900)
+    one = mf.run_step_residual(spec, q0, ref.a_, ref.b_, obs, None, max_iters=500, tol=1e-7)
+    blocked = mf.run_step_residual(spec, q0, ref.a_, ref.b_, obs, None, max_iters=500, tol=1e-7, block_rows=37)
+    ref.update(ids, n, s)
+    assert one.converged and blocked.converged
+    for res in (one, blocked):
+        np.testing.assert_allclose(res.q.numpy(), ref._q.numpy(), atol=2e-4)
+        np.testing.assert_allclose(res.a, ref.a_, rtol=1e-4)
+
+
 def test_residual_state_survives_save_and_load(tmp_path):
     w, labels, true_p, rng = clustered_problem(n=300, seed=22)
     est = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")

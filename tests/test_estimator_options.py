@@ -187,7 +187,75 @@ def test_auto_prior_strength_is_the_grid_kappa_with_the_least_prequential_error(
     np.testing.assert_allclose(est.a_, fixed[0].a_, rtol=1e-12)
 
 
+def test_belief_loglik_is_the_beta_binomial_predictive():
+    from scipy.special import comb
+    from scipy.stats import betabinom
+
+    rng = np.random.default_rng(3)
+    pg, S = rng.uniform(0, 1, 30), rng.integers(0, 9, 30).astype(float)
+    C = S + rng.integers(0, 9, 30)
+    n = rng.integers(1, 12, 30)
+    s = rng.integers(0, n + 1)
+    grid = np.array([0.3, 2.0, 17.0])
+    got = mf.belief_loglik(pg, S, C, n, s, grid)
+    pc = np.clip(pg, mf.BELIEF_CLIP, 1 - mf.BELIEF_CLIP)
+    for j, nu in enumerate(grid):
+        a, b = nu * pc + S, nu * (1 - pc) + C - S
+        want = (betabinom.logpmf(s, n, a, b) - np.log(comb(n, s))).sum()
+        assert got[j] == pytest.approx(want, rel=1e-10)
+
+
+def test_choose_belief_strength_by_hand():
+    ll = np.full(mf.KAPPA_GRID.size, -50.0)
+    ll[4] = -10.0
+    assert mf.choose_belief_strength(ll) == mf.KAPPA_GRID[4]
+    start = mf.choose_belief_strength(np.zeros(mf.KAPPA_GRID.size))  # nothing scored yet: about Beta(1, 1)'s 2
+    assert start == mf.KAPPA_GRID[np.argmin(np.abs(np.log(mf.KAPPA_GRID / 2.0)))] and 1.0 < start < 4.0
+    with pytest.raises(ValueError):
+        mf.choose_belief_strength([1.0])
+
+
+def test_auto_belief_strength_is_the_grid_value_with_the_best_prequential_likelihood():
+    """Brute force: the belief's log-likelihood of every group, before its outcome, per grid value, from
+    p_graph and the decayed counts as they stood; "auto" must have summed exactly that and its estimates
+    must be the Beta of the best value, while p (kappa's) is untouched by the belief."""
+    from scipy.special import comb
+    from scipy.stats import betabinom
+
+    w, labels, true_p, rng = problem()
+    kw = dict(device="cpu", dtype="float64", mixing="evidence", prior_strength="auto", prompt_forgetting=0.85,
+              state_prior="observed", neighbor_smoothing=4.0)
+    est = Estimator(w, labels, 8, belief_strength="auto", **kw)
+    plain = Estimator(w, labels, 8, **kw)
+    ll = np.zeros(mf.KAPPA_GRID.size)
+    for ids, n, s in steps(rng, true_p, 6):
+        pm, _ = est._model_prediction(ids)
+        pg = np.clip(est._graph_estimate(ids, pm), mf.BELIEF_CLIP, 1 - mf.BELIEF_CLIP)
+        S, C = est.successes_decayed_[ids], est.rollouts_decayed_[ids]
+        for j, nu in enumerate(mf.KAPPA_GRID):
+            ll[j] += (betabinom.logpmf(s, n, nu * pg + S, nu * (1 - pg) + C - S)
+                      - np.log(comb(n, s))).sum()
+        est.update(ids, n, s)
+        plain.update(ids, n, s)
+        np.testing.assert_allclose(est.belief_loglik_, ll, rtol=1e-9)
+    nu = mf.KAPPA_GRID[int(np.argmax(ll))]
+    assert est.nu_ == nu
+    np.testing.assert_allclose(est.predict(), plain.predict(), rtol=1e-12)  # p does not depend on the belief
+    e = est.estimates()
+    rows = np.arange(w.shape[0])
+    pg = np.clip(est._graph_estimate(rows, est._model_prediction(rows)[0]), mf.BELIEF_CLIP, 1 - mf.BELIEF_CLIP)
+    a = nu * pg + est.successes_decayed_
+    b = nu * (1 - pg) + est.rollouts_decayed_ - est.successes_decayed_
+    np.testing.assert_allclose(e["mean"], a / (a + b), rtol=1e-10)
+    np.testing.assert_allclose(e["variance"], a * b / ((a + b) ** 2 * (a + b + 1)), rtol=1e-10)
+    np.testing.assert_allclose(e["p_zero_variance"], betabinom.pmf(0, 8, a, b) + betabinom.pmf(8, 8, a, b), rtol=1e-8)
+    # unset, the belief is the mixing's own, around p
+    assert plain.nu_ is None and np.array_equal(plain.estimates()["mean"], plain.predict())
+
+
 @pytest.mark.parametrize("kwargs,match", [
+    (dict(belief_strength=0.0), "belief_strength"),
+    (dict(belief_strength="best"), "belief_strength"),
     (dict(mixing="average"), "unknown mixing"),
     (dict(prior_strength=0.0), "prior_strength"),
     (dict(prior_strength="automatic"), "prior_strength"),
@@ -208,7 +276,7 @@ def test_bad_options_are_refused(kwargs, match):
 @pytest.mark.parametrize("mixing,kappa", [("evidence", 0.5), ("offset", 0.5), ("evidence", "auto")])
 def test_options_survive_save_and_load(tmp_path, mixing, kappa):
     w, labels, true_p, rng = problem()
-    kw = dict(mixing=mixing, prior_strength=kappa, prompt_forgetting=0.85, state_forgetting=0.9,
+    kw = dict(mixing=mixing, prior_strength=kappa, belief_strength="auto", prompt_forgetting=0.85, state_forgetting=0.9,
               state_prior="observed", neighbor_smoothing=4.0, schedule="residual", device="cpu")
     est = Estimator(w, labels, 8, **kw)
     batches = list(steps(rng, true_p, 4))
@@ -221,3 +289,6 @@ def test_options_survive_save_and_load(tmp_path, mixing, kappa):
         est.update(*b)
         back.update(*b)
     np.testing.assert_array_equal(back.predict(), est.predict())
+    np.testing.assert_array_equal(back.belief_loglik_, est.belief_loglik_)
+    for key in ("mean", "variance", "p_zero_variance"):
+        np.testing.assert_array_equal(back.estimates()[key], est.estimates()[key])

@@ -272,5 +272,6 @@ def test_a_trainer_loop_shell_script(tmp_path):
     lines = (tmp_path / "predictions.csv").read_text().splitlines()
     assert lines[0] == ",".join(PREDICT_COLUMNS) and len(lines) == 41
     seen = {r["id"] for t in (1, 2, 3) for r in step_rows(ids, t)}
-    n_seen = {ln.split(",")[0]: int(ln.split(",")[5]) for ln in lines[1:]}
+    col = PREDICT_COLUMNS.index("n_seen")
+    n_seen = {ln.split(",")[0]: int(ln.split(",")[col]) for ln in lines[1:]}
     assert {i for i, n in n_seen.items() if n > 0} == seen

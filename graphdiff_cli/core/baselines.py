@@ -562,7 +562,7 @@ class GraphdiffAdapter:
     """The project's ``Estimator`` (Sections 3.4-3.6) behind the ``OnlineEstimator`` interface.
 
     ``estimator`` is a ready ``graphdiff_cli.estimator.Estimator``; ``from_graph`` builds one.
-    zero_variance is the estimator's own E[p^g + (1 - p)^g] under its uncertainty (Appendix E).
+    zero_variance is the estimator's own E[p^g + (1 - p)^g] under its belief (``Estimator.estimates``).
     """
 
     def __init__(self, estimator, name: str = "graphdiff"):

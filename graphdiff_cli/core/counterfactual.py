@@ -25,9 +25,9 @@ The estimators then learn the recorded outcomes (the log has no others), so one 
 serves every strategy. Reference: ``oracle`` allocates with the recorded rates themselves.
 
 Estimators follow ``core.baselines.OnlineEstimator`` (predict / update, optional zero_variance);
-``moments`` adds what selection needs: a variance of the belief about p (graphdiff: Appendix E's,
-as ``Estimator.estimates`` uses it; MoPPS: its Beta's; others: 0, so Thompson sampling reduces to
-the target rule for them) and the zero-variance probability (native where the method has one, else
+``moments`` adds what selection needs: the belief about p (graphdiff: ``Estimator.estimates``' mean
+and variance, exactly what `graphdiff select` decides by; MoPPS: its Beta's; others: their p and
+variance 0, so Thompson sampling reduces to the target rule for them) and the zero-variance probability (native where the method has one, else
 the plug-in p^g + (1 - p)^g).
 """
 
@@ -76,10 +76,9 @@ def moments(method, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
     ids = np.asarray(ids, dtype=np.int64)
     est = getattr(method, "estimator", None)
     if est is not None and hasattr(est, "estimates"):  # graphdiff
-        res = est.estimates(ids, group_size=group_size)
-        weight = np.where(np.asarray(res["n_seen"]) > 0, float(est.config.gamma), 1.0)
-        return {"p": np.asarray(res["p"], dtype=np.float64),
-                "variance": weight * weight * np.asarray(res["uncertainty"], dtype=np.float64),
+        res = est.estimates(ids, group_size=group_size)  # the belief `graphdiff select` decides by
+        return {"p": np.asarray(res["mean"], dtype=np.float64),
+                "variance": np.asarray(res["variance"], dtype=np.float64),
                 "p_zero_variance": np.asarray(res["p_zero_variance"], dtype=np.float64)}
     p = np.clip(np.asarray(method.predict(ids), dtype=np.float64), 0.0, 1.0)
     if hasattr(method, "alpha_") and hasattr(method, "beta_"):  # MoPPS: its Beta's variance

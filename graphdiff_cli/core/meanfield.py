@@ -371,9 +371,13 @@ def _row_logits(spec: ModelSpec, rows: np.ndarray, q, a, b, obs: Observations, o
     return h
 
 
+# rows per block of a residual round: bounds its temporaries at block x K (16k x 320 float32 = 20 MB)
+RESIDUAL_BLOCK_ROWS = 16384
+
+
 def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarray, obs: Observations,
                       dirty: np.ndarray | None, *, max_iters: int = 50, tol: float = 1e-4,
-                      in_place: bool = False) -> StepResult:
+                      in_place: bool = False, block_rows: int = RESIDUAL_BLOCK_ROWS) -> StepResult:
     """The same fixed point as the synchronous schedule, reached by revisiting only what moved.
 
     After a warm start from a converged state, the inputs of Proposition 1 change only for the prompts
@@ -386,16 +390,20 @@ def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarra
 
     The ELBO is not tracked (it would cost a full sweep per round); ``elbo`` holds no values.
 
+    A round over more than ``block_rows`` active rows (the first step after init: all N) updates them
+    block by block, each block seeing the blocks before it (Gauss-Seidel across blocks, Jacobi
+    within): the temporaries are block x K instead of N x K, and the fixed point is the same.
+
     ``in_place``: update q0 itself instead of a copy, journalling each row's values before its first
     change (O(rows touched x K) memory instead of N x K); the result's ``undo()`` restores q0, and
     does so by itself if this function raises. A start from every row (``dirty`` None) would journal
     all of q, so it works on a copy either way.
     """
     if not in_place or dirty is None:
-        return _run_residual(spec, q0.clone(), a_hist, b_hist, obs, dirty, max_iters, tol, None)
+        return _run_residual(spec, q0.clone(), a_hist, b_hist, obs, dirty, max_iters, tol, None, block_rows)
     journal: dict = {"rows": [], "old": [], "seen": np.zeros(spec.n_nodes, dtype=bool)}
     try:
-        res = _run_residual(spec, q0, a_hist, b_hist, obs, dirty, max_iters, tol, journal)
+        res = _run_residual(spec, q0, a_hist, b_hist, obs, dirty, max_iters, tol, journal, block_rows)
     except BaseException:
         _restore(q0, _journal_pack(q0, journal))
         raise
@@ -418,7 +426,7 @@ def _restore(q, journal: tuple) -> None:
 
 
 def _run_residual(spec: ModelSpec, q, a_hist, b_hist, obs: Observations, dirty, max_iters: int, tol: float,
-                  journal: dict | None) -> StepResult:
+                  journal: dict | None, block_rows: int) -> StepResult:
     import torch
 
     dev = q.device
@@ -434,21 +442,26 @@ def _run_residual(spec: ModelSpec, q, a_hist, b_hist, obs: Observations, dirty, 
         if active.size == 0:
             converged = True
             break
-        rows_t = torch.as_tensor(active, device=dev)
-        new = torch.softmax(_row_logits(spec, active, q, a, b, obs, obs_pos), dim=1)
-        before = q.index_select(0, rows_t)
-        moved_by = (new - before).abs().amax(dim=1).cpu().numpy()
-        if journal is not None:  # keep each row's pre-step values, once
-            first = ~journal["seen"][active]
-            if first.any():
-                journal["seen"][active[first]] = True
-                journal["rows"].append(active[first])
-                journal["old"].append(before[torch.as_tensor(np.flatnonzero(first), device=dev)])
-        del before
-        q.index_copy_(0, rows_t, new)
+        moved_parts = []
+        for start in range(0, active.size, block_rows):
+            blk = active[start:start + block_rows]
+            rows_t = torch.as_tensor(blk, device=dev)
+            new = torch.softmax(_row_logits(spec, blk, q, a, b, obs, obs_pos), dim=1)
+            before = q.index_select(0, rows_t)
+            moved_by = (new - before).abs().amax(dim=1).cpu().numpy()
+            if journal is not None:  # keep each row's pre-step values, once
+                first = ~journal["seen"][blk]
+                if first.any():
+                    journal["seen"][blk[first]] = True
+                    journal["rows"].append(blk[first])
+                    journal["old"].append(before[torch.as_tensor(np.flatnonzero(first), device=dev)])
+            del before
+            q.index_copy_(0, rows_t, new)
+            del new
+            moved_parts.append(blk[moved_by > tol])
         touched += active.size
         a_new, b_new = beta_update(q.index_select(0, obs_idx), obs, a_hist, b_hist)
-        moved = active[moved_by > tol]
+        moved = np.concatenate(moved_parts)
         nxt = np.unique(g[moved].indices) if moved.size else np.zeros(0, dtype=np.int64)
         if len(obs):
             e_old = np.stack(expected_log_theta(a, b))
@@ -533,6 +546,56 @@ def choose_prior_strength(errors) -> float:
     if errors.shape != KAPPA_GRID.shape:
         raise ValueError(f"expected {KAPPA_GRID.size} errors, got shape {errors.shape}")
     return float(KAPPA_GRID[int(np.argmin(errors))])
+
+
+BELIEF_CLIP = 1e-4  # the graph's estimate enters a belief clipped to [eps, 1 - eps]: a Beta needs a, b > 0
+
+
+def belief_parameters(p_graph: np.ndarray, successes: np.ndarray, rollouts: np.ndarray,
+                      strength: float) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) of a prompt's belief about its success probability (beyond the paper; for decisions).
+
+    Beta(nu p_graph + S_i, nu (1 - p_graph) + C_i - S_i): the graph's estimate worth ``strength`` = nu
+    pseudo-rollouts, updated by the prompt's own (possibly forgotten) counts. It is the posterior of
+    ``mix_by_evidence`` with its own strength: p-hat is scored by absolute error (its kappa is the
+    predictive median's), the belief by the likelihood of whole groups (``belief_loglik``), since a
+    decision (Thompson draws, P(a group has no signal)) needs the spread, not just a central value.
+    """
+    pg = np.clip(np.asarray(p_graph, dtype=np.float64), BELIEF_CLIP, 1.0 - BELIEF_CLIP)
+    s = np.asarray(successes, dtype=np.float64)
+    f = np.maximum(np.asarray(rollouts, dtype=np.float64) - s, 0.0)
+    nu = float(strength)
+    return nu * pg + s, nu * (1.0 - pg) + f
+
+
+def belief_loglik(p_graph: np.ndarray, successes: np.ndarray, rollouts: np.ndarray, n: np.ndarray,
+                  s: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Summed log-likelihood of the groups (n_i rollouts, s_i successes) under the belief of each
+    strength in ``grid``, made before the groups were seen: log B(a + s, b + n - s) - log B(a, b) per
+    group (the beta-binomial predictive without its binomial coefficient, which no strength changes)."""
+    n = np.asarray(n, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    out = np.empty(len(grid))
+    for j, nu in enumerate(grid):
+        a, b = belief_parameters(p_graph, successes, rollouts, nu)
+        out[j] = float((betaln(a + s, b + n - s) - betaln(a, b)).sum())
+    return out
+
+
+# before any group has been scored the belief is worth 2 pseudo-rollouts, Beta(1, 1)'s strength
+BELIEF_START = 2.0
+
+
+def choose_belief_strength(loglik) -> float:
+    """nu for belief_strength="auto": the KAPPA_GRID value whose beliefs gave the groups seen so far the
+    highest prequential log-likelihood (a proper score of the whole predictive distribution of s, where
+    p-hat's absolute error scores only its median). Before any group: the grid value nearest 2."""
+    loglik = np.asarray(loglik, dtype=np.float64)
+    if loglik.shape != KAPPA_GRID.shape:
+        raise ValueError(f"expected {KAPPA_GRID.size} log-likelihoods, got shape {loglik.shape}")
+    if not loglik.any():
+        return float(KAPPA_GRID[int(np.argmin(np.abs(np.log(KAPPA_GRID / BELIEF_START))))])
+    return float(KAPPA_GRID[int(np.argmax(loglik))])
 
 
 def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successes_nb: np.ndarray,

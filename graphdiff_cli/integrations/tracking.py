@@ -245,7 +245,7 @@ class BatchChooser:
         m = min(self.row_nodes.size, max(self.batch_size, int(round(self.pool_factor * self.batch_size))))
         pool = rng.choice(self.row_nodes.size, size=m, replace=False)
         est = self.target.estimates(self.row_nodes[pool], self.group_size)
-        sel = dec.select(self.strategy, self.batch_size, p=est["p"], variance=est["variance"],
+        sel = dec.select(self.strategy, self.batch_size, p=est["mean"], variance=est["variance"],
                          p_zero_variance=est["p_zero_variance"], target=self.target_p,
                          seed=[self.seed, epoch, batch, 1])
         chosen = pool[sel.chosen]

@@ -24,7 +24,7 @@ from ..errors import DataError, InvalidArgumentError
 
 Progress = Callable[..., None]
 
-SELECT_COLUMNS = ["rank", "id", "p", "variance", "p_zero_variance", "n_seen", "key"]
+SELECT_COLUMNS = ["rank", "id", "p", "mean", "variance", "p_zero_variance", "n_seen", "key"]
 ALLOCATE_COLUMNS = ["id", "n", "p", "p_nondegenerate"]
 TABLE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet", ".pq")
 
@@ -76,7 +76,8 @@ def map_ids(path, pairs: list[tuple[int, str]], index: dict[str, int]) -> np.nda
 
 
 def estimate_moments(est, rows: np.ndarray, group_size: int = 8) -> dict[str, np.ndarray]:
-    """``est.estimates`` as numpy arrays; ``variance`` is the belief's variance that p_zero_variance uses."""
+    """``est.estimates`` as numpy arrays: ``mean`` and ``variance`` are the belief the decision rules read
+    (the one p_zero_variance comes from); ``p`` is the point estimate `graphdiff predict` reports."""
     return {k: np.asarray(v) for k, v in est.estimates(rows, group_size=group_size).items()}
 
 
@@ -136,11 +137,11 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     est = sd.load_estimator(device=device)
     progress(1, 3)
     m = estimate_moments(est, rows, group_size)
-    sel = dec.select(strategy, batch_size, p=m["p"], variance=m["variance"],
+    sel = dec.select(strategy, batch_size, p=m["mean"], variance=m["variance"],
                      p_zero_variance=m["p_zero_variance"], target=target, seed=seed)
     progress(2, 3)
     ids = [pid for _, pid in pairs]
-    records = [{"rank": r + 1, "id": ids[j], "p": float(m["p"][j]), "variance": float(m["variance"][j]),
+    records = [{"rank": r + 1, "id": ids[j], "p": float(m["p"][j]), "mean": float(m["mean"][j]), "variance": float(m["variance"][j]),
                 "p_zero_variance": float(m["p_zero_variance"][j]), "n_seen": int(m["n_seen"][j]),
                 "key": _json_float(sel.key[j])} for r, j in enumerate(sel.chosen)]
     _write(out, fmt, records, SELECT_COLUMNS)

@@ -30,13 +30,14 @@ from ..io.state_dir import DEFAULT_KEEP, StateDir, check_keep
 
 Progress = Callable[[int, int], None]
 
-PREDICT_COLUMNS = ["id", "p", "difficulty", "p_model", "uncertainty", "n_seen", "p_zero_variance"]
+PREDICT_COLUMNS = ["id", "p", "difficulty", "p_model", "uncertainty", "mean", "variance", "n_seen", "p_zero_variance"]
 
 # init's settings: the estimator's hyper-parameters plus the STATE's retention. Types say how a value
 # from the YAML config file is checked ("int?" = an integer or null).
 SETTINGS = {"beta": "float", "epsilon": "float", "gamma": "float", "window": "int?", "schedule": "str",
             "device": "str", "max_iters": "int", "tol": "float", "residual_tol": "float", "dtype": "str",
-            "mixing": "str", "prior_strength": "float|auto", "prompt_forgetting": "float",
+            "mixing": "str", "prior_strength": "float|auto", "belief_strength": "float|auto",
+            "prompt_forgetting": "float",
             "state_forgetting": "float", "state_prior": "str", "neighbor_smoothing": "float?", "keep": "int",
             "preset": "str"}
 
@@ -322,8 +323,8 @@ def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: in
     t_infer = time.perf_counter()
     progress(2, 3)
     cols = {"id": list(ids), **{c: np.asarray(res[c]).tolist() for c in PREDICT_COLUMNS[1:]}}
-    records = [dict(zip(PREDICT_COLUMNS, vals)) for vals in zip(*(cols[c] for c in PREDICT_COLUMNS))]
-    write_rows(out, records, fmt, PREDICT_COLUMNS)
+    records = (dict(zip(PREDICT_COLUMNS, vals)) for vals in zip(*(cols[c] for c in PREDICT_COLUMNS)))
+    write_rows(out, records, fmt, PREDICT_COLUMNS)  # streamed: one row dict at a time
     t_write = time.perf_counter()
     progress(3, 3)
     p = np.asarray(res["p"])

@@ -143,7 +143,7 @@ def cpu_resources(stage):
 
 
 # estimator keys whose null means "the preset's value" (schema: estimator.*)
-PRESET_KEYS = ("schedule", "mixing", "prior_strength", "prompt_forgetting", "state_forgetting", "state_prior",
+PRESET_KEYS = ("schedule", "mixing", "prior_strength", "belief_strength", "prompt_forgetting", "state_forgetting", "state_prior",
                "neighbor_smoothing")
 
 

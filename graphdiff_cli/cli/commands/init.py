@@ -43,6 +43,11 @@ def init(
                                                  "graph's estimate, in rollouts, under --mixing evidence or "
                                                  "offset, or auto (chosen online by prequential error) "
                                                  "(default: auto)."),
+    belief_strength: Optional[str] = typer.Option(None, "--belief-strength", help="nu: weight of the graph's "
+                                                  "estimate, in rollouts, in the belief that select and "
+                                                  "p_zero_variance use, or auto (chosen online by the "
+                                                  "likelihood of whole groups) (default: auto; paper: "
+                                                  "Appendix E's belief)."),
     prompt_forgetting: Optional[float] = typer.Option(None, "--prompt-forgetting", help="lambda: a prompt's "
                                                       "own counts decay by this at each of its visits "
                                                       "(default: 0.85; paper: 1)."),
@@ -72,7 +77,7 @@ def init(
             res = init_state(graph, clusters, out, config=config, progress=update, beta=beta, epsilon=epsilon,
                              gamma=gamma, window=window, schedule=schedule, device=device, max_iters=max_iters,
                              tol=tol, keep=keep, mixing=mixing, prior_strength=prior_strength,
-                             prompt_forgetting=prompt_forgetting, state_forgetting=state_forgetting,
+                             belief_strength=belief_strength, prompt_forgetting=prompt_forgetting, state_forgetting=state_forgetting,
                              state_prior=state_prior, neighbor_smoothing=neighbor_smoothing, preset=preset)
         emit(res, f"STATE {res['state']} at step 0: {res['n_prompts']} prompts, K = {res['states']} states, "
                   f"{res['edges']} edges (keeps the last {res['keep']} states)")
