@@ -12,7 +12,6 @@ runs on copies, and the new state is committed by plain assignments at the end.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -189,11 +188,10 @@ class Estimator:
             self._q = make(q, dtype=self._torch_dtype).to(self.device_)
         else:
             # q = A (mf.smoothed_prior), built in place in the working dtype: no N x K float64 intermediate
-            on, off = mf.log_prior_weights(self.config.epsilon, k)
-            self._q = torch.full((n, k), math.exp(off), dtype=self._torch_dtype, device=self.device_)
-            if n:
-                self._q[torch.arange(n, device=self.device_),
-                        torch.as_tensor(self._spec.labels, device=self.device_)] = math.exp(on)
+            self._q = torch.empty((n, k), dtype=self._torch_dtype, device=self.device_)
+            mf.fill_prior(self._q, self._spec.labels, self.config.epsilon)
+        # q = A: the first step may then run in place (undone by rebuilding A), with no copy of q
+        self._q_is_prior = q is None
         self.a_ = np.ones(k)
         self.b_ = np.ones(k)
         self.successes_ = np.zeros(n, dtype=np.int64)
@@ -324,7 +322,7 @@ class Estimator:
             # step should anything below raise (an update is all or nothing)
             res = mf.run_step_residual(self._spec, self._q, a_hist, b_hist, obs, self._dirty,
                                        max_iters=self.config.max_iters, tol=self.config.residual_tol,
-                                       in_place=True)
+                                       in_place=True, q0_is_prior=self._q_is_prior)
             dirty = obs.ids.copy() if res.converged else None  # their l_ik leaves at the next step
         else:
             res = mf.run_step(self._spec, self._q, a_hist, b_hist, obs, schedule=self.config.schedule,
@@ -373,6 +371,7 @@ class Estimator:
         self.state_evidence_, self.global_counts_ = state_ev, global_counts
         self.kappa_errors_, self.belief_loglik_ = kappa_errors, belief_loglik
         self._dirty = dirty
+        self._q_is_prior = False
         self.step_ += 1
 
     def _rows(self, ids) -> np.ndarray:
@@ -452,6 +451,10 @@ class Estimator:
         tau = self.config.neighbor_smoothing
         if tau is None or rows.size == 0:
             return p_model
+        n = self.n_nodes
+        if rows.size == n and np.array_equal(rows, np.arange(n)):  # every prompt (predict): W as it is
+            return mf.neighbor_shift(p_model, self._spec.graph, p_model, self.successes_decayed_,
+                                     self.rollouts_decayed_, tau)
         sub = self._spec.graph[rows]
         cols, local = np.unique(sub.indices, return_inverse=True)
         if cols.size == 0:
@@ -514,6 +517,9 @@ class Estimator:
             est.state_evidence_ = np.stack([est.a_ - 1.0, est.b_ - 1.0])
         if bool(np.asarray(state.get("at_fixed_point", False))):
             est._dirty = np.asarray(state["dirty"], dtype=np.int64).copy()
+        # a saved step-0 state (what init writes) holds A: checked, so its first step can run in place
+        est._q_is_prior = est.step_ == 0 and est._dirty is None and mf.is_prior(est._q, est._spec.labels,
+                                                                                  est.config.epsilon)
         return est
 
     def save(self, path) -> None:

@@ -584,13 +584,19 @@ def _assert_same(before, after):
             assert before[key] == after[key], key
 
 
+@pytest.mark.parametrize("first", [False, True], ids=["steady step", "first step from A"])
 @pytest.mark.parametrize("where", ["inside the step", "while committing"])
-def test_in_place_residual_update_that_raises_changes_nothing(monkeypatch, where):
-    """The residual schedule updates q in place; a failure at any point must leave q as it was."""
+def test_in_place_residual_update_that_raises_changes_nothing(monkeypatch, where, first):
+    """The residual schedule updates q in place (the first step from q = A too, undone by rebuilding A);
+    a failure at any point must leave q as it was."""
     w, labels, true_p, rng = clustered_problem(n=300, seed=23)
     est = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
     bs = list(batches(rng, true_p, 3, 30))
-    est.update(*bs[0])
+    if first:
+        bs = [([], [], [])] + bs  # nothing applied before the failing step: q is A
+        assert est._q_is_prior
+    else:
+        est.update(*bs[0])
     before = _residual_snapshot(est)
     calls = {"n": 0}
     if where == "inside the step":
@@ -616,11 +622,24 @@ def test_in_place_residual_update_that_raises_changes_nothing(monkeypatch, where
     monkeypatch.undo()
     # and it goes on exactly like an estimator that never saw the failure
     ref = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
-    ref.update(*bs[0])
+    if not first:
+        ref.update(*bs[0])
     for b in bs[1:]:
         est.update(*b)
         ref.update(*b)
     np.testing.assert_array_equal(est.predict(), ref.predict())
+
+
+def test_only_a_step_zero_q_equal_to_a_is_taken_for_the_prior():
+    w, labels, true_p, rng = clustered_problem(n=200, seed=25)
+    est = Estimator(w, labels, 16, schedule="residual", device="cpu")
+    assert mf.is_prior(est._q, labels, est.config.epsilon)
+    assert Estimator.from_state_dict(est.state_dict())._q_is_prior
+    st = est.state_dict()
+    st["q"][7, 3] += 1e-6  # not A: the first step must not rebuild A on undo
+    assert not Estimator.from_state_dict(st)._q_is_prior
+    est.update(*next(iter(batches(rng, true_p, 1, 30))))
+    assert not est._q_is_prior and not Estimator.from_state_dict(est.state_dict())._q_is_prior
 
 
 def test_from_state_dict_never_updates_the_callers_q():

@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from graphdiff_cli import Estimator
+from graphdiff_cli.estimator import preset_settings
 from graphdiff_cli.core import meanfield as mf
 from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph
 from graphdiff_cli.core.spectral import spectral_clustering
@@ -292,3 +293,18 @@ def test_options_survive_save_and_load(tmp_path, mixing, kappa):
     np.testing.assert_array_equal(back.belief_loglik_, est.belief_loglik_)
     for key in ("mean", "variance", "p_zero_variance"):
         np.testing.assert_array_equal(back.estimates()[key], est.estimates()[key])
+
+
+def test_estimates_for_every_prompt_equal_those_of_any_subset():
+    """predict's all-prompts path (W as it is, one pass of model predictions) must give what the
+    neighbour-remapping path gives for any order or subset of the prompts."""
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, device="cpu", dtype="float64", **{
+        k: v for k, v in preset_settings("default").items() if k not in ("device", "dtype")})
+    for b in list(steps(rng, true_p, 3)):
+        est.update(*b)
+    full = est.estimates()
+    order = rng.permutation(w.shape[0])
+    part = est.estimates(order)
+    for key in ("p", "mean", "variance", "p_zero_variance", "p_model"):
+        np.testing.assert_allclose(part[key], full[key][order], rtol=1e-12, err_msg=key)

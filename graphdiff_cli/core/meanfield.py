@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -130,6 +131,31 @@ def smoothed_prior(labels: np.ndarray, n_states: int, epsilon: float) -> np.ndar
     return a
 
 
+def fill_prior(q, labels: np.ndarray, epsilon: float) -> None:
+    """Write A into the N x K torch tensor ``q`` in place (no N x K intermediate)."""
+    import torch
+
+    on, off = log_prior_weights(epsilon, q.shape[1])
+    q.fill_(math.exp(off))
+    if q.shape[0]:
+        q[torch.arange(q.shape[0], device=q.device), torch.as_tensor(labels, device=q.device)] = math.exp(on)
+
+
+def is_prior(q, labels: np.ndarray, epsilon: float, block: int = 16384) -> bool:
+    """Whether the torch tensor ``q`` holds exactly A (as ``fill_prior`` writes it), checked in row blocks."""
+    import torch
+
+    n, k = q.shape
+    on, off = (torch.tensor(math.exp(v), dtype=q.dtype) for v in log_prior_weights(epsilon, k))
+    for start in range(0, n, block):
+        blk = q[start:start + block].cpu()
+        want = torch.full_like(blk, off.item())
+        want[torch.arange(blk.shape[0]), torch.as_tensor(labels[start:start + block])] = on.item()
+        if not torch.equal(blk, want):
+            return False
+    return True
+
+
 def expected_log_theta(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(E[log theta_k], E[log(1 - theta_k)]) under Beta(a_k, b_k)."""
     ab = digamma(a + b)
@@ -185,10 +211,13 @@ class StepResult:
     # in_place=True (run_step_residual): q is the q0 passed in, updated in place, and journal =
     # (rows, their values before the step) restores it (``undo``) if the caller must not commit
     journal: tuple | None = None
+    restore: Callable[[], None] | None = None  # in place from q0 = A: rebuilds A instead of a journal
 
     def undo(self) -> None:
         """Put the rows an in-place step changed back as they were (no-op for a fresh q)."""
-        if self.journal is not None:
+        if self.restore is not None:
+            self.restore()
+        elif self.journal is not None:
             _restore(self.q, self.journal)
 
 
@@ -371,13 +400,14 @@ def _row_logits(spec: ModelSpec, rows: np.ndarray, q, a, b, obs: Observations, o
     return h
 
 
-# rows per block of a residual round: bounds its temporaries at block x K (16k x 320 float32 = 20 MB)
-RESIDUAL_BLOCK_ROWS = 16384
+# rows per block of a residual round: bounds its temporaries at block x K (4096 x 320 float32 = 5 MB)
+RESIDUAL_BLOCK_ROWS = 4096
 
 
 def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarray, obs: Observations,
                       dirty: np.ndarray | None, *, max_iters: int = 50, tol: float = 1e-4,
-                      in_place: bool = False, block_rows: int = RESIDUAL_BLOCK_ROWS) -> StepResult:
+                      in_place: bool = False, block_rows: int = RESIDUAL_BLOCK_ROWS,
+                      q0_is_prior: bool = False) -> StepResult:
     """The same fixed point as the synchronous schedule, reached by revisiting only what moved.
 
     After a warm start from a converged state, the inputs of Proposition 1 change only for the prompts
@@ -397,8 +427,20 @@ def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarra
     ``in_place``: update q0 itself instead of a copy, journalling each row's values before its first
     change (O(rows touched x K) memory instead of N x K); the result's ``undo()`` restores q0, and
     does so by itself if this function raises. A start from every row (``dirty`` None) would journal
-    all of q, so it works on a copy either way.
+    all of q, so it works on a copy, unless ``q0_is_prior`` says q0 is A (the first step after init):
+    then it works in place and undoing rebuilds A from the labels.
     """
+    if in_place and dirty is None and q0_is_prior:  # A is rebuilt from the labels: no copy, no journal
+        def restore():
+            fill_prior(q0, spec.labels, spec.epsilon)
+
+        try:
+            res = _run_residual(spec, q0, a_hist, b_hist, obs, dirty, max_iters, tol, None, block_rows)
+        except BaseException:
+            restore()
+            raise
+        res.restore = restore
+        return res
     if not in_place or dirty is None:
         return _run_residual(spec, q0.clone(), a_hist, b_hist, obs, dirty, max_iters, tol, None, block_rows)
     journal: dict = {"rows": [], "old": [], "seen": np.zeros(spec.n_nodes, dtype=bool)}
