@@ -125,6 +125,18 @@ def test_prior_strength_is_a_number_or_auto_from_flags_and_config(tmp_path, inpu
     assert not (tmp_path / "D").exists() and not (tmp_path / "E").exists()
 
 
+def test_belief_strength_from_flags_and_config(tmp_path, inputs):
+    folder, _ = inputs
+    base = ["init", "--graph", folder / "graph.zarr", "--clusters", folder / "clusters.zarr"]
+    assert gd_json(*base, "--out", tmp_path / "A")["config"]["belief_strength"] == "auto"  # the default preset
+    assert gd_json(*base, "--out", tmp_path / "B", "--belief-strength", "3")["config"]["belief_strength"] == 3.0
+    (tmp_path / "c.yaml").write_text("preset: paper\n")
+    assert gd_json(*base, "--out", tmp_path / "C", "--config", tmp_path / "c.yaml")["config"]["belief_strength"] is None
+    res = gd(*base, "--out", tmp_path / "D", "--belief-strength", "-1", code=2)
+    assert res.stderr.count("\n") == 1 and "belief_strength must be None, a number > 0 or 'auto'" in res.stderr
+    assert not (tmp_path / "D").exists()
+
+
 def test_predict_columns_values_ids_and_formats(state, inputs, tmp_path):
     folder, ids = inputs
     gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl")
