@@ -24,6 +24,8 @@ from datetime import date
 
 import numpy as np
 
+from _emit import emit  # bench/ is on sys.path when a script runs
+
 
 def bench_knn(args) -> dict:
     from graphdiff_cli.backends.knn import knn_search, sampled_recall
@@ -99,10 +101,7 @@ def main() -> None:
 
     out |= {"what": args.what, "date": date.today().isoformat(),
             "machine": f"{platform.machine()}, {torch.get_num_threads()} threads"}
-    print(json.dumps(out, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

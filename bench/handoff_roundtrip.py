@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from _emit import emit  # bench/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
 
@@ -162,10 +164,7 @@ def main():
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

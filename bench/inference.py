@@ -15,7 +15,6 @@ Prints one JSON object (and writes it to --out if given).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import resource
 import time
@@ -24,6 +23,8 @@ from datetime import date
 import numpy as np
 import scipy.sparse as sp
 import torch
+
+from _emit import emit  # bench/ is on sys.path when a script runs
 
 
 def synthetic_graph(n, k, deg, seed=0):
@@ -121,10 +122,7 @@ def main():
         out["reference_sync_s"] = time.perf_counter() - t
         out["reference_sync_rounds"] = rs["iterations"]
         out["max_abs_diff_vs_converged_sync"] = float(np.abs(ref.predict() - est.predict()).max())
-    print(json.dumps(out, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -145,12 +145,10 @@ def is_prior(q, labels: np.ndarray, epsilon: float, block: int = 16384) -> bool:
     """Whether the torch tensor ``q`` holds exactly A (as ``fill_prior`` writes it), checked in row blocks."""
     import torch
 
-    n, k = q.shape
-    on, off = (torch.tensor(math.exp(v), dtype=q.dtype) for v in log_prior_weights(epsilon, k))
-    for start in range(0, n, block):
-        blk = q[start:start + block].cpu()
-        want = torch.full_like(blk, off.item())
-        want[torch.arange(blk.shape[0]), torch.as_tensor(labels[start:start + block])] = on.item()
+    for start in range(0, q.shape[0], block):
+        blk = q[start:start + block]
+        want = torch.empty_like(blk)
+        fill_prior(want, labels[start:start + block], epsilon)
         if not torch.equal(blk, want):
             return False
     return True
@@ -208,17 +206,14 @@ class StepResult:
     converged: bool
     evidence: tuple[np.ndarray, np.ndarray]  # (sum q s, sum q f) over O_t at the final q
     rows_updated: int = 0  # applications of Proposition 1 to a single row (N per full sweep)
-    # in_place=True (run_step_residual): q is the q0 passed in, updated in place, and journal =
-    # (rows, their values before the step) restores it (``undo``) if the caller must not commit
-    journal: tuple | None = None
-    restore: Callable[[], None] | None = None  # in place from q0 = A: rebuilds A instead of a journal
+    # in_place=True (run_step_residual): q is the q0 passed in, updated in place, and restore() puts
+    # q0 back as it was (``undo``) if the caller must not commit
+    restore: Callable[[], None] | None = None
 
     def undo(self) -> None:
         """Put the rows an in-place step changed back as they were (no-op for a fresh q)."""
         if self.restore is not None:
             self.restore()
-        elif self.journal is not None:
-            _restore(self.q, self.journal)
 
 
 @dataclass
@@ -430,41 +425,29 @@ def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarra
     all of q, so it works on a copy, unless ``q0_is_prior`` says q0 is A (the first step after init):
     then it works in place and undoing rebuilds A from the labels.
     """
-    if in_place and dirty is None and q0_is_prior:  # A is rebuilt from the labels: no copy, no journal
+    import torch
+
+    if not in_place or (dirty is None and not q0_is_prior):
+        return _run_residual(spec, q0.clone(), a_hist, b_hist, obs, dirty, max_iters, tol, None, block_rows)
+    if dirty is None:  # q0 is A: rebuilt from the labels, no journal
+        journal = None
+
         def restore():
             fill_prior(q0, spec.labels, spec.epsilon)
+    else:
+        journal = {"rows": [], "old": [], "seen": np.zeros(spec.n_nodes, dtype=bool)}
 
-        try:
-            res = _run_residual(spec, q0, a_hist, b_hist, obs, dirty, max_iters, tol, None, block_rows)
-        except BaseException:
-            restore()
-            raise
-        res.restore = restore
-        return res
-    if not in_place or dirty is None:
-        return _run_residual(spec, q0.clone(), a_hist, b_hist, obs, dirty, max_iters, tol, None, block_rows)
-    journal: dict = {"rows": [], "old": [], "seen": np.zeros(spec.n_nodes, dtype=bool)}
+        def restore():
+            if journal["rows"]:
+                rows = np.concatenate(journal["rows"])
+                q0.index_copy_(0, torch.as_tensor(rows, device=q0.device), torch.cat(journal["old"]))
     try:
         res = _run_residual(spec, q0, a_hist, b_hist, obs, dirty, max_iters, tol, journal, block_rows)
     except BaseException:
-        _restore(q0, _journal_pack(q0, journal))
+        restore()
         raise
+    res.restore = restore
     return res
-
-
-def _journal_pack(q, journal: dict) -> tuple:
-    import torch
-
-    if not journal["rows"]:
-        return torch.zeros(0, dtype=torch.long, device=q.device), q[:0].clone()
-    return (torch.as_tensor(np.concatenate(journal["rows"]), device=q.device), torch.cat(journal["old"]))
-
-
-def _restore(q, journal: tuple) -> None:
-    """Write a packed journal's (rows, old values) back into q."""
-    rows, old = journal
-    if rows.numel():
-        q.index_copy_(0, rows, old)
 
 
 def _run_residual(spec: ModelSpec, q, a_hist, b_hist, obs: Observations, dirty, max_iters: int, tol: float,
@@ -517,8 +500,7 @@ def _run_residual(spec: ModelSpec, q, a_hist, b_hist, obs: Observations, dirty, 
     else:
         converged = active.size == 0
     return StepResult(q=q, a=a, b=b, elbo=[], iterations=rounds, converged=converged,
-                      evidence=(a - a_hist, b - b_hist), rows_updated=touched,
-                      journal=None if journal is None else _journal_pack(q, journal))
+                      evidence=(a - a_hist, b - b_hist), rows_updated=touched)
 
 
 # ----------------------------------------------------------------------------------------------------

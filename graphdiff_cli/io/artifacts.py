@@ -161,8 +161,9 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
                 z = group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks)
                 if arr.ndim == 0:
                     z[...] = arr
-                for start in range(0, arr.shape[0] if arr.ndim else 0, max(1, chunks[0] if chunks else 1)):
-                    z[start:start + chunks[0]] = arr[start:start + chunks[0]]
+                else:
+                    for start in range(0, arr.shape[0], chunks[0]):
+                        z[start:start + chunks[0]] = arr[start:start + chunks[0]]
         stamp = {
             "kind": kind,
             "format_version": FORMAT_VERSION,
