@@ -11,7 +11,8 @@ folder, e.g.
     snakemake --cores 2 --configfile configs/oneshot.yaml
     python bench/selection_variants.py artifacts/oneshot [--strategies target,thompson] [--seeds 0,1,2,3]
 
-Variants: the default preset; the default with belief_strength unset (the belief of the mixing, as
+The target rule runs at select's default exploration (explore 1: "target") and without it
+("target (explore 0)") for graphdiff and MoPPS (core.counterfactual). Variants: the default preset; the default with belief_strength unset (the belief of the mixing, as
 before the belief existed); prompt forgetting 0.5; and the default with every never-chosen prompt
 predicted 0.5 (MoPPS's Beta(1, 1) mean), which isolates exploration. --calibration adds, on the
 full log (every outcome revealed, as `graphdiff evaluate` replays it), how well each variant's

@@ -145,5 +145,8 @@ def test_counterfactual_stage_on_small_artifacts(tmp_path):
     assert sel["rounds"] == 3 and sel["pools"] == 9
     names = {(r["strategy"], r["estimator"]) for r in sel["results"]}
     assert ("skip-zero-variance", "graphdiff") in names and ("uniform", "-") in names
+    # the target rule also runs without exploration, for the estimators with a belief spread only
+    assert sel["target_explore"] == [1.0, 0.0]
+    assert {e for s, e in names if s == "target (explore 0)"} == {"graphdiff", "mopps(lam=1)", "mopps(lam=0.5)"}
     assert all(r["groups"] == 36 for r in sel["results"])
     assert len(res["allocation"]["results"]) == 4 * 3 + 3

@@ -35,6 +35,40 @@ def test_target_ties_broken_by_seed_not_by_order():
     assert a.tolist() == d.select("target", 3, p=p, seed=7).chosen.tolist()
 
 
+def test_target_explore_is_bayes_rule_with_pseudo_rollouts_at_the_target():
+    # beliefs Beta(a, b) given by their moments; e pseudo-rollouts at t give Beta(a + e t, b + e (1 - t))
+    a = np.array([1.0, 9.0, 0.5, 30.0, 2.0, 0.2])
+    b = np.array([4.0, 1.0, 0.5, 10.0, 2.0, 3.0])
+    mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+    for t, e in ((0.5, 1.0), (0.5, 2.0), (0.3, 4.0)):
+        sel = d.select("target", 3, p=mean, variance=var, target=t, explore=e, seed=0)
+        brute = np.abs((a + e * t) / (a + b + e) - t)
+        assert np.allclose(sel.key, brute) and sel.info["explore"] == e
+        assert sel.chosen.tolist() == np.argsort(brute, kind="stable")[:3].tolist()  # no ties here
+
+
+def test_target_explore_zero_or_no_spread_is_the_plain_rule():
+    p = np.array([0.9, 0.45, 0.2, 0.6, 0.5])
+    var = np.array([0.01, 0.002, 0.0, 0.05, 0.0])
+    plain = np.abs(p - 0.5)
+    assert np.allclose(d.select("target", 2, p=p, variance=var, explore=0.0).key, plain)
+    assert np.allclose(d.select("target", 2, p=p, explore=3.0).key, plain)  # no variance: point estimates
+    moved = d.select("target", 2, p=p, variance=var, explore=3.0).key
+    assert np.allclose(moved[[2, 4]], plain[[2, 4]]) and (moved[[0, 1, 3]] < plain[[0, 1, 3]]).all()
+
+
+def test_target_explore_prefers_the_little_known_and_keeps_order_at_equal_weight():
+    # equal weight a + b = 10: the order of the plain rule is kept
+    m = np.array([0.9, 0.2, 0.65, 0.35])
+    var = m * (1 - m) / 11.0
+    assert d.select("target", 4, p=m, variance=var, explore=5.0).chosen.tolist() == \
+        d.select("target", 4, p=m, variance=var, explore=0.0).chosen.tolist()
+    # a prompt at 0.8 known from 1 rollout beats one at 0.7 known from 100 once explore >= 1
+    p, var = np.array([0.8, 0.7]), np.array([0.8 * 0.2 / 2.0, 0.7 * 0.3 / 101.0])
+    assert d.select("target", 1, p=p, variance=var, explore=0.0).chosen.tolist() == [1]
+    assert d.select("target", 1, p=p, variance=var, explore=1.0).chosen.tolist() == [0]
+
+
 def test_beta_from_moments_hand_values():
     # m = 0.3, v = 0.01: alpha + beta = 0.21 / 0.01 - 1 = 20 -> Beta(6, 14)
     a, b, ok = d.beta_from_moments([0.3, 0.5, 0.0], [0.01, 0.0, 0.02])
@@ -120,6 +154,9 @@ def test_select_refusals():
         d.select("skip-zero-variance", 1, p=[0.5])
     with pytest.raises(InvalidArgumentError, match="target must be a probability"):
         d.select("target", 1, p=[0.5], target=2)
+    for bad in (-0.5, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(InvalidArgumentError, match="explore must be a number of pseudo-rollouts >= 0"):
+            d.select("target", 1, p=[0.5], explore=bad)
     with pytest.raises(InvalidArgumentError, match="variance must be"):
         d.select("thompson", 1, p=[0.5], variance=[-1.0])
 

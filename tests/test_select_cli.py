@@ -49,12 +49,20 @@ def _read_jsonl(path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+def _explored_distance(r, target, explore):
+    """|mean - target| after `explore` pseudo-rollouts at the target join the Beta(a, b) of predict's row."""
+    m, v = r["mean"], r["variance"]
+    w = m * (1 - m) / v - 1  # a + b
+    a, b = m * w, (1 - m) * w
+    return abs((a + explore * target) / (a + b + explore) - target)
+
+
 def test_select_target_picks_the_closest_to_half(state, tmp_path):
     root, ids, pred = state
     pool = ids[3:15]
     (tmp_path / "cand.txt").write_text("\n".join(pool) + "\n\n")
     res = gd_json("select", "--state", root, "--candidates", tmp_path / "cand.txt", "--batch-size", 4,
-                  "--strategy", "target", "--out", tmp_path / "chosen.jsonl")
+                  "--strategy", "target", "--explore", 0, "--out", tmp_path / "chosen.jsonl")
     dist = {i: abs(pred[i]["mean"] - 0.5) for i in pool}  # the belief's mean, as predict writes it
     rows = _read_jsonl(tmp_path / "chosen.jsonl")
     assert [r["id"] for r in rows] == res["ids"] and len(set(res["ids"])) == 4 and set(res["ids"]) <= set(pool)
@@ -67,9 +75,31 @@ def test_select_target_picks_the_closest_to_half(state, tmp_path):
     assert res["predicted_effective_share"]["chosen"] >= res["predicted_effective_share"]["pool"]
     # another target
     res = gd_json("select", "--state", root, "--candidates", tmp_path / "cand.txt", "--batch-size", 3,
-                  "--strategy", "target", "--target", 0.8, "--out", tmp_path / "c2.jsonl")
+                  "--strategy", "target", "--target", 0.8, "--explore", 0, "--out", tmp_path / "c2.jsonl")
     dist = {i: abs(pred[i]["mean"] - 0.8) for i in pool}
     assert [dist[i] for i in res["ids"]] == pytest.approx(sorted(dist.values())[:3])
+
+
+@pytest.mark.parametrize("explore", [None, 3.0])
+def test_select_target_explores_by_the_belief_weight(state, tmp_path, explore):
+    # default --explore 1 (and another value): the distance after pseudo-rollouts at the target, computed
+    # here from predict's mean and variance by Bayes' rule on the moment-matched Beta
+    root, ids, pred = state
+    (tmp_path / "cand.txt").write_text("\n".join(ids) + "\n")
+    extra = [] if explore is None else ["--explore", explore]
+    e = dec.TARGET_EXPLORE if explore is None else explore
+    res = gd_json("select", "--state", root, "--candidates", tmp_path / "cand.txt", "-B", 10, "--strategy",
+                  "target", *extra, "--out", tmp_path / "c.jsonl")
+    assert res["explore"] == e
+    dist = {i: _explored_distance(pred[i], 0.5, e) for i in ids}
+    rows = _read_jsonl(tmp_path / "c.jsonl")
+    assert [r["key"] for r in rows] == pytest.approx([dist[i] for i in res["ids"]], rel=1e-5)
+    assert [dist[i] for i in res["ids"]] == pytest.approx(sorted(dist.values())[:10], rel=1e-5)
+    # it is a different choice from the bare estimate's: prompts the state knows little about come forward
+    plain = gd_json("select", "--state", root, "--candidates", tmp_path / "cand.txt", "-B", 10, "--strategy",
+                    "target", "--explore", 0, "--out", tmp_path / "p.jsonl")
+    seen = {i: pred[i]["n_seen"] for i in ids}
+    assert sum(seen[i] for i in res["ids"]) < sum(seen[i] for i in plain["ids"])
 
 
 def test_select_table_candidates_and_txt_output(state, tmp_path):
@@ -113,6 +143,9 @@ def test_select_refusals_write_nothing(state, tmp_path):
     res = gd("select", "--state", root, "--candidates", tmp_path / "two.txt", "-B", 1, "--strategy", "best",
              "--out", out, code=2)
     assert "unknown selection strategy 'best'" in res.stderr
+    res = gd("select", "--state", root, "--candidates", tmp_path / "two.txt", "-B", 1, "--strategy", "target",
+             "--explore", -1, "--out", out, code=2)
+    assert "explore must be a number of pseudo-rollouts >= 0, got -1.0" in res.stderr and res.stderr.count("\n") == 1
     res = gd("select", "--state", tmp_path / "nostate", "--candidates", tmp_path / "two.txt", "-B", 1,
              "--strategy", "target", "--out", out, code=1)
     assert "no such STATE directory" in res.stderr

@@ -16,6 +16,9 @@ this round are revealed, and only they update the method's estimator (each (stra
 pair runs on its own fresh estimator, since what it sees depends on what it chose). Score: the
 effective-group rate, the share of chosen groups with 0 < s < n. References: ``uniform`` (random
 choice, no estimator) and ``oracle`` (hindsight: prefers groups whose recorded outcome had signal).
+The target rule runs at each value of ``target_explore`` (``decisions.select``'s exploration): the
+first is labelled ``target``, the others ``target (explore e)``, the latter only for estimators with a
+belief spread (graphdiff, MoPPS; for the others every value ranks alike).
 
 **Allocation** (``allocation_replay``). Every step of the log keeps its recorded batch; a method
 predicts the batch, each allocation strategy splits ``budget_per_prompt * |batch|`` rollouts over it
@@ -69,6 +72,16 @@ def split_rounds(step, ids) -> list[np.ndarray]:
     if current:
         rounds.append(current)
     return [np.asarray(r, dtype=np.int64) for r in rounds]
+
+
+def has_belief(method) -> bool:
+    """Whether ``moments`` gives ``method`` a belief with a spread (graphdiff, MoPPS), not a point."""
+    est = getattr(method, "estimator", None)
+    return (est is not None and hasattr(est, "estimates")) or (hasattr(method, "alpha_") and hasattr(method, "beta_"))
+
+
+def target_label(explore: float, first: bool) -> str:
+    return "target" if first else f"target (explore {explore:g})"
 
 
 def moments(method, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
@@ -129,10 +142,12 @@ def _pools(rounds, ids, batch_size: int, pool_size: int, seed: int) -> list[tupl
 
 def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]], *, strategies: Sequence[str]
                      = ("target", "thompson", "skip-zero-variance"), batch_size: int = 128,
-                     pool_factor: float = 2.0, seed: int = 0, target: float = 0.5, n_nodes: int | None = None,
+                     pool_factor: float = 2.0, seed: int = 0, target: float = 0.5,
+                     target_explore: Sequence[float] = (dec.TARGET_EXPLORE, 0.0), n_nodes: int | None = None,
                      progress: Callable[[int, int], None] | None = None) -> dict:
     """Replay selection on the log; see the module docstring. ``factories[name]()`` -> a fresh estimator."""
     step, ids, n, s = check_log(step, ids, n, s, n_nodes)
+    explores = [dec.check_explore(e) for e in target_explore] or [dec.TARGET_EXPLORE]
     batch_size = dec._check_int(batch_size, "batch size", 1)
     if not pool_factor >= 1:
         raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
@@ -145,13 +160,25 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
         raise DataError(f"no round has {pool_size} prompts: lower the batch size or the pool factor")
     signal = (s > 0) & (s < n)
     runs: list[SelectionRun] = []
-    jobs = [("uniform", None), ("oracle", None)] + [(st, name) for name in factories for st in strategies
-                                                    if st != "uniform"]
+    # (strategy, estimator, explore, label); a target job at a further explore value runs only for an
+    # estimator with a belief spread (decided on its fresh instance, below)
+    jobs = [("uniform", None, 0.0, "uniform"), ("oracle", None, 0.0, "oracle")]
+    for name in factories:
+        for st in strategies:
+            if st == "target":
+                jobs += [(st, name, e, target_label(e, i == 0)) for i, e in enumerate(explores)]
+            elif st != "uniform":
+                jobs.append((st, name, explores[0], st))
     import time
 
-    for j, (strategy, name) in enumerate(jobs):
+    belief: dict[str, bool] = {}  # per estimator, from its first (plain target) job's instance
+    for j, (strategy, name, explore, label) in enumerate(jobs):
+        if label not in ("target", strategy) and not belief.get(name, True):
+            continue
         t0 = time.perf_counter()
         method = factories[name]() if name is not None else None
+        if name is not None:
+            belief.setdefault(name, has_belief(method))
         chosen_n = np.zeros(len(pools), dtype=np.int64)
         eff = np.zeros(len(pools), dtype=np.int64)
         for q, (k, rows) in enumerate(pools):
@@ -166,13 +193,14 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
                 g = int(np.median(n[rows]))
                 m = moments(method, ids[rows], g)
                 pick = dec.select(strategy, batch_size, p=m["p"], variance=m["variance"],
-                                  p_zero_variance=m["p_zero_variance"], target=target, seed=sub_seed).chosen
+                                  p_zero_variance=m["p_zero_variance"], target=target, explore=explore,
+                                  seed=sub_seed).chosen
             got = rows[pick]
             if method is not None:
                 method.update(ids[got].copy(), n[got].copy(), s[got].copy())  # only the chosen are revealed
             chosen_n[q] = got.size
             eff[q] = int(signal[got].sum())
-        runs.append(SelectionRun(strategy, name or "-", np.asarray([k for k, _ in pools]), chosen_n, eff,
+        runs.append(SelectionRun(label, name or "-", np.asarray([k for k, _ in pools]), chosen_n, eff,
                                  time.perf_counter() - t0))
         if progress is not None:
             progress(j + 1, len(jobs))
@@ -181,7 +209,7 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
     for row in summaries:
         row["vs_uniform"] = None if row["effective_rate"] is None or not base else row["effective_rate"] / base
     return {"kind": "selection", "batch_size": batch_size, "pool_size": pool_size, "seed": seed,
-            "target": target, "rounds": len(rounds), "pools": len(pools),
+            "target": target, "target_explore": explores, "rounds": len(rounds), "pools": len(pools),
             "offered_share": float(sum(r.size for _, r in pools) / step.size),
             "note": OUT_OF_REACH, "results": summaries}
 

@@ -6,6 +6,14 @@ Two kinds of decision, each a pure function of arrays:
 
 * ``target``  - the B candidates whose estimated success probability is closest to ``target`` (0.5 by
   default): PCL's rule (prompts a policy solves about half of the time carry the most group signal).
+  With a belief (a variance > 0) and ``explore`` = e > 0 (beyond PCL), the distance is taken after e
+  pseudo-rollouts landing on the target are added to each candidate's Beta belief:
+  |mean - target| * T / (T + e), where T = alpha + beta is the belief's weight in rollouts. A prompt
+  the belief knows little about moves towards the target and is tried; one with much evidence keeps
+  its distance; candidates of equal evidence keep their order. Default e = 1, the weight of Jeffreys'
+  Beta(1/2, 1/2) prior (docs/results.md measures e in 0..4: it pays where prompts are revisited many
+  times and costs a little where they are seen only a few times). A point-mass estimate (variance 0)
+  is not moved.
 * ``thompson`` - draw theta_i from each candidate's posterior and keep the B with the smallest
   (theta_i - target)^2: MoPPS's rule. The posterior is a Beta moment-matched to (p_i, var_i), the same
   belief ``Estimator.estimates`` uses for ``p_zero_variance`` (var = 0 or p in {0, 1}: theta = p).
@@ -54,6 +62,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 
 SELECT_STRATEGIES = ("target", "thompson", "skip-zero-variance", "uniform")
+TARGET_EXPLORE = 1.0  # the target rule's exploration, in pseudo-rollouts (Jeffreys' prior weight)
 ALLOCATE_STRATEGIES = ("uniform", "variance", "vip")
 VIP_CLIP = 1e-6
 
@@ -88,6 +97,14 @@ def _check_unit(x, name: str, size: int | None = None) -> np.ndarray:
         i = int(np.flatnonzero(bad)[0])
         raise InvalidArgumentError(f"{name}[{i}] = {float(a[i])!r} is not a probability in [0, 1]")
     return a
+
+
+def check_explore(explore) -> float:
+    e = float(explore) if isinstance(explore, (int, float, np.integer, np.floating)) and not isinstance(
+        explore, (bool, np.bool_)) else float("nan")
+    if not (np.isfinite(e) and e >= 0.0):
+        raise InvalidArgumentError(f"explore must be a number of pseudo-rollouts >= 0, got {explore!r}")
+    return e
 
 
 def _check_target(target) -> float:
@@ -141,17 +158,26 @@ def _ranked(key: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return perm[np.argsort(key[perm], kind="stable")]
 
 
+def _check_variance(variance, m: int) -> np.ndarray:
+    var = np.zeros(m) if variance is None else np.asarray(variance, dtype=np.float64)
+    if var.shape != (m,) or not np.all(np.isfinite(var)) or (var < 0).any():
+        raise InvalidArgumentError("variance must be a 1-D array of finite values >= 0, one per candidate")
+    return var
+
+
 def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_variance=None,
-           target: float = 0.5, seed: int | None = 0) -> Selection:
+           target: float = 0.5, explore: float = TARGET_EXPLORE, seed: int | None = 0) -> Selection:
     """Choose ``batch_size`` distinct candidates; see the module docstring for the rules.
 
     Inputs are per-candidate arrays of one length M: ``p`` (target, thompson), ``variance`` of the
-    belief about p (thompson; zeros = no uncertainty), ``p_zero_variance`` (skip-zero-variance).
+    belief about p (target with ``explore``, thompson; zeros = no uncertainty), ``p_zero_variance``
+    (skip-zero-variance).
     ``uniform`` needs only M, taken from whichever array is given. Refused: an unknown strategy,
     batch_size < 1 or larger than M, a missing or malformed input.
     """
     _check_strategy(strategy, SELECT_STRATEGIES, "selection")
     target = _check_target(target)
+    explore = check_explore(explore)
     batch_size = _check_int(batch_size, "batch size", 1)
     given = [a for a in (p, variance, p_zero_variance) if a is not None]
     if not given:
@@ -173,17 +199,17 @@ def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_vari
             raise InvalidArgumentError("the target strategy needs p")
         pa = _check_unit(p, "p", m)
         key = np.abs(pa - target)
+        if explore > 0.0:
+            alpha, beta, ok = beta_from_moments(pa, _check_variance(variance, m))
+            key[ok] *= (alpha + beta)[ok] / ((alpha + beta)[ok] + explore)
         return Selection(strategy, _ranked(key, rng)[:batch_size].astype(np.int64), key,
-                         info={"target": target})
+                         info={"target": target, "explore": explore})
 
     if strategy == "thompson":
         if p is None:
             raise InvalidArgumentError("the thompson strategy needs p")
         pa = _check_unit(p, "p", m)
-        var = np.zeros(m) if variance is None else np.asarray(variance, dtype=np.float64)
-        if var.shape != (m,) or not np.all(np.isfinite(var)) or (var < 0).any():
-            raise InvalidArgumentError("variance must be a 1-D array of finite values >= 0, one per candidate")
-        alpha, beta, ok = beta_from_moments(pa, var)
+        alpha, beta, ok = beta_from_moments(pa, _check_variance(variance, m))
         theta = pa.copy()
         if ok.any():
             theta[ok] = rng.beta(alpha[ok], beta[ok])

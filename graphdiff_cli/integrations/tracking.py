@@ -226,7 +226,8 @@ class BatchChooser:
     """
 
     def __init__(self, target: Target, row_nodes: np.ndarray, batch_size: int, strategy: str = "target",
-                 pool_factor: float = 4.0, seed: int = 0, target_p: float = 0.5, group_size: int = 8):
+                 pool_factor: float = 4.0, seed: int = 0, target_p: float = 0.5, group_size: int = 8,
+                 explore: float = dec.TARGET_EXPLORE):
         dec._check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
         self.target = target
         self.row_nodes = np.asarray(row_nodes, dtype=np.int64)
@@ -238,6 +239,7 @@ class BatchChooser:
             raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
         self.strategy, self.pool_factor, self.seed = strategy, float(pool_factor), int(seed)
         self.target_p, self.group_size = dec._check_target(target_p), int(group_size)
+        self.explore = dec.check_explore(explore)
         self.decisions: list[Decision] = []
 
     def choose(self, epoch: int, batch: int) -> np.ndarray:
@@ -247,7 +249,7 @@ class BatchChooser:
         est = self.target.estimates(self.row_nodes[pool], self.group_size)
         sel = dec.select(self.strategy, self.batch_size, p=est["mean"], variance=est["variance"],
                          p_zero_variance=est["p_zero_variance"], target=self.target_p,
-                         seed=[self.seed, epoch, batch, 1])
+                         explore=self.explore, seed=[self.seed, epoch, batch, 1])
         chosen = pool[sel.chosen]
         self.decisions.append(Decision(batch=len(self.decisions), estimator_step=self.target.step, pool=pool,
                                        p=np.asarray(est["p"], dtype=np.float64), chosen=chosen,

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError
 from .tracking import BatchChooser, OutcomeRecorder, count_outcomes, open_target
 
@@ -58,13 +59,15 @@ class GraphdiffTRL:
 
     def __init__(self, target, *, ids=None, id_column: str = "id", success_threshold: float = 1.0,
                  strategy: str = "target", pool_factor: float = 4.0, target_p: float = 0.5, seed: int = 0,
-                 group_size: int | None = None, outcomes_dir=None, durable: bool = True):
+                 explore: float = dec.TARGET_EXPLORE, group_size: int | None = None, outcomes_dir=None,
+                 durable: bool = True):
         kwargs = {"outcomes_dir": outcomes_dir, "durable": durable} if isinstance(target, (str, Path)) else {}
         self.target = open_target(target, ids=ids, **kwargs)
         self.id_column = id_column
         self.success_threshold = float(success_threshold)
         self.strategy, self.pool_factor, self.target_p, self.seed = strategy, pool_factor, target_p, seed
         self.group_size = group_size
+        self.explore = dec.check_explore(explore)
         self.recorder = OutcomeRecorder()
         self.applied: list[dict] = []  # one entry per trainer step: step, ids, n, s, stats
         self.chooser: BatchChooser | None = None
@@ -165,7 +168,7 @@ class GraphdiffTRL:
         repeat = int(args.num_iterations) * int(args.steps_per_generation)
         chooser = BatchChooser(self.target, self.row_nodes(dataset), b, strategy=self.strategy,
                                pool_factor=self.pool_factor, seed=self.seed, target_p=self.target_p,
-                               group_size=self.group_size or g)
+                               explore=self.explore, group_size=self.group_size or g)
         self.chooser = chooser
         n_batches = len(dataset) // b
 

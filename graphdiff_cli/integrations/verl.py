@@ -48,7 +48,7 @@ except Exception:  # noqa: BLE001 - any import failure means "no usable verl hoo
 
     VERL_HOOK = False
 
-DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5,
+DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5, "explore": 1.0,
             "success_threshold": 1.0, "group_size": 8, "outcomes_dir": None}
 
 
@@ -122,7 +122,8 @@ class GraphdiffCurriculumSampler(_Base):
         self.chooser = BatchChooser(self.target, self.target.nodes(self.row_ids, "extra_info.index"),
                                     self.batch_size, strategy=opts["strategy"],
                                     pool_factor=float(opts["pool_factor"]), seed=int(opts["seed"]),
-                                    target_p=float(opts["target"]), group_size=int(opts["group_size"]))
+                                    target_p=float(opts["target"]), group_size=int(opts["group_size"]),
+                                    explore=float(opts["explore"]))
         self.epoch = 0
         self.applied: list[dict] = []
 

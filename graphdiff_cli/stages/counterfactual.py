@@ -49,17 +49,22 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
                        batch_size: int = 128, pool_factor: float = 2.0, seed: int = 0,
                        strategies=("target", "thompson", "skip-zero-variance"), allocation=("uniform", "variance", "vip"),
                        budget_per_prompt: int = 8, min_count: int = 2, max_count: int = 32,
-                       progress: Progress = _noop) -> dict:
+                       explore: float | None = None, progress: Progress = _noop) -> dict:
     """Both replays on a log already read (``read_log``) with the graph's arrays; the result dict."""
+    from ..core import decisions as dec
     from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
 
+    # the target rule at the chosen exploration, and without any (the bare estimates) for comparison
+    explore = dec.TARGET_EXPLORE if explore is None else dec.check_explore(explore)
+    target_explore = (explore, 0.0) if explore > 0 else (0.0,)
     keys = list(methods) if methods else list(COUNTERFACTUAL_METHODS)
     factories = method_factories(keys, cfg, w, labels, k, emb, n_nodes)
     res: dict = {"note": OUT_OF_REACH, "methods": list(factories)}
     if strategies:
         res["selection"] = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
                                             strategies=strategies, batch_size=batch_size, pool_factor=pool_factor,
-                                            seed=seed, n_nodes=n_nodes, progress=progress)
+                                            seed=seed, target_explore=target_explore, n_nodes=n_nodes,
+                                            progress=progress)
     if allocation:
         res["allocation"] = allocation_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
                                               strategies=allocation, budget_per_prompt=budget_per_prompt,
@@ -71,7 +76,8 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
 def counterfactual(log, graph, clusters, *, embeddings=None, config=None, methods=None, batch_size: int = 128,
                    pool_factor: float = 2.0, seed: int = 0, strategies=("target", "thompson", "skip-zero-variance"),
                    allocation=("uniform", "variance", "vip"), budget_per_prompt: int = 8, min_count: int = 2,
-                   max_count: int = 32, device: str | None = None, out=None, progress: Progress = _noop) -> dict:
+                   max_count: int = 32, explore: float | None = None, device: str | None = None, out=None,
+                   progress: Progress = _noop) -> dict:
     """Run both replays; returns {"selection": ..., "allocation": ..., "methods": [...], "note": ...}."""
     from .evaluate import (load_config, read_clusters_artifact, read_embeddings_artifact, read_graph_artifact,
                            read_log)
@@ -87,7 +93,7 @@ def counterfactual(log, graph, clusters, *, embeddings=None, config=None, method
     res = run_counterfactual(lg, cfg, w, labels, k, emb, len(graph_ids), methods=methods, batch_size=batch_size,
                              pool_factor=pool_factor, seed=seed, strategies=strategies, allocation=allocation,
                              budget_per_prompt=budget_per_prompt, min_count=min_count, max_count=max_count,
-                             progress=progress)
+                             explore=explore, progress=progress)
     res["seconds"] = time.perf_counter() - t0
     if out is not None:
         from ..io.atomic import atomic_write_text

@@ -114,7 +114,7 @@ def _json_float(x) -> float | None:
 # ------------------------------------------------------------------------------------------- select
 
 def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int = 0, target: float = 0.5,
-           group_size: int = 8, fmt: str | None = None, device: str | None = None,
+           explore: float = dec.TARGET_EXPLORE, group_size: int = 8, fmt: str | None = None, device: str | None = None,
            progress: Progress = _noop) -> dict:
     """Choose ``batch_size`` prompts of the candidate file by ``strategy`` and write them to ``out``."""
     from ..io.state_dir import StateDir
@@ -122,6 +122,7 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     t0 = time.perf_counter()
     dec._check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
     dec._check_target(target)
+    explore = dec.check_explore(explore)
     group_size = _check_group_size(group_size)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidArgumentError(f"--seed must be an integer, got {seed!r}")
@@ -138,7 +139,7 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     progress(1, 3)
     m = estimate_moments(est, rows, group_size)
     sel = dec.select(strategy, batch_size, p=m["mean"], variance=m["variance"],
-                     p_zero_variance=m["p_zero_variance"], target=target, seed=seed)
+                     p_zero_variance=m["p_zero_variance"], target=target, explore=explore, seed=seed)
     progress(2, 3)
     ids = [pid for _, pid in pairs]
     records = [{"rank": r + 1, "id": ids[j], "p": float(m["p"][j]), "mean": float(m["mean"][j]), "variance": float(m["variance"][j]),
@@ -149,7 +150,8 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     chosen = sel.chosen
     signal = 1.0 - m["p_zero_variance"]
     return {"command": "select", "state": str(sd.root), "step": est.step_, "strategy": strategy, "seed": seed,
-            "target": target, "group_size": group_size, "batch_size": batch_size, "pool": int(rows.size),
+            "target": target, **({"explore": explore} if strategy == "target" else {}),
+            "group_size": group_size, "batch_size": batch_size, "pool": int(rows.size),
             "out": str(out), "format": fmt, "ids": [ids[j] for j in chosen],
             "p_mean": {"chosen": float(m["p"][chosen].mean()), "pool": float(m["p"].mean())},
             # predicted share of groups with 0 < s < g: what the choice is meant to raise

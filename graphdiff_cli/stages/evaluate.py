@@ -352,12 +352,13 @@ def _verdict(metrics: dict) -> list[dict]:
 
 
 def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods=None, device: str | None = None,
-             counterfactual: bool = False, pool_factor: float = 2.0, seed: int = 0,
+             counterfactual: bool = False, pool_factor: float = 2.0, seed: int = 0, explore: float | None = None,
              progress: Progress = _noop) -> dict:
     """Replay ``log`` through the chosen methods and write the report folder ``out`` atomically.
 
     ``counterfactual``: also replay selection and allocation driven by each (non-oracle) method
-    (``stages.counterfactual``), with the log's median batch size as B and a pool of ``pool_factor`` x B.
+    (``stages.counterfactual``), with the log's median batch size as B and a pool of ``pool_factor`` x B;
+    the target rule at ``explore`` (None: select's default) and at 0.
 
     Returns the result summary (also stored in metrics.json under "run").
     """
@@ -410,7 +411,7 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
         decisions = run_counterfactual(lg, cfg, w, labels, k, emb, n_nodes,
                                        methods=[m for m in keys if m in COUNTERFACTUAL_METHODS],
                                        batch_size=int(np.median(sizes)), pool_factor=pool_factor, seed=seed,
-                                       progress=progress)
+                                       explore=explore, progress=progress)
     run = {
         "command": "evaluate", "log": str(log), "graph": str(graph), "clusters": str(clusters),
         "embeddings": None if embeddings is None else str(embeddings), "config": None if config is None else str(config),

@@ -33,6 +33,9 @@ def evaluate(
     pool_factor: float = typer.Option(2.0, "--pool-factor", help="--counterfactual: candidate pool = this x the "
                                       "log's median batch size."),
     seed: int = typer.Option(0, "--seed", help="--counterfactual: seed of the pools and random strategies."),
+    explore: Optional[float] = typer.Option(None, "--explore", help="--counterfactual: the target rule's "
+                                            "exploration (select --explore; default select's); it is also "
+                                            "run at 0 for comparison."),
     json_out: bool = JSON_OPTION,
     quiet: bool = QUIET_OPTION,
     verbose: bool = VERBOSE_OPTION,
@@ -46,7 +49,7 @@ def evaluate(
         with progress("replaying the log") as update:
             res = run_evaluate(log, graph, clusters, out, embeddings=embeddings, config=config, methods=methods,
                                device=device, counterfactual=counterfactual, pool_factor=pool_factor, seed=seed,
-                               progress=update)
+                               explore=explore, progress=update)
         lines = [f"{res['rows']:,} rows over {res['steps']:,} steps, {len(res['methods'])} methods -> {res['out']}"]
         for name, m in res["summary"].items():
             mae = "–" if m["mae"] is None else f"{m['mae']:.3f}"

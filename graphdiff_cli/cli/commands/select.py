@@ -24,6 +24,9 @@ def select(
                              ".jsonl/.csv/.parquet: rank, id, p, variance, p_zero_variance, n_seen, key)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice (draws, drops, tie-breaks)."),
     target: float = typer.Option(0.5, "--target", help="Target success probability (target, thompson)."),
+    explore: float = typer.Option(1.0, "--explore", help="target: pseudo-rollouts at --target added to each "
+                                  "prompt's belief before ranking, so little-known prompts get tried (0: the "
+                                  "bare estimate; default 1, Jeffreys' prior weight)."),
     group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance."),
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
@@ -39,7 +42,7 @@ def select(
 
         with progress("selecting") as bar:
             res = run_select(state, candidates, batch_size, strategy, out, seed=seed, target=target,
-                             group_size=group_size, fmt=fmt, progress=bar)
+                             explore=explore, group_size=group_size, fmt=fmt, progress=bar)
         emit(res, f"step {res['step']}: chose {res['batch_size']} of {res['pool']} by {strategy} "
                   f"(predicted effective share {res['predicted_effective_share']['chosen']:.3f} vs "
                   f"{res['predicted_effective_share']['pool']:.3f} for the pool) -> {res['out']}")
