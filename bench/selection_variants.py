@@ -3,7 +3,7 @@
 
 The selection replay of `graphdiff evaluate --counterfactual` (core.counterfactual.selection_replay:
 each step a pool of pool-factor x B prompts of the current round, B chosen, only their outcomes
-revealed), run for graphdiff variants and the two MoPPS references under the given strategies, over
+revealed), run for graphdiff variants, the two MoPPS references and label propagation under the given strategies, over
 several pool shuffles (--seeds): what a method sees depends on what it chose, so one shuffle's rates
 move by about +-0.005; the table gives mean +- standard error over the seeds. Input: a workflow run
 folder, e.g.
@@ -71,6 +71,7 @@ def main() -> None:
     factories = {f"graphdiff {v}": factory(VARIANTS[v]) for v in args.variants.split(",")}
     factories["mopps(lam=0.5)"] = lambda: B.MoPPS(n_nodes, lam=0.5)
     factories["mopps(lam=1)"] = lambda: B.MoPPS(n_nodes, lam=1.0)
+    factories["labelprop"] = lambda: B.LabelPropagation(w)
     rates: dict[tuple[str, str], list[float]] = {}
     for seed in (int(x) for x in args.seeds.split(",")):
         res = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
