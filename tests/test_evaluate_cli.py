@@ -117,14 +117,14 @@ def test_counterfactual_section_matches_the_stage_run_directly(world, tmp_path):
     d = world["dir"]
     out = tmp_path / "r"
     res = _eval(world, out, "--methods", "graphdiff,history,mopps,sbs", "--counterfactual", "--pool-factor", "1.5",
-                "--seed", "3")
+                "--seed", "3", "--explore", "2")
     assert res.exit_code == 0, res.output
     got = json.loads((out / "metrics.json").read_text())["counterfactual"]
     # the oracle sbs is an estimation reference only: it cannot drive decisions
     assert got["methods"] == ["graphdiff", "history", "mopps(lam=1)", "mopps(lam=0.5)"]
     want = counterfactual(d / "log.jsonl", d / "graph.zarr", d / "clusters.zarr",
                           methods=["graphdiff", "history", "mopps"], batch_size=30, pool_factor=1.5, seed=3,
-                          device="cpu")
+                          explore=2.0, device="cpu")
     for part, key in (("selection", "effective_rate"), ("allocation", "expected_nondegenerate_per_step")):
         g = {(r["strategy"], r["estimator"]): r[key] for r in got[part]["results"]}
         w = {(r["strategy"], r["estimator"]): r[key] for r in want[part]["results"]}
@@ -133,6 +133,13 @@ def test_counterfactual_section_matches_the_stage_run_directly(world, tmp_path):
     md = (out / "report.md").read_text()
     assert "## Decisions driven by each estimator (offline counterfactual)" in md
     assert "| skip-zero-variance | graphdiff |" in md and "out of reach" in md.lower()
+    # the target rule at --explore 2 and, for the estimators with a belief spread, at 0
+    assert got["selection"]["target_explore"] == [2.0, 0.0] and "after 2 pseudo-rollouts" in md
+    assert "| target (explore 0) | graphdiff |" in md and "| target (explore 0) | history |" not in md
+    # a bad --explore is refused before any replay, and nothing is written
+    bad = _eval(world, tmp_path / "r3", "--methods", "history", "--counterfactual", "--explore", "-1")
+    assert bad.exit_code == 2 and "explore must be a number of pseudo-rollouts >= 0" in bad.output
+    assert not (tmp_path / "r3").exists()
     # without the flag: no section
     assert _eval(world, tmp_path / "r2", "--methods", "history").exit_code == 0
     assert "Decisions driven" not in (tmp_path / "r2" / "report.md").read_text()

@@ -372,6 +372,10 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     if device is not None:
         cfg["estimator"]["device"] = device
     keys = parse_methods(methods)
+    if counterfactual and explore is not None:
+        from ..core.decisions import check_explore
+
+        check_explore(explore)  # before the replays, not after them
     if "vip" in keys and embeddings is None:
         if any("vip" in str(m).lower() for m in (methods or [])):  # asked for by name
             raise InvalidArgumentError("method vip needs prompt embeddings: pass --embeddings EMBED.zarr")
