@@ -425,7 +425,7 @@ class Estimator:
         nu = self.nu_
         if nu is not None:
             a, b = mf.belief_parameters(p_graph, self.successes_decayed_[rows], self.rollouts_decayed_[rows], nu)
-            mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1.0))
+            mean, var = mf.beta_mean_variance(a, b)
         pzv = mf.zero_variance_probability(mean, var, group_size)
         return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "mean": mean,
                 "variance": var, "n_seen": self.rollouts_[rows], "p_zero_variance": pzv}

@@ -44,6 +44,7 @@ import numpy as np
 from ..errors import DataError, InvalidArgumentError
 from . import decisions as dec
 from .baselines import plugin_zero_variance
+from .meanfield import beta_mean_variance
 from .replay import check_log
 
 OUT_OF_REACH = ("offline replay: every outcome comes from the recorded run, so the policy's response to "
@@ -74,10 +75,20 @@ def split_rounds(step, ids) -> list[np.ndarray]:
     return [np.asarray(r, dtype=np.int64) for r in rounds]
 
 
+def _graphdiff(method):
+    """The graphdiff ``Estimator`` behind ``method``, or None."""
+    est = getattr(method, "estimator", None)
+    return est if est is not None and hasattr(est, "estimates") else None
+
+
+def _is_beta(method) -> bool:
+    """Whether ``method`` keeps a Beta(alpha_, beta_) per prompt (MoPPS)."""
+    return hasattr(method, "alpha_") and hasattr(method, "beta_")
+
+
 def has_belief(method) -> bool:
     """Whether ``moments`` gives ``method`` a belief with a spread (graphdiff, MoPPS), not a point."""
-    est = getattr(method, "estimator", None)
-    return (est is not None and hasattr(est, "estimates")) or (hasattr(method, "alpha_") and hasattr(method, "beta_"))
+    return _graphdiff(method) is not None or _is_beta(method)
 
 
 def target_label(explore: float, first: bool) -> str:
@@ -87,16 +98,15 @@ def target_label(explore: float, first: bool) -> str:
 def moments(method, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
     """p, variance and p_zero_variance of ``method`` for node ``ids`` (see the module docstring)."""
     ids = np.asarray(ids, dtype=np.int64)
-    est = getattr(method, "estimator", None)
-    if est is not None and hasattr(est, "estimates"):  # graphdiff
+    est = _graphdiff(method)
+    if est is not None:
         res = est.estimates(ids, group_size=group_size)  # the belief `graphdiff select` decides by
         return {"p": np.asarray(res["mean"], dtype=np.float64),
                 "variance": np.asarray(res["variance"], dtype=np.float64),
                 "p_zero_variance": np.asarray(res["p_zero_variance"], dtype=np.float64)}
     p = np.clip(np.asarray(method.predict(ids), dtype=np.float64), 0.0, 1.0)
-    if hasattr(method, "alpha_") and hasattr(method, "beta_"):  # MoPPS: its Beta's variance
-        a, b = method.alpha_[ids], method.beta_[ids]
-        var = a * b / ((a + b) ** 2 * (a + b + 1.0))
+    if _is_beta(method):  # MoPPS: its Beta's variance
+        var = beta_mean_variance(method.alpha_[ids], method.beta_[ids])[1]
     else:
         var = np.zeros(ids.size)
     zv = getattr(method, "zero_variance", None)
@@ -160,20 +170,20 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
         raise DataError(f"no round has {pool_size} prompts: lower the batch size or the pool factor")
     signal = (s > 0) & (s < n)
     runs: list[SelectionRun] = []
-    # (strategy, estimator, explore, label); a target job at a further explore value runs only for an
-    # estimator with a belief spread (decided on its fresh instance, below)
-    jobs = [("uniform", None, 0.0, "uniform"), ("oracle", None, 0.0, "oracle")]
+    # (strategy, estimator, explore, label, extra): an extra job (the target rule at a further explore
+    # value) runs only for an estimator with a belief spread, decided on its first job's instance
+    jobs = [("uniform", None, 0.0, "uniform", False), ("oracle", None, 0.0, "oracle", False)]
     for name in factories:
         for st in strategies:
             if st == "target":
-                jobs += [(st, name, e, target_label(e, i == 0)) for i, e in enumerate(explores)]
+                jobs += [(st, name, e, target_label(e, i == 0), i > 0) for i, e in enumerate(explores)]
             elif st != "uniform":
-                jobs.append((st, name, explores[0], st))
+                jobs.append((st, name, explores[0], st, False))
     import time
 
-    belief: dict[str, bool] = {}  # per estimator, from its first (plain target) job's instance
-    for j, (strategy, name, explore, label) in enumerate(jobs):
-        if label not in ("target", strategy) and not belief.get(name, True):
+    belief: dict[str, bool] = {}
+    for j, (strategy, name, explore, label, extra) in enumerate(jobs):
+        if extra and not belief.get(name, True):
             continue
         t0 = time.perf_counter()
         method = factories[name]() if name is not None else None

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from .meanfield import beta_from_moments  # the moment matching p_zero_variance uses
 
 SELECT_STRATEGIES = ("target", "thompson", "skip-zero-variance", "uniform")
 TARGET_EXPLORE = 1.0  # the target rule's exploration, in pseudo-rollouts (Jeffreys' prior weight)
@@ -134,22 +135,6 @@ class Selection:
     theta: np.ndarray | None = None
     dropped: np.ndarray | None = None
     info: dict = field(default_factory=dict)
-
-
-def beta_from_moments(mean, var) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(alpha, beta, ok) of the Beta with this mean and variance; ok is False where no proper Beta
-    exists (var ~ 0, or mean in {0, 1}): there the belief is the point mass at the mean.
-
-    Same moment matching as ``meanfield.zero_variance_probability``: alpha + beta = m (1 - m) / v - 1,
-    with v capped just below m (1 - m), the largest variance a distribution on [0, 1] with mean m has.
-    """
-    m = np.clip(np.asarray(mean, dtype=np.float64), 0.0, 1.0)
-    v = np.asarray(var, dtype=np.float64)
-    cap = m * (1.0 - m)
-    ok = (v > 1e-12) & (cap > 1e-12)
-    total = np.ones_like(m)
-    total[ok] = cap[ok] / np.minimum(v[ok], cap[ok] * (1.0 - 1e-9)) - 1.0
-    return m * total, (1.0 - m) * total, ok
 
 
 def _ranked(key: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -639,25 +639,43 @@ def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successe
     return np.clip(np.asarray(p_model, dtype=np.float64) + num / den, 0.0, 1.0)
 
 
+def beta_mean_variance(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, variance) of Beta(a, b)."""
+    total = a + b
+    return a / total, a * b / (total * total * (total + 1.0))
+
+
+def beta_from_moments(mean, var) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(alpha, beta, ok) of the Beta with this mean and variance; ok is False where no proper Beta
+    exists (var ~ 0, or mean in {0, 1}): there the belief is the point mass at the mean.
+
+    alpha + beta = m (1 - m) / v - 1, with v capped just below m (1 - m), the largest variance a
+    distribution on [0, 1] with mean m has.
+    """
+    m = np.clip(np.asarray(mean, dtype=np.float64), 0.0, 1.0)
+    v = np.asarray(var, dtype=np.float64)
+    cap = m * (1.0 - m)
+    ok = (v > 1e-12) & (cap > 1e-12)
+    total = np.ones_like(m)
+    total[ok] = cap[ok] / np.minimum(v[ok], cap[ok] * (1.0 - 1e-9)) - 1.0
+    return m * total, (1.0 - m) * total, ok
+
+
 def zero_variance_probability(mean: np.ndarray, var: np.ndarray, group_size: int) -> np.ndarray:
     """P(a group of g rollouts is all-correct or all-wrong) = E[p^g + (1 - p)^g] for p ~ Beta.
 
-    The Beta is moment-matched to (mean, var); var = 0 gives p^g + (1 - p)^g. The moments
-    E[p^g] = prod_{j<g} (alpha + j) / (alpha + beta + j) are taken in log space.
+    The Beta is moment-matched to (mean, var) (``beta_from_moments``); var = 0 gives p^g + (1 - p)^g.
+    The moments E[p^g] = prod_{j<g} (alpha + j) / (alpha + beta + j) are taken in log space.
     """
     if group_size < 1:
         raise InvalidArgumentError(f"group size must be >= 1, got {group_size}")
     m = np.clip(np.asarray(mean, dtype=np.float64), 0.0, 1.0)
-    v = np.asarray(var, dtype=np.float64)
-    cap = m * (1.0 - m)
     out = m ** group_size + (1.0 - m) ** group_size  # the var -> 0 limit
-    ok = (v > 1e-12) & (cap > 1e-12)
+    alpha, beta_, ok = beta_from_moments(m, var)
     if ok.any():
-        mm, vv = m[ok], np.minimum(v[ok], cap[ok] * (1.0 - 1e-9))
-        total = cap[ok] / vv - 1.0
-        alpha, beta_ = mm * total, (1.0 - mm) * total
+        alpha, beta_ = alpha[ok], beta_[ok]
         j = np.arange(group_size)[:, None]
-        log_denom = np.log(total[None, :] + j).sum(axis=0)
+        log_denom = np.log(alpha[None, :] + beta_[None, :] + j).sum(axis=0)
         out[ok] = (np.exp(np.log(alpha[None, :] + j).sum(axis=0) - log_denom)
                    + np.exp(np.log(beta_[None, :] + j).sum(axis=0) - log_denom))
     return np.clip(out, 0.0, 1.0)

@@ -36,6 +36,7 @@ import os
 
 import numpy as np
 
+from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError
 from .tracking import BatchChooser, open_target
 
@@ -48,7 +49,8 @@ except Exception:  # noqa: BLE001 - any import failure means "no usable verl hoo
 
     VERL_HOOK = False
 
-DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5, "explore": 1.0,
+DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5,
+            "explore": dec.TARGET_EXPLORE,
             "success_threshold": 1.0, "group_size": 8, "outcomes_dir": None}
 
 

@@ -208,11 +208,6 @@ def render_markdown(doc: dict) -> str:
     return "\n".join(out)
 
 
-def _explore_text(sel: dict) -> str:
-    e = (sel.get("target_explore") or [1.0])[0]
-    return f"{e:g}"
-
-
 def _counterfactual_markdown(cf: dict | None) -> list[str]:
     """The decisions section (evaluate --counterfactual): selection and allocation tables, best first."""
     if not cf:
@@ -226,7 +221,7 @@ def _counterfactual_markdown(cf: dict | None) -> list[str]:
                 f"{sel['batch_size']}, and only their recorded outcomes are revealed to its estimator. Effective-"
                 "group rate = share of chosen groups with 0 < s < n (the groups that give GRPO a gradient). "
                 f"`oracle` picks in hindsight the groups that had signal. `target` ranks by the distance to "
-                f"{sel['target']:g} after {_explore_text(sel)} pseudo-rollouts there join each estimator's belief (select's "
+                f"{sel['target']:g} after {sel['target_explore'][0]:g} pseudo-rollouts there join each estimator's belief (select's "
                 "--explore); `target (explore 0)`, for the estimators with a belief spread, by the bare estimate.", "",
                 "| Strategy | Estimator | Effective-group rate ↑ | Round 0 | Later rounds | vs uniform |",
                 "|:---|:---|---:|---:|---:|---:|"]
