@@ -87,6 +87,23 @@ def test_selection_replay_with_all_signal_in_half_the_pool_is_perfect():
     assert by[("target", "spy")]["effective_rate_round0"] == 1.0
 
 
+def test_a_methods_rates_do_not_depend_on_the_other_methods():
+    # many exact ties (prompts share rates), so the seeded tie-breaks decide: they must be the job's own
+    step, ids, n, s = _log(4, 24, lambda i: (i % 3) * 4)
+
+    def make():
+        return HistoryMean(24)
+
+    def rows(factories):
+        res = cf.selection_replay(step, ids, n, s, factories, strategies=("target", "thompson"), batch_size=4,
+                                  pool_factor=2.0, seed=1)
+        return {(r["strategy"], r["estimator"]): r["effective_groups"] for r in res["results"]}
+
+    alone = rows({"history": make})
+    shared = rows({"other": make, "history": make})
+    assert all(shared[k] == v for k, v in alone.items())
+
+
 def test_history_learns_only_from_what_it_chose():
     # 2 rounds of 8 prompts; B = 2 of pools of 8. History mean sees only the 2 chosen in round 0, so in
     # round 1 it knows just those two and gives every other prompt the global mean.

@@ -36,6 +36,7 @@ the plug-in p^g + (1 - p)^g).
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -186,13 +187,16 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
         if extra and not belief.get(name, True):
             continue
         t0 = time.perf_counter()
+        # a job's random choices (draws, tie-breaks) depend on the job itself, not on which other
+        # methods and strategies share the table
+        job_seed = zlib.crc32(f"{label}|{name}".encode())
         method = factories[name]() if name is not None else None
         if name is not None:
             belief.setdefault(name, has_belief(method))
         chosen_n = np.zeros(len(pools), dtype=np.int64)
         eff = np.zeros(len(pools), dtype=np.int64)
         for q, (k, rows) in enumerate(pools):
-            sub_seed = [seed, q, j]
+            sub_seed = [seed, q, job_seed]
             if strategy == "uniform":
                 pick = np.random.default_rng(sub_seed).choice(rows.size, size=batch_size, replace=False)
             elif strategy == "oracle":
