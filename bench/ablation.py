@@ -59,8 +59,9 @@ def main() -> None:
     from graphdiff_cli.core import baselines as B
     from graphdiff_cli.core.metrics import batch_pearson, mae, within_batch
     from graphdiff_cli.core.replay import replay
-    from graphdiff_cli.estimator import Estimator, preset_settings
-    from graphdiff_cli.stages.evaluate import read_clusters_artifact, read_graph_artifact, read_log
+    from graphdiff_cli.estimator import Estimator
+    from graphdiff_cli.io.readers import read_inputs, read_log
+    from graphdiff_cli.methods import GraphdiffMethod
 
     def one(pattern):
         found = sorted(args.run.glob(pattern))
@@ -68,9 +69,9 @@ def main() -> None:
             raise SystemExit(f"{args.run}: expected one {pattern}, found {len(found)}")
         return found[0]
 
-    _, ids, w = read_graph_artifact(one("graph/*.zarr"))
-    _, labels, k = read_clusters_artifact(one("clusters/*.zarr"), ids)
-    log = read_log(one("data/log.jsonl"), ids)
+    inp = read_inputs(one("graph/*.zarr"), one("clusters/*.zarr"))
+    ids, w, labels, k = inp.ids, inp.w, inp.labels, inp.k
+    log = read_log(one("data/log.jsonl"), inp.graph.index)
     r0 = round0_steps(log["step"], log["id"])
     print(f"{args.run}: N = {len(ids)}, K = {k}, {len(np.unique(log['step']))} steps, "
           f"{len(log['step'])} rows, round 0 = {len(r0)} steps", flush=True)
@@ -80,9 +81,8 @@ def main() -> None:
     for name, overrides in LADDER:
         if args.only and name not in args.only:
             continue
-        s = dict(overrides)
-        settings = preset_settings(s.pop("preset", "paper")) | s | {"device": "cpu"}
-        methods.append(B.GraphdiffAdapter(Estimator(w, labels, k, **settings), name=name))
+        s = {"device": "cpu", **overrides}
+        methods.append(GraphdiffMethod(Estimator(w, labels, k, preset=s.pop("preset", "paper"), **s), name=name))
     t0 = time.perf_counter()
     res = replay(log["step"], log["id"], log["n"], log["s"], methods, n_nodes=len(ids))
     out = {}

@@ -73,7 +73,7 @@ def main():
     t_graph = time.perf_counter() - t0
     rng = np.random.default_rng(1)
     true_p = rng.uniform(0.05, 0.95, args.k)[labels]
-    est = Estimator(w, labels, args.k, schedule="residual", device=args.device, max_iters=200)
+    est = Estimator(w, labels, args.k, preset="paper", schedule="residual", device=args.device, max_iters=200)
     rss_base = rss_mb()
 
     def batch():

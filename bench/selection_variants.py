@@ -49,23 +49,24 @@ def main() -> None:
     from graphdiff_cli.core import baselines as B
     from graphdiff_cli.core.counterfactual import selection_replay
     from graphdiff_cli.core.metrics import auroc, zero_variance_outcome
-    from graphdiff_cli.estimator import Estimator, preset_settings
-    from graphdiff_cli.stages.evaluate import read_clusters_artifact, read_graph_artifact, read_log
+    from graphdiff_cli.estimator import Estimator
+    from graphdiff_cli.io.readers import read_inputs, read_log
+    from graphdiff_cli.methods import GraphdiffMethod
 
-    class UnseenHalf(B.GraphdiffAdapter):
+    class UnseenHalf(GraphdiffMethod):
         def predict(self, ids):
             p = super().predict(ids)
             return np.where(self.estimator.rollouts_[np.asarray(ids)] > 0, p, 0.5)
 
-    _, ids, w = read_graph_artifact(sorted(args.run.glob("graph/*.zarr"))[0])
-    _, labels, k = read_clusters_artifact(sorted(args.run.glob("clusters/*.zarr"))[0], ids)
-    lg = read_log(args.run / "data" / "log.jsonl", ids)
-    n_nodes = len(ids)
+    inp = read_inputs(sorted(args.run.glob("graph/*.zarr"))[0], sorted(args.run.glob("clusters/*.zarr"))[0])
+    w, labels, k = inp.w, inp.labels, inp.k
+    lg = read_log(args.run / "data" / "log.jsonl", inp.graph.index)
+    n_nodes = len(inp.ids)
 
     def factory(overrides):
         kw = dict(overrides)
-        cls = UnseenHalf if kw.pop("unseen_half", False) else B.GraphdiffAdapter
-        settings = preset_settings("default") | {"device": "cpu"} | kw
+        cls = UnseenHalf if kw.pop("unseen_half", False) else GraphdiffMethod
+        settings = {"device": "cpu", **kw}
         return lambda: cls(Estimator(w, labels, k, **settings))
 
     factories = {f"graphdiff {v}": factory(VARIANTS[v]) for v in args.variants.split(",")}

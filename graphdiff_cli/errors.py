@@ -1,7 +1,8 @@
 """The one exception hierarchy of graphdiff.
 
-Library code raises these; the CLI maps each class to a one-line message and an exit code in one table
-(``graphdiff_cli.cli.errors``). Messages name what was wrong and, where it helps, how to fix it.
+Library code raises these; the CLI turns each into a one-line message and its class's ``exit_code`` in
+one place (``run_guarded`` in ``graphdiff_cli/cli/common.py``). Messages name what was wrong and, where it
+helps, how to fix it.
 """
 
 

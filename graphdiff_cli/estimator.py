@@ -1,10 +1,15 @@
 """``Estimator``: the Python API over the mean-field core (the contract other tools call).
 
-    est = Estimator(graph, labels, n_states=K, beta=2.0, epsilon=0.1, gamma=0.5, window=None,
-                    max_iters=50, tol=1e-6, schedule="synchronous", device="auto")
+    est = Estimator(graph, labels, n_states=K)                    # the default preset
+    est = Estimator(graph, labels, n_states=K, preset="paper")    # Sections 3.4-3.6 exactly
+    est = Estimator(graph, labels, n_states=K, preset="paper", beta=4.0, schedule="sequential")
     stats = est.update(ids, n, s)   # one training step; stats["elbo"], stats["iterations"], ...
     p = est.predict(ids=None)       # p-hat for those node indices (all if None)
     est.save(path); est = Estimator.load(path)
+
+Every setting, its default, range and meaning, and the presets live in ``graphdiff_cli.settings``: a
+keyword names a setting and overrides the preset's value (an unknown name, a bad value, or a setting
+that cannot act under the chosen schedule or mixing is refused in one line).
 
 An update that raises leaves the estimator exactly as it was: everything is validated first, inference
 runs on copies, and the new state is committed by plain assignments at the end.
@@ -13,147 +18,38 @@ runs on copies, and the new state is committed by plain assignments at the end.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .core import belief as bl
 from .core import meanfield as mf
+from .core.beta import mean_variance, zero_variance_from_moments
 from .core.graph import validate_graph
 from .errors import DataError, InvalidArgumentError
+from .settings import EstimatorSettings, from_dict, preset_settings, resolve
 
-DTYPES = ("float32", "float64")
-MIXINGS = ("gamma", "evidence", "offset")
-STATE_PRIORS = ("uniform", "observed")
-
-
-@dataclass(frozen=True)
-class EstimatorConfig:
-    """Every hyper-parameter of the estimator, with the paper's names."""
-
-    n_states: int
-    beta: float = 2.0
-    epsilon: float = mf.DEFAULT_EPSILON
-    gamma: float = 0.5
-    window: int | None = None  # None: cumulative (Section 3.4); L >= 1: windowed (Appendix G)
-    max_iters: int = 50
-    tol: float = 1e-6  # synchronous/sequential: stop when a round raises the ELBO by less than tol per prompt
-    schedule: str = "synchronous"
-    residual_tol: float = 1e-4  # residual: revisit a prompt's neighbours when its q moved by more than this
-    device: str = "auto"
-    dtype: str = "float32"
-    # -- beyond the paper (docs/estimator.md, "Improvements"); the values here reproduce the paper --
-    mixing: str = "gamma"  # "evidence": p = (kappa p_model + S_i) / (kappa + C_i), empirical Bayes;
-    # "offset": p = p_model + sum_visits (s - n p_model_then) / (kappa + C_i), the prompt's offset from
-    # its states, so the states carry the drift and the prompt keeps its own level
-    prior_strength: float | str = 4.0  # kappa, in rollouts: the weight of the graph's estimate in
-    # "evidence" and "offset"; "auto": chosen online, prequentially (mf.choose_prior_strength)
-    belief_strength: float | str | None = None  # nu, in rollouts: the weight of the graph's estimate in
-    # the belief decisions use (mean, variance, p_zero_variance: mf.belief_parameters); "auto": chosen
-    # online by the prequential likelihood of whole groups; None: the belief of the mixing (Appendix E)
-    prompt_forgetting: float = 1.0  # lambda: a prompt's own counts decay by this at each of its visits
-    state_forgetting: float = 1.0  # rho: state evidence decays by this at every step (1 = cumulative)
-    state_prior: str = "uniform"  # "observed": Beta prior of mean = recent global success rate
-    # tau, in rollouts: the graph's estimate of a prompt adds its mutual neighbours' W-weighted offset
-    # from their own model predictions (mean-field states are coarse; neighbours resolve within a state)
-    neighbor_smoothing: float | None = None
-
-    def validate(self) -> None:
-        def bad(msg):
-            raise InvalidArgumentError(msg)
-
-        if not isinstance(self.n_states, (int, np.integer)) or self.n_states < 1:
-            bad(f"n_states must be a positive integer, got {self.n_states!r}")
-        if not np.isfinite(self.beta) or self.beta < 0:
-            bad(f"beta must be a finite number >= 0, got {self.beta!r}")
-        if self.n_states > 1 and not 0 < self.epsilon < 1:
-            bad(f"epsilon must lie strictly between 0 and 1 (A_ik > 0 always), got {self.epsilon!r}")
-        if not 0 <= self.gamma <= 1:
-            bad(f"gamma must lie in [0, 1], got {self.gamma!r}")
-        if self.window is not None and (not isinstance(self.window, (int, np.integer)) or self.window < 1):
-            bad(f"window must be None (cumulative) or an integer >= 1, got {self.window!r}")
-        if not isinstance(self.max_iters, (int, np.integer)) or self.max_iters < 1:
-            bad(f"max_iters must be an integer >= 1, got {self.max_iters!r}")
-        if not self.tol >= 0:
-            bad(f"tol must be >= 0, got {self.tol!r}")
-        if not self.residual_tol > 0:
-            bad(f"residual_tol must be > 0, got {self.residual_tol!r}")
-        if self.schedule not in mf.SCHEDULES:
-            bad(f"unknown schedule {self.schedule!r}; choose one of {', '.join(mf.SCHEDULES)}")
-        if self.dtype not in DTYPES:
-            bad(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
-        if self.mixing not in MIXINGS:
-            bad(f"unknown mixing {self.mixing!r}; choose one of {', '.join(MIXINGS)}")
-        if self.state_prior not in STATE_PRIORS:
-            bad(f"unknown state_prior {self.state_prior!r}; choose one of {', '.join(STATE_PRIORS)}")
-        if self.prior_strength != "auto" and (isinstance(self.prior_strength, str)
-                                              or not (np.isfinite(self.prior_strength) and self.prior_strength > 0)):
-            bad(f"prior_strength must be a number > 0 or 'auto', got {self.prior_strength!r}")
-        if self.belief_strength is not None:
-            if self.belief_strength != "auto" and (isinstance(self.belief_strength, str) or not (
-                    np.isfinite(self.belief_strength) and self.belief_strength > 0)):
-                bad(f"belief_strength must be None, a number > 0 or 'auto', got {self.belief_strength!r}")
-        for name in ("prompt_forgetting", "state_forgetting"):
-            v = getattr(self, name)
-            if not 0 < v <= 1:
-                bad(f"{name} must lie in (0, 1], got {v!r}")
-        if self.neighbor_smoothing is not None and not (np.isfinite(self.neighbor_smoothing)
-                                                        and self.neighbor_smoothing > 0):
-            bad(f"neighbor_smoothing must be None (off) or a number > 0, got {self.neighbor_smoothing!r}")
-        if self.window is not None and self.state_forgetting != 1.0:
-            bad("choose either a window or state_forgetting < 1, not both")
-        from .backends.device import check_device_name
-
-        check_device_name(self.device)
-
-    @property
-    def paper_exact(self) -> bool:
-        """True when the state-level Beta update is the paper's (cumulative or windowed, Beta(1, 1))."""
-        return self.state_forgetting == 1.0 and self.state_prior == "uniform"
-
-
-# Named settings. "paper" is the dataclass defaults above: Sections 3.4-3.6 exactly (a test holds it to
-# that). "default" is what `graphdiff init` and `graphdiff evaluate` use unless told otherwise: the
-# paper's model with the measured improvements of docs/results.md (how each value was chosen is there).
-PRESETS: dict[str, dict] = {
-    "paper": {},
-    "default": {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto", "belief_strength": "auto",
-                "prompt_forgetting": 0.85, "state_prior": "observed", "neighbor_smoothing": 4.0},
-}
-
-
-def preset_settings(name: str) -> dict:
-    """Every estimator setting (all EstimatorConfig fields but n_states) of the preset ``name``."""
-    from dataclasses import fields
-
-    if name not in PRESETS:
-        raise InvalidArgumentError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    base = {f.name: f.default for f in fields(EstimatorConfig) if f.name != "n_states"}
-    return {**base, **PRESETS[name]}
+__all__ = ["Estimator", "EstimatorSettings", "preset_settings"]
 
 
 class Estimator:
-    """Online graph-based estimator of each prompt's success probability under the current policy."""
+    """Online graph-based estimator of each prompt's success probability under the current policy.
 
-    def __init__(self, graph, labels, n_states: int, beta: float = 2.0, epsilon: float = mf.DEFAULT_EPSILON,
-                 gamma: float = 0.5, window: int | None = None, max_iters: int = 50, tol: float = 1e-6,
-                 schedule: str = "synchronous", device: str = "auto", dtype: str = "float32",
-                 residual_tol: float = 1e-4, mixing: str = "gamma", prior_strength: float | str = 4.0,
-                 prompt_forgetting: float = 1.0, state_forgetting: float = 1.0, state_prior: str = "uniform",
-                 neighbor_smoothing: float | None = None, belief_strength: float | str | None = None, *, _q=None,
-                 _own_q: bool = False):
+    ``settings`` (an ``EstimatorSettings``) is used as it is; otherwise ``preset`` ("default" when
+    omitted, or "paper") gives the settings and any keyword of ``graphdiff_cli.settings`` overrides one.
+    """
+
+    def __init__(self, graph, labels, n_states: int, preset: str | None = None, *,
+                 settings: EstimatorSettings | None = None, _q=None, _own_q: bool = False, **overrides):
         # _q (internal, from_state_dict): the N x K q to start from instead of A, so loading a state
         # never holds A and the saved q at once; _own_q: _q may be used in place (nobody else holds it)
-        config = EstimatorConfig(n_states=n_states, beta=float(beta), epsilon=float(epsilon),
-                                 gamma=float(gamma), window=window, max_iters=max_iters, tol=float(tol),
-                                 schedule=schedule, device=device, dtype=dtype, residual_tol=float(residual_tol),
-                                 mixing=mixing,
-                                 prior_strength=prior_strength if isinstance(prior_strength, str) else float(prior_strength),
-                                 belief_strength=belief_strength if belief_strength is None or isinstance(
-                                     belief_strength, str) else float(belief_strength),
-                                 prompt_forgetting=float(prompt_forgetting),
-                                 state_forgetting=float(state_forgetting), state_prior=state_prior,
-                                 neighbor_smoothing=None if neighbor_smoothing is None else float(neighbor_smoothing))
-        config.validate()
+        if settings is None:
+            settings = resolve(preset, **overrides)
+        elif preset is not None or overrides:
+            raise InvalidArgumentError("give either settings or a preset and keyword overrides, not both")
+        elif not isinstance(settings, EstimatorSettings):
+            raise InvalidArgumentError(f"settings must be an EstimatorSettings, got {type(settings).__name__}")
+        if isinstance(n_states, bool) or not isinstance(n_states, (int, np.integer)) or n_states < 1:
+            raise InvalidArgumentError(f"n_states must be a positive integer, got {n_states!r}")
         labels = np.asarray(labels)
         if labels.ndim != 1 or labels.dtype.kind not in "iu":
             raise DataError(f"labels must be a 1-D integer array, got dtype {labels.dtype}, shape {labels.shape}")
@@ -162,9 +58,9 @@ class Estimator:
             i = int(np.flatnonzero((labels < 0) | (labels >= n_states))[0])
             raise DataError(f"labels[{i}] = {labels[i]} is out of range [0, {n_states})")
         w = validate_graph(graph, n_nodes=labels.size)
-        self.config = config
-        self._spec = mf.ModelSpec(graph=w, labels=labels, n_states=int(n_states), beta=config.beta,
-                                  epsilon=config.epsilon)
+        self.settings = settings
+        self._spec = mf.ModelSpec(graph=w, labels=labels, n_states=int(n_states), beta=settings.beta,
+                                  epsilon=settings.epsilon)
         self._init_state(_q, _own_q)
 
     # -- state -------------------------------------------------------------------------------------
@@ -175,10 +71,10 @@ class Estimator:
 
         from .backends.device import resolve_device
 
-        self.device_ = resolve_device(self.config.device)
-        if self.config.schedule == "sequential":
+        self.device_ = resolve_device(self.settings.device)
+        if self.settings.schedule == "sequential":
             self.device_ = torch.device("cpu")  # Gauss-Seidel is inherently serial
-        k, n = self.config.n_states, self.n_nodes
+        k, n = self.n_states, self.n_nodes
         if q is not None:
             q = np.asarray(q)
             if q.shape != (n, k):
@@ -189,7 +85,7 @@ class Estimator:
         else:
             # q = A (mf.smoothed_prior), built in place in the working dtype: no N x K float64 intermediate
             self._q = torch.empty((n, k), dtype=self._torch_dtype, device=self.device_)
-            mf.fill_prior(self._q, self._spec.labels, self.config.epsilon)
+            mf.fill_prior(self._q, self._spec.labels, self.settings.epsilon)
         # q = A: the first step may then run in place (undone by rebuilding A), with no copy of q
         self._q_is_prior = q is None
         self.a_ = np.ones(k)
@@ -204,12 +100,12 @@ class Estimator:
         # (successes, rollouts) with the same forgetting, for the "observed" state prior
         self.state_evidence_ = np.zeros((2, k))
         self.global_counts_ = np.zeros(2)
-        # prior_strength="auto": per kappa of mf.KAPPA_GRID, the summed absolute error of the p-hat it
+        # prior_strength="auto": per kappa of bl.KAPPA_GRID, the summed absolute error of the p-hat it
         # would have given each observed prompt just before the prompt's outcomes arrived
-        self.kappa_errors_ = np.zeros(mf.KAPPA_GRID.size)
+        self.kappa_errors_ = np.zeros(bl.KAPPA_GRID.size)
         # belief_strength="auto": per value of the same grid, the summed log-likelihood of each observed
         # group under the belief it would have given just before the group's outcomes arrived
-        self.belief_loglik_ = np.zeros(mf.KAPPA_GRID.size)
+        self.belief_loglik_ = np.zeros(bl.KAPPA_GRID.size)
         self.step_ = 0
         # per-step evidence (sum q s, sum q f) of the last window - 1 steps (windowed variant only)
         self._window_evidence = np.zeros((0, 2, k))
@@ -221,7 +117,7 @@ class Estimator:
     def _torch_dtype(self):
         import torch
 
-        return torch.float64 if self.config.dtype == "float64" else torch.float32
+        return torch.float64 if self.settings.dtype == "float64" else torch.float32
 
     @property
     def n_nodes(self) -> int:
@@ -229,7 +125,7 @@ class Estimator:
 
     @property
     def n_states(self) -> int:
-        return self.config.n_states
+        return self._spec.n_states
 
     @property
     def graph(self):
@@ -247,17 +143,17 @@ class Estimator:
     @property
     def kappa_(self) -> float:
         """The prior strength in use: the configured number, or the prequential choice ("auto")."""
-        if self.config.prior_strength == "auto":
-            return mf.choose_prior_strength(self.kappa_errors_)
-        return float(self.config.prior_strength)
+        if self.settings.prior_strength == "auto":
+            return bl.choose_prior_strength(self.kappa_errors_)
+        return float(self.settings.prior_strength)
 
     @property
     def nu_(self) -> float | None:
         """The belief strength in use: the configured number or the prequential choice ("auto"); None
         when belief_strength is unset (the belief is then mix_by_evidence's, or Appendix E's)."""
-        c = self.config
+        c = self.settings
         if c.belief_strength == "auto":
-            return mf.choose_belief_strength(self.belief_loglik_)
+            return bl.choose_belief_strength(self.belief_loglik_)
         return None if c.belief_strength is None else float(c.belief_strength)
 
     def _history_prior(self) -> tuple[np.ndarray, np.ndarray]:
@@ -268,7 +164,7 @@ class Estimator:
         converged to (S^(L), F^(L) of Appendix G.1); with the coming step that makes the L-step window.
         When L covers every step this is exactly the cumulative posterior, as the paper states.
         """
-        c = self.config
+        c = self.settings
         if c.window is None and c.paper_exact:
             return self.a_.copy(), self.b_.copy()
         a0, b0 = self._state_prior()
@@ -283,7 +179,7 @@ class Estimator:
         strength (2 pseudo-rollouts) centred on the recent global success rate (s + 1) / (n + 2), so that
         a state without recent evidence predicts what the policy solves on average rather than 0.5 (the
         weakness Appendix G points out)."""
-        if self.config.state_prior == "uniform":
+        if self.settings.state_prior == "uniform":
             return 1.0, 1.0
         gs, gn = self.global_counts_
         g = (gs + 1.0) / (gn + 2.0)
@@ -301,7 +197,7 @@ class Estimator:
         obs = mf.make_observations(ids, n, s, self.n_nodes)
         p_then = self._model_prediction(obs.ids)[0] if len(obs) else np.zeros(0)
         kappa_errors, belief_loglik = self.kappa_errors_, self.belief_loglik_
-        c = self.config
+        c = self.settings
         score_kappa = c.prior_strength == "auto" and c.mixing != "gamma"
         score_belief = c.belief_strength == "auto"
         if (score_kappa or score_belief) and len(obs):
@@ -311,22 +207,22 @@ class Estimator:
             rate = obs.s / obs.n
             no_u = np.zeros_like(p_graph)  # u only shapes the variance, which is not scored
             kappa_errors = kappa_errors + [np.abs(self._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum()
-                                           for k in mf.KAPPA_GRID]
+                                           for k in bl.KAPPA_GRID]
         if score_belief and len(obs):
-            belief_loglik = belief_loglik + mf.belief_loglik(
+            belief_loglik = belief_loglik + bl.belief_loglik(
                 p_graph, self.successes_decayed_[obs.ids], self.rollouts_decayed_[obs.ids], obs.n, obs.s,
-                mf.KAPPA_GRID)
+                bl.KAPPA_GRID)
         a_hist, b_hist = self._history_prior()
-        if self.config.schedule == "residual":
+        if self.settings.schedule == "residual":
             # in place: q is updated where it lies, with a journal of the touched rows that undoes the
             # step should anything below raise (an update is all or nothing)
             res = mf.run_step_residual(self._spec, self._q, a_hist, b_hist, obs, self._dirty,
-                                       max_iters=self.config.max_iters, tol=self.config.residual_tol,
+                                       max_iters=self.settings.max_iters, tol=self.settings.residual_tol,
                                        in_place=True, q0_is_prior=self._q_is_prior)
             dirty = obs.ids.copy() if res.converged else None  # their l_ik leaves at the next step
         else:
-            res = mf.run_step(self._spec, self._q, a_hist, b_hist, obs, schedule=self.config.schedule,
-                              max_iters=self.config.max_iters, tol=self.config.tol)
+            res = mf.run_step(self._spec, self._q, a_hist, b_hist, obs, schedule=self.settings.schedule,
+                              max_iters=self.settings.max_iters, tol=self.settings.tol)
             dirty = None
         try:
             self._commit(res, obs, p_then, kappa_errors, belief_loglik, dirty)
@@ -351,18 +247,18 @@ class Estimator:
         rollouts = self.rollouts_.copy()
         successes[obs.ids] += obs.s.astype(np.int64)
         rollouts[obs.ids] += obs.n.astype(np.int64)
-        lam = self.config.prompt_forgetting
+        lam = self.settings.prompt_forgetting
         succ_d, roll_d = self.successes_decayed_.copy(), self.rollouts_decayed_.copy()
         succ_d[obs.ids] = lam * succ_d[obs.ids] + obs.s
         roll_d[obs.ids] = lam * roll_d[obs.ids] + obs.n
         off_d = self.offset_decayed_.copy()
         off_d[obs.ids] = lam * off_d[obs.ids] + (obs.s - obs.n * p_then)
-        rho = self.config.state_forgetting
+        rho = self.settings.state_forgetting
         state_ev = rho * self.state_evidence_ + np.stack(res.evidence)
         global_counts = rho * self.global_counts_ + np.array([obs.s.sum(), obs.n.sum()])
         window_ev = self._window_evidence
-        if self.config.window is not None:
-            keep = self.config.window - 1
+        if self.settings.window is not None:
+            keep = self.settings.window - 1
             window_ev = np.concatenate([window_ev, np.stack(res.evidence)[None]])[-keep:] if keep else \
                 window_ev[:0]
         self._q, self.a_, self.b_ = res.q, res.a, res.b
@@ -411,7 +307,7 @@ class Estimator:
         Appendix E, n_seen (rollouts observed so far), and the belief about the success probability
         that decisions use: its mean and variance (what Thompson sampling and the target rule read) and
         p_zero_variance = E[p^g + (1 - p)^g], the probability that a group of ``group_size`` rollouts is
-        all-correct or all-wrong. With belief_strength set, the belief is mf.belief_parameters' Beta of
+        all-correct or all-wrong. With belief_strength set, the belief is bl.belief_parameters' Beta of
         strength ``nu_`` (under "evidence" mixing its mean is p when nu = kappa); unset, it is a Beta
         with mean p and the mixing's variance: for "gamma" (the paper) (weight of the model in p)^2 *
         u-hat, since the prompt's own history enters p as a fixed number and the model part carries the
@@ -424,15 +320,15 @@ class Estimator:
         mean = p
         nu = self.nu_
         if nu is not None:
-            a, b = mf.belief_parameters(p_graph, self.successes_decayed_[rows], self.rollouts_decayed_[rows], nu)
-            mean, var = mf.beta_mean_variance(a, b)
-        pzv = mf.zero_variance_probability(mean, var, group_size)
+            a, b = bl.belief_parameters(p_graph, self.successes_decayed_[rows], self.rollouts_decayed_[rows], nu)
+            mean, var = mean_variance(a, b)
+        pzv = zero_variance_from_moments(mean, var, group_size)
         return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "mean": mean,
                 "variance": var, "n_seen": self.rollouts_[rows], "p_zero_variance": pzv}
 
     def _mix(self, rows: np.ndarray, p_graph: np.ndarray, u: np.ndarray, kappa: float):
         """(p-hat, variance of the belief) from the graph's estimate and the prompts' own evidence."""
-        c = self.config
+        c = self.settings
         roll = self.rollouts_[rows]
         if c.mixing == "gamma":
             p = mf.mix_with_history(p_graph, self.successes_[rows].astype(np.float64), roll.astype(np.float64),
@@ -443,17 +339,17 @@ class Estimator:
             roll_d = self.rollouts_decayed_[rows]
             p = np.clip(p_graph + self.offset_decayed_[rows] / (kappa + roll_d), 0.0, 1.0)
             return p, np.where(roll > 0, p * (1.0 - p) / (kappa + roll_d + 1.0), u)
-        return mf.mix_by_evidence(p_graph, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows], kappa)
+        return bl.mix_by_evidence(p_graph, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows], kappa)
 
     def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
         neighbours of ``rows`` are read, so a batch costs O(batch x degree x K), not O(N K))."""
-        tau = self.config.neighbor_smoothing
+        tau = self.settings.neighbor_smoothing
         if tau is None or rows.size == 0:
             return p_model
         n = self.n_nodes
         if rows.size == n and np.array_equal(rows, np.arange(n)):  # every prompt (predict): W as it is
-            return mf.neighbor_shift(p_model, self._spec.graph, p_model, self.successes_decayed_,
+            return bl.neighbor_shift(p_model, self._spec.graph, p_model, self.successes_decayed_,
                                      self.rollouts_decayed_, tau)
         sub = self._spec.graph[rows]
         cols, local = np.unique(sub.indices, return_inverse=True)
@@ -461,7 +357,7 @@ class Estimator:
             return p_model
         sub = type(sub)((sub.data, local.reshape(-1), sub.indptr), shape=(rows.size, cols.size))
         p_nb = self._model_prediction(cols)[0]
-        return mf.neighbor_shift(p_model, sub, p_nb, self.successes_decayed_[cols], self.rollouts_decayed_[cols], tau)
+        return bl.neighbor_shift(p_model, sub, p_nb, self.successes_decayed_[cols], self.rollouts_decayed_[cols], tau)
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -472,7 +368,7 @@ class Estimator:
         update: for writers that consume it at once, without an N x K copy.
         """
         return {
-            "config": asdict(self.config),
+            "config": {"n_states": self.n_states, **self.settings.as_dict()},
             "step": self.step_,
             "graph": self._spec.graph,
             "labels": self._spec.labels,
@@ -498,9 +394,11 @@ class Estimator:
         """The estimator ``state_dict`` describes. ``copy=False`` lets it update ``state["q"]`` in place
         instead of copying it (for callers that hand the arrays over, as ``load`` does)."""
         cfg = dict(state["config"])
+        n_states = cfg.pop("n_states")
         if device is not None:
             cfg["device"] = device
-        est = cls(state["graph"], state["labels"], **cfg, _q=state["q"], _own_q=not copy)
+        est = cls(state["graph"], state["labels"], n_states, settings=from_dict(cfg, "saved estimator settings"),
+                  _q=state["q"], _own_q=not copy)
         est.a_ = np.asarray(state["a"], dtype=np.float64).copy()
         est.b_ = np.asarray(state["b"], dtype=np.float64).copy()
         est.successes_ = np.asarray(state["successes"], dtype=np.int64).copy()
@@ -519,24 +417,24 @@ class Estimator:
             est._dirty = np.asarray(state["dirty"], dtype=np.int64).copy()
         # a saved step-0 state (what init writes) holds A: checked, so its first step can run in place
         est._q_is_prior = est.step_ == 0 and est._dirty is None and mf.is_prior(est._q, est._spec.labels,
-                                                                                  est.config.epsilon)
+                                                                                  est.settings.epsilon)
         return est
 
     def save(self, path) -> None:
         """Write the estimator as a stamped Zarr v3 group, atomically (staging folder, then rename)."""
-        from .io.estimator_store import save_estimator
+        from .io.estimator_store import write_state
 
-        save_estimator(self, path)
+        write_state(self.state_dict(copy=False), path)  # written at once: no N x K copy
 
     @classmethod
     def load(cls, path, device: str | None = None) -> "Estimator":
         """Read a saved estimator, or the current state of a STATE directory."""
-        from .io.estimator_store import load_estimator
+        from .io.estimator_store import read_state
 
-        return load_estimator(path, device=device)
+        return cls.from_state_dict(read_state(path), device=device, copy=False)  # the arrays were just read
 
     def __repr__(self) -> str:
-        c = self.config
+        c = self.settings
         mode = "cumulative" if c.window is None else f"window={c.window}"
-        return (f"Estimator(N={self.n_nodes}, K={c.n_states}, beta={c.beta}, epsilon={c.epsilon}, "
+        return (f"Estimator(N={self.n_nodes}, K={self.n_states}, beta={c.beta}, epsilon={c.epsilon}, "
                 f"gamma={c.gamma}, {mode}, schedule={c.schedule}, device={self.device_}, step={self.step_})")

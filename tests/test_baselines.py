@@ -10,11 +10,12 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import expit, logit
 
-from graphdiff_cli.core.baselines import (GRESO, VIP, DiscountedHistory, GraphdiffAdapter, HistoryMean,
-                                          LabelPropagation, MoPPS, OnlineEstimator, OracleEstimator,
-                                          SampleBeforeRL, SampleBeforeStep, beta_binomial_zero_variance,
-                                          harmonic_solution, plugin_zero_variance)
+from graphdiff_cli.core.baselines import (GRESO, VIP, DiscountedHistory, HistoryMean, LabelPropagation, MoPPS,
+                                          OnlineEstimator, OracleEstimator, SampleBeforeRL, SampleBeforeStep,
+                                          harmonic_solution)
+from graphdiff_cli.core.beta import zero_variance, zero_variance_point
 from graphdiff_cli.errors import DataError, InvalidArgumentError
+from graphdiff_cli.methods import GraphdiffMethod
 
 
 def a(*x):
@@ -126,14 +127,14 @@ def test_mopps_single_rollout_is_not_the_reference_codes_precedence_bug():
 
 def test_beta_binomial_zero_variance_hand_values():
     # Beta(1, 1), g = 2: E[p^2] + E[(1-p)^2] = 1/3 + 1/3
-    assert beta_binomial_zero_variance(np.array([1.0]), np.array([1.0]), 2)[0] == pytest.approx(2 / 3)
+    assert zero_variance(np.array([1.0]), np.array([1.0]), 2)[0] == pytest.approx(2 / 3)
     # Beta(2, 1), g = 1: always 1 (one rollout is always all-correct or all-wrong)
-    assert beta_binomial_zero_variance(np.array([2.0]), np.array([1.0]), 1)[0] == pytest.approx(1.0)
+    assert zero_variance(np.array([2.0]), np.array([1.0]), 1)[0] == pytest.approx(1.0)
     # Beta(2, 1), g = 2: E[p^2] = 2*3/(3*4) = 1/2, E[(1-p)^2] = 1*2/(3*4) = 1/6
-    assert beta_binomial_zero_variance(np.array([2.0]), np.array([1.0]), 2)[0] == pytest.approx(2 / 3)
+    assert zero_variance(np.array([2.0]), np.array([1.0]), 2)[0] == pytest.approx(2 / 3)
     m = MoPPS(1)
     assert m.zero_variance(a(0), 2)[0] == pytest.approx(2 / 3)
-    assert plugin_zero_variance(np.array([0.25]), 2)[0] == pytest.approx(0.0625 + 0.5625)
+    assert zero_variance_point(np.array([0.25]), 2)[0] == pytest.approx(0.0625 + 0.5625)
 
 
 # -- GRESO -----------------------------------------------------------------------------------------------
@@ -287,8 +288,8 @@ def test_graphdiff_adapter_matches_the_estimator():
 
     w = _graph()
     labels = a(0, 0, 1, 1, 2, 2, 2, 0)
-    ad = GraphdiffAdapter.from_graph(w, labels, 3, device="cpu", dtype="float64")
-    ref = Estimator(w, labels, 3, device="cpu", dtype="float64")
+    ad = GraphdiffMethod(Estimator(w, labels, 3, preset="paper", device="cpu", dtype="float64"))
+    ref = Estimator(w, labels, 3, preset="paper", device="cpu", dtype="float64")
     ids, n, s = a(0, 3, 5), a(8, 8, 8), a(8, 0, 4)
     ad.update(ids, n, s)
     ref.update(ids, n, s)

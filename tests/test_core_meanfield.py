@@ -15,6 +15,7 @@ from scipy.special import betaln, digamma, gammaln
 
 from graphdiff_cli import Estimator
 from graphdiff_cli.core import meanfield as mf
+from graphdiff_cli.core.beta import zero_variance_from_moments
 from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph
 from graphdiff_cli.core.spectral import spectral_clustering
 
@@ -208,7 +209,7 @@ def batches(rng, true_p, steps, size, rollouts=8):
 @pytest.mark.parametrize("seed,beta", [(0, 2.0), (1, 0.5), (2, 10.0), (3, 50.0)])
 def test_elbo_never_decreases_under_the_sequential_schedule(seed, beta):
     w, labels, true_p, rng = clustered_problem(n=300, seed=seed)
-    est = Estimator(w, labels, 16, beta=beta, schedule="sequential", dtype="float64", tol=0, max_iters=15)
+    est = Estimator(w, labels, 16, preset="paper", beta=beta, schedule="sequential", dtype="float64", tol=0, max_iters=15)
     for ids, n, s in batches(rng, true_p, 4, 40):
         elbo = np.array(est.update(ids, n, s)["elbo"])
         assert 2 <= len(elbo) <= 16
@@ -220,8 +221,8 @@ def test_synchronous_and_sequential_agree_at_convergence():
     """Appendix A.4: the converged predictions of the two schedules differ by at most 1e-2."""
     w, labels, true_p, rng = clustered_problem(n=800, seed=5)
     kw = dict(beta=2.0, dtype="float64", tol=1e-10, max_iters=300, device="cpu")
-    sync = Estimator(w, labels, 16, schedule="synchronous", **kw)
-    seq = Estimator(w, labels, 16, schedule="sequential", **kw)
+    sync = Estimator(w, labels, 16, preset="paper", schedule="synchronous", **kw)
+    seq = Estimator(w, labels, 16, preset="paper", schedule="sequential", **kw)
     worst = 0.0
     for ids, n, s in batches(rng, true_p, 6, 64):
         sync.update(ids, n, s)
@@ -232,7 +233,7 @@ def test_synchronous_and_sequential_agree_at_convergence():
 
 def test_estimates_track_the_truth_on_a_clustered_problem():
     w, labels, true_p, rng = clustered_problem(n=600, seed=6)
-    est = Estimator(w, labels, 16, device="cpu")
+    est = Estimator(w, labels, 16, preset="paper", device="cpu")
     for ids, n, s in batches(rng, true_p, 8, 48):
         est.update(ids, n, s)
     p = est.predict()
@@ -249,7 +250,7 @@ def test_estimates_track_the_truth_on_a_clustered_problem():
 
 def test_warm_start_and_frozen_history():
     w, labels, true_p, rng = clustered_problem(n=200, seed=7)
-    est = Estimator(w, labels, 16, dtype="float64", device="cpu")
+    est = Estimator(w, labels, 16, preset="paper", dtype="float64", device="cpu")
     steps = list(batches(rng, true_p, 3, 30))
     est.update(*steps[0])
     q1, a1, b1 = est.q_, est.a_.copy(), est.b_.copy()
@@ -268,8 +269,8 @@ def test_warm_start_and_frozen_history():
 def test_window_covering_all_steps_equals_cumulative(window):
     w, labels, true_p, rng = clustered_problem(n=300, seed=8)
     kw = dict(dtype="float64", device="cpu")
-    cum = Estimator(w, labels, 16, **kw)
-    win = Estimator(w, labels, 16, window=window, **kw)
+    cum = Estimator(w, labels, 16, preset="paper", **kw)
+    win = Estimator(w, labels, 16, preset="paper", window=window, **kw)
     for ids, n, s in batches(rng, true_p, 6, 40):  # t <= 6 <= L
         st_c, st_w = cum.update(ids, n, s), win.update(ids, n, s)
         np.testing.assert_allclose(st_c["elbo"], st_w["elbo"], rtol=1e-10)
@@ -279,7 +280,7 @@ def test_window_covering_all_steps_equals_cumulative(window):
 
 def test_short_window_forgets_old_steps():
     w, labels, true_p, rng = clustered_problem(n=300, seed=9)
-    est = Estimator(w, labels, 16, window=2, dtype="float64", device="cpu")
+    est = Estimator(w, labels, 16, preset="paper", window=2, dtype="float64", device="cpu")
     evid = []
     for ids, n, s in batches(rng, true_p, 4, 40):
         a_prev = est.a_.copy()
@@ -300,7 +301,7 @@ def test_short_window_forgets_old_steps():
 
 def test_prediction_formulas():
     w, labels, true_p, rng = clustered_problem(n=150, seed=10)
-    est = Estimator(w, labels, 16, gamma=0.3, dtype="float64", device="cpu")
+    est = Estimator(w, labels, 16, preset="paper", gamma=0.3, dtype="float64", device="cpu")
     for ids, n, s in batches(rng, true_p, 2, 30):
         est.update(ids, n, s)
     q, a, b = est.q_, est.a_, est.b_
@@ -324,7 +325,7 @@ def test_prediction_formulas():
 
 def test_initial_prediction_is_one_half():
     w, labels, _, _ = clustered_problem(n=100, seed=11)
-    p = Estimator(w, labels, 16, device="cpu").predict()
+    p = Estimator(w, labels, 16, preset="paper", device="cpu").predict()
     np.testing.assert_allclose(p, 0.5, atol=1e-6)
 
 
@@ -333,7 +334,7 @@ def test_zero_variance_probability_against_integration():
     from scipy.stats import beta as beta_dist
 
     for mean, var, g in [(0.3, 0.02, 8), (0.9, 0.005, 4), (0.5, 0.0, 8), (0.05, 0.01, 16)]:
-        got = mf.zero_variance_probability(np.array([mean]), np.array([var]), g)[0]
+        got = zero_variance_from_moments(np.array([mean]), np.array([var]), g)[0]
         if var == 0:
             expected = mean**g + (1 - mean) ** g
         else:
@@ -349,7 +350,7 @@ def test_zero_variance_probability_against_integration():
 
 def small_estimator(**kw):
     w, labels, true_p, rng = clustered_problem(n=120, seed=12)
-    return Estimator(w, labels, 16, device="cpu", **kw), true_p, rng
+    return Estimator(w, labels, 16, preset="paper", device="cpu", **kw), true_p, rng
 
 
 def test_rows_with_zero_rollouts_are_ignored():
@@ -387,7 +388,7 @@ def test_extreme_batches_and_strong_coupling_stay_finite(schedule):
 
 def test_single_state():
     w, labels, true_p, rng = clustered_problem(n=80, seed=13)
-    est = Estimator(w, np.zeros(80, int), 1, device="cpu", dtype="float64")
+    est = Estimator(w, np.zeros(80, int), 1, preset="paper", device="cpu", dtype="float64")
     est.update([0, 1], [8, 8], [8, 0])
     assert est.a_[0] == pytest.approx(9) and est.b_[0] == pytest.approx(9)
 
@@ -404,7 +405,7 @@ def test_save_load_round_trip(tmp_path):
     est.save(tmp_path / "est.zarr")
     back = Estimator.load(tmp_path / "est.zarr")
     np.testing.assert_array_equal(back.predict(), est.predict())
-    assert back.config == est.config and back.step_ == 2
+    assert back.settings == est.settings and back.step_ == 2
     for b in bs[2:]:  # the loaded estimator continues exactly like the original
         s1, s2 = est.update(*b), back.update(*b)
         assert s1["elbo"] == s2["elbo"]
@@ -462,7 +463,7 @@ def test_bad_arguments(kwargs, match):
 
     w, labels, _, _ = clustered_problem(n=60, seed=14)
     with pytest.raises(InvalidArgumentError, match=match):
-        Estimator(w, labels, 16, **kwargs)
+        Estimator(w, labels, 16, preset="paper", **kwargs)
 
 
 def test_bad_labels_and_graphs():
@@ -472,13 +473,13 @@ def test_bad_labels_and_graphs():
     bad = labels.copy()
     bad[3] = 16
     with pytest.raises(DataError, match=r"labels\[3\] = 16 is out of range"):
-        Estimator(w, bad, 16)
+        Estimator(w, bad, 16, preset="paper")
     with pytest.raises(DataError, match="graph has 60 nodes but labels have 59"):
-        Estimator(w, labels[:59], 16)
+        Estimator(w, labels[:59], 16, preset="paper")
     asym = w.tolil()
     asym[0, 1] = 5.0
     with pytest.raises(DataError, match="not symmetric"):
-        Estimator(asym.tocsr(), labels, 16)
+        Estimator(asym.tocsr(), labels, 16, preset="paper")
 
 
 def test_cuda_refused_without_gpu():
@@ -489,8 +490,8 @@ def test_cuda_refused_without_gpu():
         pytest.skip("a GPU is present")
     w, labels, _, _ = clustered_problem(n=60, seed=16)
     with pytest.raises(BackendError, match="no working CUDA GPU"):
-        Estimator(w, labels, 16, device="cuda")
-    assert Estimator(w, labels, 16, device="auto").device_.type == "cpu"
+        Estimator(w, labels, 16, preset="paper", device="cuda")
+    assert Estimator(w, labels, 16, preset="paper", device="auto").device_.type == "cpu"
 
 
 @pytest.mark.gpu
@@ -500,8 +501,8 @@ def test_gpu_matches_cpu():
     if not cuda_works():
         pytest.skip("no CUDA GPU")
     w, labels, true_p, rng = clustered_problem(n=400, seed=17)
-    cpu = Estimator(w, labels, 16, device="cpu", dtype="float64")
-    gpu = Estimator(w, labels, 16, device="cuda", dtype="float64")
+    cpu = Estimator(w, labels, 16, preset="paper", device="cpu", dtype="float64")
+    gpu = Estimator(w, labels, 16, preset="paper", device="cuda", dtype="float64")
     for b in batches(rng, true_p, 3, 40):
         cpu.update(*b)
         gpu.update(*b)
@@ -526,8 +527,8 @@ def test_core_imports_no_heavy_modules():
 def test_residual_schedule_matches_converged_synchronous():
     """Issue bound: predictions within 2e-3 (max abs) of the converged synchronous solution."""
     w, labels, true_p, rng = clustered_problem(n=1500, seed=21, n_states=24)
-    ref = Estimator(w, labels, 24, schedule="synchronous", tol=0, max_iters=500, device="cpu")
-    fast = Estimator(w, labels, 24, schedule="residual", max_iters=500, device="cpu")
+    ref = Estimator(w, labels, 24, preset="paper", schedule="synchronous", tol=0, max_iters=500, device="cpu")
+    fast = Estimator(w, labels, 24, preset="paper", schedule="residual", max_iters=500, device="cpu")
     worst, work = 0.0, []
     for ids, n, s in batches(rng, true_p, 6, 64):
         ref.update(ids, n, s)
@@ -545,7 +546,7 @@ def test_residual_rounds_in_blocks_reach_the_same_fixed_point():
     (Gauss-Seidel across blocks); forced here with blocks of 37 rows, it must land on the converged
     synchronous solution as the one-block round does."""
     w, labels, true_p, rng = clustered_problem(n=900, seed=23, n_states=16)
-    ref = Estimator(w, labels, 16, schedule="synchronous", tol=0, max_iters=500, device="cpu", dtype="float64")
+    ref = Estimator(w, labels, 16, preset="paper", schedule="synchronous", tol=0, max_iters=500, device="cpu", dtype="float64")
     spec = ref._spec
     q0 = ref._q.clone()
     ids, n, s = next(iter(batches(rng, true_p, 1, 64)))
@@ -561,7 +562,7 @@ def test_residual_rounds_in_blocks_reach_the_same_fixed_point():
 
 def test_residual_state_survives_save_and_load(tmp_path):
     w, labels, true_p, rng = clustered_problem(n=300, seed=22)
-    est = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
+    est = Estimator(w, labels, 16, preset="paper", schedule="residual", device="cpu", dtype="float64")
     bs = list(batches(rng, true_p, 3, 30))
     est.update(*bs[0])
     est.save(tmp_path / "s.zarr")
@@ -590,7 +591,7 @@ def test_in_place_residual_update_that_raises_changes_nothing(monkeypatch, where
     """The residual schedule updates q in place (the first step from q = A too, undone by rebuilding A);
     a failure at any point must leave q as it was."""
     w, labels, true_p, rng = clustered_problem(n=300, seed=23)
-    est = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
+    est = Estimator(w, labels, 16, preset="paper", schedule="residual", device="cpu", dtype="float64")
     bs = list(batches(rng, true_p, 3, 30))
     if first:
         bs = [([], [], [])] + bs  # nothing applied before the failing step: q is A
@@ -621,7 +622,7 @@ def test_in_place_residual_update_that_raises_changes_nothing(monkeypatch, where
     _assert_same(before, _residual_snapshot(est))
     monkeypatch.undo()
     # and it goes on exactly like an estimator that never saw the failure
-    ref = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
+    ref = Estimator(w, labels, 16, preset="paper", schedule="residual", device="cpu", dtype="float64")
     if not first:
         ref.update(*bs[0])
     for b in bs[1:]:
@@ -632,8 +633,8 @@ def test_in_place_residual_update_that_raises_changes_nothing(monkeypatch, where
 
 def test_only_a_step_zero_q_equal_to_a_is_taken_for_the_prior():
     w, labels, true_p, rng = clustered_problem(n=200, seed=25)
-    est = Estimator(w, labels, 16, schedule="residual", device="cpu")
-    assert mf.is_prior(est._q, labels, est.config.epsilon)
+    est = Estimator(w, labels, 16, preset="paper", schedule="residual", device="cpu")
+    assert mf.is_prior(est._q, labels, est.settings.epsilon)
     assert Estimator.from_state_dict(est.state_dict())._q_is_prior
     st = est.state_dict()
     st["q"][7, 3] += 1e-6  # not A: the first step must not rebuild A on undo
@@ -644,7 +645,7 @@ def test_only_a_step_zero_q_equal_to_a_is_taken_for_the_prior():
 
 def test_from_state_dict_never_updates_the_callers_q():
     w, labels, true_p, rng = clustered_problem(n=300, seed=24)
-    est = Estimator(w, labels, 16, schedule="residual", device="cpu", dtype="float64")
+    est = Estimator(w, labels, 16, preset="paper", schedule="residual", device="cpu", dtype="float64")
     bs = list(batches(rng, true_p, 2, 30))
     est.update(*bs[0])
     state = est.state_dict()

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphdiff_cli.core import decisions as d
+from graphdiff_cli.core.beta import from_moments
 from graphdiff_cli.errors import InvalidArgumentError
 
 # ----------------------------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ def test_target_explore_prefers_the_little_known_and_keeps_order_at_equal_weight
 
 def test_beta_from_moments_hand_values():
     # m = 0.3, v = 0.01: alpha + beta = 0.21 / 0.01 - 1 = 20 -> Beta(6, 14)
-    a, b, ok = d.beta_from_moments([0.3, 0.5, 0.0], [0.01, 0.0, 0.02])
+    a, b, ok = from_moments([0.3, 0.5, 0.0], [0.01, 0.0, 0.02])
     assert ok.tolist() == [True, False, False]
     assert a[0] == pytest.approx(6.0) and b[0] == pytest.approx(14.0)
 
@@ -96,7 +97,7 @@ def test_thompson_uncertain_prompt_is_sometimes_chosen_over_a_sure_one():
     # but B's draws land nearer 0.5 part of the time: (theta_B - .5)^2 < .04 iff theta_B in (.3, .7).
     from scipy.stats import beta as beta_dist
 
-    a, b, _ = d.beta_from_moments([0.2], [0.04])
+    a, b, _ = from_moments([0.2], [0.04])
     want = beta_dist.cdf(0.7, a[0], b[0]) - beta_dist.cdf(0.3, a[0], b[0])
     picks = [d.select("thompson", 1, p=[0.3, 0.2], variance=[0.0, 0.04], seed=s).chosen[0] for s in range(1500)]
     share_b = np.mean(np.asarray(picks) == 1)

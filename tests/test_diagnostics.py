@@ -74,3 +74,61 @@ def test_within_category_kruskal_runs_one_test_per_category_then_bh():
     want_y = kruskal([1, 1], [5, 4])
     assert rows[1]["p"] == pytest.approx(want_y.pvalue)
     np.testing.assert_allclose([r["p_bh"] for r in rows], D.benjamini_hochberg([rows[0]["p"], rows[1]["p"]]))
+
+
+def _reference_kruskal(x, g):
+    """Kruskal-Wallis from the textbook formula, independent of scipy.stats.kruskal."""
+    from scipy.stats import rankdata
+
+    _, gi = np.unique(g, return_inverse=True)
+    n, k = x.size, gi.max() + 1
+    r = rankdata(x)
+    h0 = 12.0 / (n * (n + 1)) * np.sum(np.bincount(gi, weights=r) ** 2 / np.bincount(gi)) - 3.0 * (n + 1)
+    _, t = np.unique(x, return_counts=True)
+    h = h0 / (1.0 - np.sum(t.astype(float) ** 3 - t) / (float(n) ** 3 - n))
+    return h, chi2.sf(h, k - 1)
+
+
+def _reference_bh(p):
+    order = np.argsort(p, kind="stable")
+    adj = np.minimum.accumulate((p[order] * p.size / np.arange(1, p.size + 1))[::-1])[::-1]
+    out = np.empty_like(p)
+    out[order] = np.minimum(adj, 1.0)
+    return out
+
+
+def test_statistics_match_an_independent_computation_on_a_larger_sample():
+    # many clusters, heavy ties in the ordinal label, a missing value: the Appendix F setting in small
+    rng = np.random.default_rng(7)
+    n = 3000
+    clusters = rng.integers(0, 12, n) * 3  # sparse labels 0, 3, ..., 33
+    cats = rng.choice(np.array(["alg", "geo", "nt", "pre"]), n)
+    level = (rng.integers(1, 6, n) + (clusters // 9)).astype(float)
+    level[rng.random(n) < 0.03] = np.nan
+    res = D.cluster_association(clusters, cats)
+    o = res["table"].astype(float)
+    e = np.outer(o.sum(1), o.sum(0)) / n
+    want = float(((o - e) ** 2 / e).sum())
+    dof = (o.shape[0] - 1) * (o.shape[1] - 1)
+    assert res["chi2"] == pytest.approx(want, rel=1e-12) and res["dof"] == dof
+    assert res["p"] == pytest.approx(chi2.sf(want, dof), rel=1e-9)
+    assert res["cramers_v"] == pytest.approx(np.sqrt(want / (n * min(o.shape[0] - 1, o.shape[1] - 1))), rel=1e-12)
+    rows = D.within_category_kruskal(clusters, cats, level)
+    ps = []
+    for r in rows:
+        m = (cats == r["category"]) & ~np.isnan(level)
+        h, p = _reference_kruskal(level[m], clusters[m])
+        assert r["H"] == pytest.approx(h, rel=1e-12) and r["p"] == pytest.approx(p, rel=1e-9)
+        ps.append(p)
+    np.testing.assert_allclose([r["p_bh"] for r in rows], _reference_bh(np.array(ps)), rtol=1e-9)
+    p = np.round(rng.random(25), 1)  # ties among the p-values
+    np.testing.assert_allclose(D.benjamini_hochberg(p), _reference_bh(p), rtol=1e-12)
+
+
+def test_two_by_two_has_no_yates_correction_and_tables_hold_counts():
+    # Yates would give sum (|O - E| - 0.5)^2 / E = 4 * 0 = 0 on [[2, 1], [1, 2]]; we report 2/3
+    assert D.chi_squared(np.array([[2, 1], [1, 2]]))["chi2"] == pytest.approx(2 / 3)
+    with pytest.raises(DataError, match="counts"):
+        D.chi_squared(np.array([[1.5, 1], [1, 2]]))
+    with pytest.raises(DataError, match="counts"):
+        D.chi_squared(np.array([[-1, 1], [1, 2]]))

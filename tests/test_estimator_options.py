@@ -10,7 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 from graphdiff_cli import Estimator
-from graphdiff_cli.estimator import preset_settings
+from graphdiff_cli.core import belief as bl
+from graphdiff_cli.settings import preset_settings
 from graphdiff_cli.core import meanfield as mf
 from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph
 from graphdiff_cli.core.spectral import spectral_clustering
@@ -40,7 +41,7 @@ def model_part(est, rows):
 
 
 def test_mix_by_evidence_by_hand():
-    p, var = mf.mix_by_evidence(np.array([0.3, 0.3]), np.array([0.01, 0.01]), np.array([6.0, 0.0]),
+    p, var = bl.mix_by_evidence(np.array([0.3, 0.3]), np.array([0.01, 0.01]), np.array([6.0, 0.0]),
                                 np.array([8.0, 0.0]), 2.0)
     assert p[0] == pytest.approx((2 * 0.3 + 6) / (2 + 8))
     assert var[0] == pytest.approx(p[0] * (1 - p[0]) / 11.0)
@@ -49,7 +50,7 @@ def test_mix_by_evidence_by_hand():
 
 def test_evidence_mixing_and_prompt_forgetting_follow_their_formulas():
     w, labels, true_p, rng = problem()
-    est = Estimator(w, labels, 8, device="cpu", dtype="float64", mixing="evidence", prior_strength=1.5,
+    est = Estimator(w, labels, 8, preset="paper", device="cpu", dtype="float64", mixing="evidence", prior_strength=1.5,
                     prompt_forgetting=0.7)
     est.update([4, 9], [8, 8], [6, 1])
     est.update([4, 11], [8, 4], [2, 4])
@@ -65,7 +66,7 @@ def test_evidence_mixing_and_prompt_forgetting_follow_their_formulas():
 
 def test_offset_mixing_keeps_the_prompts_offset_from_its_states():
     w, labels, true_p, rng = problem()
-    est = Estimator(w, labels, 8, device="cpu", dtype="float64", mixing="offset", prior_strength=2.0,
+    est = Estimator(w, labels, 8, preset="paper", device="cpu", dtype="float64", mixing="offset", prior_strength=2.0,
                     prompt_forgetting=0.5)
     before = est.estimates([3])["p_model"][0]
     est.update([3], [8], [7])
@@ -78,7 +79,7 @@ def test_offset_mixing_keeps_the_prompts_offset_from_its_states():
 
 def test_state_forgetting_and_the_observed_prior():
     w, labels, true_p, rng = problem()
-    est = Estimator(w, labels, 8, device="cpu", dtype="float64", mixing="evidence", state_forgetting=0.8,
+    est = Estimator(w, labels, 8, preset="paper", device="cpu", dtype="float64", mixing="evidence", state_forgetting=0.8,
                     state_prior="observed")
     assert est._state_prior() == (1.0, 1.0)  # (0 + 1) / (0 + 2) = 0.5 before any outcome: Beta(1, 1)
     evidence = []
@@ -102,17 +103,17 @@ def test_neighbor_shift_by_hand():
     w = sp.csr_matrix(np.array([[0.5, 1.0, 0.0], [0.0, 0.0, 2.0]]))  # 2 prompts x 3 neighbours
     p_nb = np.array([0.5, 0.2, 0.9])
     s_nb, c_nb = np.array([6.0, 0.0, 4.0]), np.array([8.0, 0.0, 8.0])
-    out = mf.neighbor_shift(np.array([0.4, 0.95]), w, p_nb, s_nb, c_nb, 2.0)
+    out = bl.neighbor_shift(np.array([0.4, 0.95]), w, p_nb, s_nb, c_nb, 2.0)
     assert out[0] == pytest.approx(0.4 + 0.5 * (6 - 4) / (2 + 0.5 * 8))
     assert out[1] == pytest.approx(np.clip(0.95 + 2 * (4 - 7.2) / (2 + 16), 0, 1))
-    assert mf.neighbor_shift(np.array([0.99]), sp.csr_matrix([[1.0]]), np.array([0.0]), np.array([8.0]),
+    assert bl.neighbor_shift(np.array([0.99]), sp.csr_matrix([[1.0]]), np.array([0.0]), np.array([8.0]),
                              np.array([8.0]), 0.1)[0] == 1.0  # clipped into [0, 1]
 
 
 def test_neighbor_smoothing_of_a_batch_equals_the_whole_graph_computation():
     """The estimator reads only the batch's neighbours; the result must equal the dense formula."""
     w, labels, true_p, rng = problem()
-    est = Estimator(w, labels, 8, device="cpu", dtype="float64", mixing="evidence", prior_strength=0.5,
+    est = Estimator(w, labels, 8, preset="paper", device="cpu", dtype="float64", mixing="evidence", prior_strength=0.5,
                     prompt_forgetting=0.85, neighbor_smoothing=3.0)
     for batch in steps(rng, true_p, 4):
         est.update(*batch)
@@ -135,7 +136,7 @@ def test_neighbor_smoothing_moves_an_unseen_prompt_towards_its_neighbours_outcom
     nbrs = w.indices[w.indptr[i]:w.indptr[i + 1]]
     runs = {}
     for outcome in (0, 8):
-        est = Estimator(w, labels, 8, device="cpu", dtype="float64", mixing="evidence", neighbor_smoothing=2.0)
+        est = Estimator(w, labels, 8, preset="paper", device="cpu", dtype="float64", mixing="evidence", neighbor_smoothing=2.0)
         est.update(nbrs, np.full(nbrs.size, 8), np.full(nbrs.size, outcome))
         e = est.estimates([i])
         runs[outcome] = (e["p"][0], e["p_model"][0])
@@ -145,8 +146,8 @@ def test_neighbor_smoothing_moves_an_unseen_prompt_towards_its_neighbours_outcom
 def test_paper_settings_reproduce_the_paper_exactly():
     """None of the options is active at the paper's values: the same predictions as plain gamma mixing."""
     w, labels, true_p, rng = problem()
-    est = Estimator(w, labels, 8, device="cpu", dtype="float64")
-    assert est.config.paper_exact and est.config.mixing == "gamma" and est.config.neighbor_smoothing is None
+    est = Estimator(w, labels, 8, preset="paper", device="cpu", dtype="float64")
+    assert est.settings.paper_exact and est.settings.mixing == "gamma" and est.settings.neighbor_smoothing is None
     for batch in steps(rng, true_p, 3):
         est.update(*batch)
         assert np.array_equal(est.a_ - 1, est.state_evidence_[0])
@@ -157,12 +158,12 @@ def test_paper_settings_reproduce_the_paper_exactly():
 
 
 def test_choose_prior_strength_by_hand():
-    errors = np.full(mf.KAPPA_GRID.size, 5.0)
+    errors = np.full(bl.KAPPA_GRID.size, 5.0)
     errors[3] = 1.0
-    assert mf.choose_prior_strength(errors) == mf.KAPPA_GRID[3]
-    assert mf.choose_prior_strength(np.zeros(mf.KAPPA_GRID.size)) == mf.KAPPA_GRID[0]  # ties: the smaller
+    assert bl.choose_prior_strength(errors) == bl.KAPPA_GRID[3]
+    assert bl.choose_prior_strength(np.zeros(bl.KAPPA_GRID.size)) == bl.KAPPA_GRID[0]  # ties: the smaller
     with pytest.raises(ValueError):
-        mf.choose_prior_strength([1.0, 2.0])
+        bl.choose_prior_strength([1.0, 2.0])
 
 
 @pytest.mark.parametrize("mixing", ["evidence", "offset"])
@@ -173,16 +174,16 @@ def test_auto_prior_strength_is_the_grid_kappa_with_the_least_prequential_error(
     kw = dict(device="cpu", dtype="float64", mixing=mixing, prompt_forgetting=0.85, state_prior="observed",
               neighbor_smoothing=4.0)
     batches = list(steps(rng, true_p, 6))
-    est = Estimator(w, labels, 8, prior_strength="auto", **kw)
-    fixed = [Estimator(w, labels, 8, prior_strength=float(k), **kw) for k in mf.KAPPA_GRID]
-    errors = np.zeros(mf.KAPPA_GRID.size)
+    est = Estimator(w, labels, 8, preset="paper", prior_strength="auto", **kw)
+    fixed = [Estimator(w, labels, 8, preset="paper", prior_strength=float(k), **kw) for k in bl.KAPPA_GRID]
+    errors = np.zeros(bl.KAPPA_GRID.size)
     for ids, n, s in batches:
         errors += [np.abs(f.predict(ids) - s / n).sum() for f in fixed]
         for e in [est, *fixed]:
             e.update(ids, n, s)
         np.testing.assert_allclose(est.kappa_errors_, errors, rtol=1e-10)
     best = int(np.argmin(errors))
-    assert est.kappa_ == mf.KAPPA_GRID[best] and len(set(np.round(errors, 6))) > 1  # the choice is not a tie
+    assert est.kappa_ == bl.KAPPA_GRID[best] and len(set(np.round(errors, 6))) > 1  # the choice is not a tie
     np.testing.assert_allclose(est.predict(), fixed[best].predict(), rtol=1e-10)
     # kappa enters only the mixing: the fixed-kappa estimators share everything else with "auto"
     np.testing.assert_allclose(est.a_, fixed[0].a_, rtol=1e-12)
@@ -198,8 +199,8 @@ def test_belief_loglik_is_the_beta_binomial_predictive():
     n = rng.integers(1, 12, 30)
     s = rng.integers(0, n + 1)
     grid = np.array([0.3, 2.0, 17.0])
-    got = mf.belief_loglik(pg, S, C, n, s, grid)
-    pc = np.clip(pg, mf.BELIEF_CLIP, 1 - mf.BELIEF_CLIP)
+    got = bl.belief_loglik(pg, S, C, n, s, grid)
+    pc = np.clip(pg, bl.BELIEF_CLIP, 1 - bl.BELIEF_CLIP)
     for j, nu in enumerate(grid):
         a, b = nu * pc + S, nu * (1 - pc) + C - S
         want = (betabinom.logpmf(s, n, a, b) - np.log(comb(n, s))).sum()
@@ -207,13 +208,13 @@ def test_belief_loglik_is_the_beta_binomial_predictive():
 
 
 def test_choose_belief_strength_by_hand():
-    ll = np.full(mf.KAPPA_GRID.size, -50.0)
+    ll = np.full(bl.KAPPA_GRID.size, -50.0)
     ll[4] = -10.0
-    assert mf.choose_belief_strength(ll) == mf.KAPPA_GRID[4]
-    start = mf.choose_belief_strength(np.zeros(mf.KAPPA_GRID.size))  # nothing scored yet: about Beta(1, 1)'s 2
-    assert start == mf.KAPPA_GRID[np.argmin(np.abs(np.log(mf.KAPPA_GRID / 2.0)))] and 1.0 < start < 4.0
+    assert bl.choose_belief_strength(ll) == bl.KAPPA_GRID[4]
+    start = bl.choose_belief_strength(np.zeros(bl.KAPPA_GRID.size))  # nothing scored yet: about Beta(1, 1)'s 2
+    assert start == bl.KAPPA_GRID[np.argmin(np.abs(np.log(bl.KAPPA_GRID / 2.0)))] and 1.0 < start < 4.0
     with pytest.raises(ValueError):
-        mf.choose_belief_strength([1.0])
+        bl.choose_belief_strength([1.0])
 
 
 def test_auto_belief_strength_is_the_grid_value_with_the_best_prequential_likelihood():
@@ -226,25 +227,25 @@ def test_auto_belief_strength_is_the_grid_value_with_the_best_prequential_likeli
     w, labels, true_p, rng = problem()
     kw = dict(device="cpu", dtype="float64", mixing="evidence", prior_strength="auto", prompt_forgetting=0.85,
               state_prior="observed", neighbor_smoothing=4.0)
-    est = Estimator(w, labels, 8, belief_strength="auto", **kw)
-    plain = Estimator(w, labels, 8, **kw)
-    ll = np.zeros(mf.KAPPA_GRID.size)
+    est = Estimator(w, labels, 8, preset="paper", belief_strength="auto", **kw)
+    plain = Estimator(w, labels, 8, preset="paper", **kw)
+    ll = np.zeros(bl.KAPPA_GRID.size)
     for ids, n, s in steps(rng, true_p, 6):
         pm, _ = est._model_prediction(ids)
-        pg = np.clip(est._graph_estimate(ids, pm), mf.BELIEF_CLIP, 1 - mf.BELIEF_CLIP)
+        pg = np.clip(est._graph_estimate(ids, pm), bl.BELIEF_CLIP, 1 - bl.BELIEF_CLIP)
         S, C = est.successes_decayed_[ids], est.rollouts_decayed_[ids]
-        for j, nu in enumerate(mf.KAPPA_GRID):
+        for j, nu in enumerate(bl.KAPPA_GRID):
             ll[j] += (betabinom.logpmf(s, n, nu * pg + S, nu * (1 - pg) + C - S)
                       - np.log(comb(n, s))).sum()
         est.update(ids, n, s)
         plain.update(ids, n, s)
         np.testing.assert_allclose(est.belief_loglik_, ll, rtol=1e-9)
-    nu = mf.KAPPA_GRID[int(np.argmax(ll))]
+    nu = bl.KAPPA_GRID[int(np.argmax(ll))]
     assert est.nu_ == nu
     np.testing.assert_allclose(est.predict(), plain.predict(), rtol=1e-12)  # p does not depend on the belief
     e = est.estimates()
     rows = np.arange(w.shape[0])
-    pg = np.clip(est._graph_estimate(rows, est._model_prediction(rows)[0]), mf.BELIEF_CLIP, 1 - mf.BELIEF_CLIP)
+    pg = np.clip(est._graph_estimate(rows, est._model_prediction(rows)[0]), bl.BELIEF_CLIP, 1 - bl.BELIEF_CLIP)
     a = nu * pg + est.successes_decayed_
     b = nu * (1 - pg) + est.rollouts_decayed_ - est.successes_decayed_
     np.testing.assert_allclose(e["mean"], a / (a + b), rtol=1e-10)
@@ -271,7 +272,7 @@ def test_auto_belief_strength_is_the_grid_value_with_the_best_prequential_likeli
 def test_bad_options_are_refused(kwargs, match):
     w, labels, _, _ = problem(n=60)
     with pytest.raises(InvalidArgumentError, match=match):
-        Estimator(w, labels, 8, **kwargs)
+        Estimator(w, labels, 8, preset="paper", **kwargs)
 
 
 @pytest.mark.parametrize("mixing,kappa", [("evidence", 0.5), ("offset", 0.5), ("evidence", "auto")])
@@ -279,13 +280,13 @@ def test_options_survive_save_and_load(tmp_path, mixing, kappa):
     w, labels, true_p, rng = problem()
     kw = dict(mixing=mixing, prior_strength=kappa, belief_strength="auto", prompt_forgetting=0.85, state_forgetting=0.9,
               state_prior="observed", neighbor_smoothing=4.0, schedule="residual", device="cpu")
-    est = Estimator(w, labels, 8, **kw)
+    est = Estimator(w, labels, 8, preset="paper", **kw)
     batches = list(steps(rng, true_p, 4))
     for b in batches[:2]:
         est.update(*b)
     est.save(tmp_path / "e.zarr")
     back = Estimator.load(tmp_path / "e.zarr")
-    assert back.config == est.config
+    assert back.settings == est.settings
     for b in batches[2:]:
         est.update(*b)
         back.update(*b)
@@ -299,7 +300,7 @@ def test_estimates_for_every_prompt_equal_those_of_any_subset():
     """predict's all-prompts path (W as it is, one pass of model predictions) must give what the
     neighbour-remapping path gives for any order or subset of the prompts."""
     w, labels, true_p, rng = problem()
-    est = Estimator(w, labels, 8, device="cpu", dtype="float64", **{
+    est = Estimator(w, labels, 8, preset="paper", device="cpu", dtype="float64", **{
         k: v for k, v in preset_settings("default").items() if k not in ("device", "dtype")})
     for b in list(steps(rng, true_p, 3)):
         est.update(*b)

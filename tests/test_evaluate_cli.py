@@ -16,7 +16,7 @@ from graphdiff_cli.core.metrics import evaluate_replay
 from graphdiff_cli.core.replay import replay
 from graphdiff_cli.core.simulate import simulate
 from graphdiff_cli.core.spectral import spectral_clustering
-from graphdiff_cli.io.artifacts import write_artifact
+from graphdiff_cli.io.artifacts import read_artifact, write_artifact
 
 runner = CliRunner()
 K = 6
@@ -43,17 +43,21 @@ def world(tmp_path_factory):
     nbr, simv = exact_knn(x, 8)
     w = mutual_knn_graph(nbr, simv)
     labels = spectral_clustering(w, K, seed=0, fallback_neighbors=nbr)
+    # each artifact names the one it was made from (provenance), as the pipeline's stages write them
+    write_artifact(d / "emb.zarr", "embeddings", {"ids": ids, "embeddings": x.astype(np.float32)})
+    emb_hash = read_artifact(d / "emb.zarr", "embeddings").content_hash
     write_artifact(d / "graph.zarr", "graph", {"ids": ids, "indptr": w.indptr.astype(np.int64),
                                                "indices": w.indices.astype(np.int64),
-                                               "data": w.data.astype(np.float32)}, params={"k_nn": 8})
+                                               "data": w.data.astype(np.float32)}, params={"k_nn": 8},
+                   inputs={"embeddings": emb_hash})
+    graph_hash = read_artifact(d / "graph.zarr", "graph").content_hash
     write_artifact(d / "clusters.zarr", "clusters", {"ids": ids, "labels": labels.astype(np.int64)},
-                   params={"states": K})
-    write_artifact(d / "emb.zarr", "embeddings", {"ids": ids, "embeddings": x.astype(np.float32)})
+                   params={"states": K}, inputs={"graph": graph_hash})
     rows = sim.log_rows()
     for r, p in zip(rows, sim.p_true):
         r["p_true"] = float(p)
     (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return {"dir": d, "sim": sim, "w": w, "labels": labels, "x": x, "rows": rows}
+    return {"dir": d, "sim": sim, "w": w, "labels": labels, "x": x, "rows": rows, "graph_hash": graph_hash}
 
 
 def _eval(world, out, *extra):
@@ -84,9 +88,10 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
                 assert got == pytest.approx(ev["methods"][name]["phases"][phase]["all"][key], nan_ok=True)
     assert summary["summary"]["history"]["mae"] == pytest.approx(ev["methods"]["history"]["phases"]["full"]["all"]["mae"])
     # graphdiff's figures are those of the estimator itself, replayed the same way
-    from graphdiff_cli.estimator import preset_settings
+    from graphdiff_cli import Estimator
+    from graphdiff_cli.methods import GraphdiffMethod
 
-    gd = B.GraphdiffAdapter.from_graph(world["w"], world["labels"], K, **{**preset_settings("default"), "device": "cpu"})
+    gd = GraphdiffMethod(Estimator(world["w"], world["labels"], K, device="cpu"))
     ref_gd = replay(sim.step, sim.id, sim.n, sim.s, [gd])
     assert doc["metrics"]["methods"]["graphdiff"]["phases"]["full"]["all"]["mae"] == pytest.approx(
         float(np.mean(np.abs(ref_gd.predictions["graphdiff"] - ref_gd.rate))), rel=1e-5)
@@ -184,14 +189,20 @@ def test_report_folder_is_replaced_and_config_is_checked(world, tmp_path):
     assert res.exit_code == 2 and "evaluate.mopps.lambda" in res.output
 
 
-def test_clusters_from_other_prompts_are_refused(world, tmp_path):
+def test_clusters_from_other_prompts_or_another_graph_are_refused(world, tmp_path):
+    d = world["dir"]
     ids = np.array([f"other-{i}" for i in range(90)], dtype=object)
     write_artifact(tmp_path / "cl.zarr", "clusters", {"ids": ids, "labels": world["labels"].astype(np.int64)},
-                   params={"states": K})
-    d = world["dir"]
+                   params={"states": K}, inputs={"graph": world["graph_hash"]})
     res = invoke("evaluate", "--log", d / "log.jsonl", "--graph", d / "graph.zarr", "--clusters",
                  tmp_path / "cl.zarr", "--out", tmp_path / "r")
-    assert res.exit_code == 1 and "not the graph's ids" in res.output
+    assert res.exit_code == 1 and "prompt ids differ from" in res.output and not (tmp_path / "r").exists()
+    ids = np.array([p["id"] for p in world["sim"].prompts], dtype=object)
+    write_artifact(tmp_path / "cl2.zarr", "clusters", {"ids": ids, "labels": world["labels"].astype(np.int64)},
+                   params={"states": K}, inputs={"graph": "0123456789abcdef"})
+    res = invoke("evaluate", "--log", d / "log.jsonl", "--graph", d / "graph.zarr", "--clusters",
+                 tmp_path / "cl2.zarr", "--out", tmp_path / "r")
+    assert res.exit_code == 1 and "made from graph 0123456789abcdef, not from" in res.output
 
 
 # -- simulate ----------------------------------------------------------------------------------------

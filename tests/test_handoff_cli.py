@@ -118,10 +118,10 @@ def test_prior_strength_is_a_number_or_auto_from_flags_and_config(tmp_path, inpu
     cfg = gd_json(*base, "--out", tmp_path / "C", "--config", tmp_path / "c.yaml")["config"]
     assert cfg["prior_strength"] == "auto" and cfg["mixing"] == "evidence" and cfg["schedule"] == "synchronous"
     res = gd(*base, "--out", tmp_path / "D", "--prior-strength", "strong", code=2)
-    assert "--prior-strength: prior_strength must be a number or 'auto', got 'strong'" in res.stderr
+    assert "--prior-strength: prior_strength must be a number > 0 or 'auto', got 'strong'" in res.stderr
     (tmp_path / "bad.yaml").write_text("prior-strength: [1]\n")
     res = gd(*base, "--out", tmp_path / "E", "--config", tmp_path / "bad.yaml", code=2)
-    assert "bad.yaml:1: prior_strength must be a finite number" in res.stderr
+    assert "bad.yaml:1: prior_strength must be a number > 0 or 'auto'" in res.stderr
     assert not (tmp_path / "D").exists() and not (tmp_path / "E").exists()
 
 
@@ -133,7 +133,7 @@ def test_belief_strength_from_flags_and_config(tmp_path, inputs):
     (tmp_path / "c.yaml").write_text("preset: paper\n")
     assert gd_json(*base, "--out", tmp_path / "C", "--config", tmp_path / "c.yaml")["config"]["belief_strength"] is None
     res = gd(*base, "--out", tmp_path / "D", "--belief-strength", "-1", code=2)
-    assert res.stderr.count("\n") == 1 and "belief_strength must be None, a number > 0 or 'auto'" in res.stderr
+    assert res.stderr.count("\n") == 1 and "belief_strength must be a number > 0 or 'auto' or null" in res.stderr
     assert not (tmp_path / "D").exists()
 
 
@@ -161,6 +161,20 @@ def test_predict_columns_values_ids_and_formats(state, inputs, tmp_path):
     table = pq.read_table(tmp_path / "sel.parquet").to_pylist()
     assert table == [{c: (ids[5] if c == "id" else pytest.approx(float(want[c][5]), abs=1e-12))
                       for c in PREDICT_COLUMNS}]
+
+
+def test_predict_help_lists_every_column():
+    res = gd("predict", "--help")
+    text = " ".join(res.stdout.replace("│", " ").split())
+    assert f"Write {', '.join(PREDICT_COLUMNS)} for each prompt." in text
+
+
+def test_shared_options_after_the_command_name(state):
+    """@command adds --json/-q/-v to every command; they add to the global ones and keep the exit codes."""
+    res = gd("status", "--state", state, "-q", "--json")
+    assert json.loads(res.stdout)["step"] == 0 and res.stderr == ""
+    res = gd("status", "--state", state.parent / "missing", "--json", code=1)
+    assert res.stdout == "" and "graphdiff: error:" in res.stderr
 
 
 def test_predict_is_atomic(state, inputs, tmp_path):

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from _handoff_fixtures import write_outcomes
 from graphdiff_cli.errors import DataError, InvalidArgumentError
 from graphdiff_cli.io.outcomes import read_outcomes
+from graphdiff_cli.io.readers import IdIndex
 
 
 def _as_dict(o):
@@ -55,9 +56,9 @@ def test_binary_and_boolean_rewards_pass_through(tmp_path):
 def test_node_indices_map_ids_and_refuse_unknown_ones_with_the_line(tmp_path):
     path = write_outcomes(tmp_path / "o.jsonl", [{"id": "b", "n": 2, "s": 1}, {"id": "zz", "n": 2, "s": 1}])
     o = read_outcomes(path)
-    assert o.node_indices({"a": 0, "b": 1, "zz": 5}).tolist() == [1, 5]
+    assert o.node_indices(IdIndex(["a", "b", "c", "d", "e", "zz"])).tolist() == [1, 5]
     with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: unknown prompt id 'zz'"):
-        o.node_indices({"a": 0, "b": 1})
+        o.node_indices(IdIndex(["a", "b"]))
 
 
 BAD = [

@@ -14,12 +14,12 @@ import pytest
 
 from _handoff_fixtures import make_inputs, step_rows, tree_hash, write_clusters, write_outcomes
 from graphdiff_cli.errors import ArtifactError, DataError, InvalidArgumentError, StateError
-from graphdiff_cli.estimator import Estimator, preset_settings
+from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io import state_dir as sdmod
 from graphdiff_cli.io.artifacts import read_artifact
 from graphdiff_cli.io.state_dir import StateDir
 from graphdiff_cli.stages import handoff
-from graphdiff_cli.stages.prepare import read_graph
+from graphdiff_cli.io.readers import read_graph
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +40,9 @@ def state(tmp_path, inputs):
 def reference(inputs, **cfg) -> Estimator:
     """The in-memory twin of a STATE made by ``init_state`` (which uses the "default" preset)."""
     graph, clusters, _ = inputs
-    _, _, w, _ = read_graph(graph)
+    w = read_graph(graph).w
     labels = read_artifact(clusters, "clusters").array("labels")
-    return Estimator(w, labels, n_states=4, **(preset_settings("default") | {"device": "cpu"} | cfg))
+    return Estimator(w, labels, n_states=4, **({"device": "cpu"} | cfg))
 
 
 def outcomes(tmp_path, ids, step, ext=".jsonl"):
@@ -346,17 +346,22 @@ def test_init_refuses_mismatched_inputs_and_a_used_out(tmp_path, inputs):
 def test_config_file_then_flags(tmp_path, inputs):
     graph, clusters, _ = inputs
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("beta: 3.5\nmax-iters: 7\nwindow: 4\nkeep: 2\ngamma: 0.25\n")
+    cfg.write_text("preset: paper\nbeta: 3.5\nmax-iters: 7\nwindow: 4\nkeep: 2\ngamma: 0.25\n")
     res = handoff.init_state(graph, clusters, tmp_path / "S", config=cfg, gamma=0.75, device="cpu",
                              durable=False)
     c = res["config"]
     assert (c["beta"], c["max_iters"], c["window"], c["gamma"], res["keep"]) == (3.5, 7, 4, 0.75, 2)
+    assert c["schedule"] == "synchronous" and c["n_states"] == 4  # the file's preset, the flag's gamma
     assert StateDir.open(tmp_path / "S").model()[4] == c
+    # a flag that cannot act under the (default) preset's evidence mixing is refused, naming the flag
+    with pytest.raises(InvalidArgumentError, match=r"^--gamma: gamma = 0.75 has no effect here"):
+        handoff.init_state(graph, clusters, tmp_path / "S4", gamma=0.75, durable=False)
+    assert not (tmp_path / "S4").exists()
     for text, exc, match in [("betta: 1\n", InvalidArgumentError, r"c2\.yaml:1: unknown setting 'betta'"),
                              ("beta: 1\nmax_iters: 2.5\n", InvalidArgumentError, r":2: max_iters must be an integer"),
                              ("beta: [1\n", DataError, r"c2\.yaml:\d+: malformed YAML"),
                              ("- 1\n", InvalidArgumentError, "expected a mapping"),
-                             ("epsilon: 1.5\n", InvalidArgumentError, "epsilon must lie strictly between")]:
+                             ("epsilon: 1.5\n", InvalidArgumentError, r"c2\.yaml:1: epsilon must be < 1")]:
         (tmp_path / "c2.yaml").write_text(text)
         with pytest.raises(exc, match=match):
             handoff.init_state(graph, clusters, tmp_path / "S3", config=tmp_path / "c2.yaml", durable=False)

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from .. import __version__
-from .common import OUT
-
-app = typer.Typer(
-    name="graphdiff",
-    help="Online graph-based estimates of each RL prompt's success probability under the current policy.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from .._version import __version__
+from .common import JSON_OPTION, OUT, QUIET_OPTION, VERBOSE_OPTION, app
 
 
 def _version(value: bool):
@@ -24,9 +16,9 @@ def _version(value: bool):
 
 @app.callback()
 def main_options(
-    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object with the result on stdout."),
-    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print nothing on stderr but errors."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Print more detail on stderr."),
+    json_out: bool = JSON_OPTION,
+    quiet: bool = QUIET_OPTION,
+    verbose: bool = VERBOSE_OPTION,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ):

@@ -1,4 +1,4 @@
-"""What every command shares: output modes, the progress display, and the error boundary.
+"""What every command shares: output modes, the progress display, the error boundary, and ``@command``.
 
 Results go to stdout (with ``--json`` exactly one JSON object), everything for humans to stderr, so
 ``2> {log}`` in Snakemake captures logs cleanly. Library exceptions become one line and an exit code
@@ -8,6 +8,8 @@ here and nowhere else; ``GRAPHDIFF_DEBUG=1`` shows the traceback.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import os
 import sys
@@ -16,6 +18,16 @@ from dataclasses import dataclass
 import typer
 
 from ..errors import GraphdiffError
+
+# the typer app every command registers on (app.py adds the global options, registers the command
+# modules and runs it; defined here so that commands and app.py import this module and not each other)
+app = typer.Typer(
+    name="graphdiff",
+    help="Online graph-based estimates of each RL prompt's success probability under the current policy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -114,14 +126,45 @@ def run_guarded(fn, *args, **kwargs):
         fail(f"{exc.__class__.__name__}: {exc} (set GRAPHDIFF_DEBUG=1 for the traceback)", EXIT_ERROR)
 
 
-# Options every command accepts after its name as well (``graphdiff embed ... --json``); they add to the
-# global ones given before the command name.
+# The output options: global ones (before the command name, see app.py) and the same on every command
+# (``graphdiff embed ... --json``), which add to the global ones.
 JSON_OPTION = typer.Option(False, "--json", help="Print exactly one JSON object with the result on stdout.")
 QUIET_OPTION = typer.Option(False, "-q", "--quiet", help="Print nothing on stderr but errors.")
 VERBOSE_OPTION = typer.Option(False, "-v", "--verbose", help="Print more detail on stderr.")
+_SHARED = (("json_out", JSON_OPTION), ("quiet", QUIET_OPTION), ("verbose", VERBOSE_OPTION))
 
 
 def configure(json_out: bool = False, quiet: bool = False, verbose: bool = False) -> None:
     OUT.json = OUT.json or json_out
     OUT.quiet = OUT.quiet or quiet
     OUT.verbose = OUT.verbose or verbose
+
+
+def command(name: str, **kwargs):
+    """Register ``fn`` as ``graphdiff NAME``: it gets --json/-q/-v and runs inside the error boundary.
+
+    ``fn`` declares only its own options; the wrapper typer sees has those plus the three shared ones
+    (appended to its signature), applies them with ``configure``, then calls ``fn`` through
+    ``run_guarded``. ``kwargs`` go to ``app.command`` (e.g. ``help=`` instead of the docstring).
+    """
+
+    def decorate(fn):
+        sig = inspect.signature(fn, eval_str=True)  # typer gets resolved types, not the strings of PEP 563
+        clash = [n for n, _ in _SHARED if n in sig.parameters]
+        if clash:
+            raise TypeError(f"{fn.__name__}: parameter(s) {clash} are added by @command")
+        params = [*sig.parameters.values(),
+                  *(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=bool)
+                    for n, opt in _SHARED)]
+
+        @functools.wraps(fn)
+        def wrapper(*args, json_out: bool = False, quiet: bool = False, verbose: bool = False, **kw):
+            configure(json_out, quiet, verbose)
+            return run_guarded(fn, *args, **kw)
+
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params  # a new dict, not fn's
+                                   if p.annotation is not p.empty}
+        return app.command(name, **kwargs)(wrapper)
+
+    return decorate

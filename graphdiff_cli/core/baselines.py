@@ -13,10 +13,13 @@ peers' published ones (see docs / shared notes "peers"):
 * ``VIP``              GP regression on logits of the previous step's rates, RBF kernel on embeddings.
 * ``LabelPropagation`` harmonic function (Zhu et al. 2003) on the mutual-kNN graph W.
 * ``SampleBeforeRL`` / ``SampleBeforeStep`` (oracles, see ``OracleEstimator``).
-* ``GraphdiffAdapter`` the project's own ``Estimator`` behind the same interface.
+
+The project's own ``Estimator`` is put behind the same interface by ``graphdiff_cli.methods`` (core
+knows no facade).
 
 The interface (``OnlineEstimator``): ``name``, ``predict(ids) -> p``, ``update(ids, n, s)`` and,
-where the method has one, ``zero_variance(ids, group_size) -> P(s in {0, n})``. ``ids`` are node
+where the method has one, ``zero_variance(ids, group_size) -> P(s in {0, n})``. An estimator that keeps a
+belief with a spread about each p (MoPPS, graphdiff) also implements ``BeliefEstimator.moments``. ``ids`` are node
 indices 0..N-1; a prompt listed twice in one step has its counts summed, as the estimator does.
 
 Oracles see outcomes no real estimator has. They implement ``OracleEstimator`` instead:
@@ -33,11 +36,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DataError, InvalidArgumentError
+from . import beta as B
 
 __all__ = [
-    "OnlineEstimator", "OracleEstimator", "aggregate_counts", "plugin_zero_variance",
-    "beta_binomial_zero_variance", "HistoryMean", "DiscountedHistory", "MoPPS", "GRESO", "VIP",
-    "LabelPropagation", "harmonic_solution", "SampleBeforeRL", "SampleBeforeStep", "GraphdiffAdapter",
+    "OnlineEstimator", "BeliefEstimator", "OracleEstimator", "aggregate_counts", "HistoryMean",
+    "DiscountedHistory", "MoPPS", "GRESO", "VIP", "LabelPropagation", "harmonic_solution", "SampleBeforeRL",
+    "SampleBeforeStep",
 ]
 
 
@@ -52,6 +56,16 @@ class OnlineEstimator(Protocol):
 
     def update(self, ids: np.ndarray, n: np.ndarray, s: np.ndarray) -> None:
         """Learn one step's outcomes: prompt ``ids[j]`` got ``n[j]`` rollouts and ``s[j]`` successes."""
+
+
+@runtime_checkable
+class BeliefEstimator(Protocol):
+    """An online estimator with a belief about each p that has a spread (what decisions read)."""
+
+    name: str
+
+    def moments(self, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
+        """{"p": the belief's mean, "variance": its variance, "p_zero_variance": P(s in {0, g})} per id."""
 
 
 @runtime_checkable
@@ -105,25 +119,6 @@ def aggregate_counts(ids, n, s, n_nodes: int) -> tuple[np.ndarray, np.ndarray, n
     n_sum = np.bincount(inv, weights=n[keep], minlength=uniq.size).astype(np.int64)
     s_sum = np.bincount(inv, weights=s[keep], minlength=uniq.size).astype(np.int64)
     return uniq, n_sum, s_sum
-
-
-def plugin_zero_variance(p: np.ndarray, group_size) -> np.ndarray:
-    """p^g + (1 - p)^g: the zero-variance probability of a point estimate (no parameter uncertainty)."""
-    p = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
-    g = np.asarray(group_size, dtype=np.float64)
-    return p ** g + (1.0 - p) ** g
-
-
-def beta_binomial_zero_variance(alpha: np.ndarray, beta: np.ndarray, group_size: int) -> np.ndarray:
-    """P(s = 0) + P(s = g) under Beta-Binomial(g, alpha, beta) = E[p^g + (1 - p)^g], p ~ Beta(alpha, beta).
-
-    E[p^g] = B(alpha + g, beta) / B(alpha, beta), evaluated with log-gamma.
-    """
-    from scipy.special import betaln
-
-    a = np.asarray(alpha, dtype=np.float64)
-    b = np.asarray(beta, dtype=np.float64)
-    return np.exp(betaln(a + group_size, b) - betaln(a, b)) + np.exp(betaln(a, b + group_size) - betaln(a, b))
 
 
 def _check_n_nodes(n_nodes) -> int:
@@ -240,7 +235,14 @@ class MoPPS:
 
     def zero_variance(self, ids, group_size: int) -> np.ndarray:
         ids = _check_ids(ids, self.n_nodes)
-        return beta_binomial_zero_variance(self.alpha_[ids], self.beta_[ids], int(group_size))
+        return B.zero_variance(self.alpha_[ids], self.beta_[ids], int(group_size))
+
+    def moments(self, ids, group_size: int) -> dict[str, np.ndarray]:
+        ids = _check_ids(ids, self.n_nodes)
+        a, b = self.alpha_[ids], self.beta_[ids]
+        mean, var = B.mean_variance(a, b)
+        return {"p": mean, "variance": var,
+                "p_zero_variance": np.clip(B.zero_variance(a, b, int(group_size)), 0.0, 1.0)}
 
     def update(self, ids, n, s) -> None:
         ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
@@ -556,34 +558,3 @@ class SampleBeforeRL:
 
 # ----------------------------------------------------------------------------------------------------
 # graphdiff itself
-
-
-class GraphdiffAdapter:
-    """The project's ``Estimator`` (Sections 3.4-3.6) behind the ``OnlineEstimator`` interface.
-
-    ``estimator`` is a ready ``graphdiff_cli.estimator.Estimator``; ``from_graph`` builds one.
-    zero_variance is the estimator's own E[p^g + (1 - p)^g] under its belief (``Estimator.estimates``).
-    """
-
-    def __init__(self, estimator, name: str = "graphdiff"):
-        self.estimator = estimator
-        self.name = name
-        self.last_update_: dict | None = None
-
-    @classmethod
-    def from_graph(cls, graph, labels, n_states: int, name: str = "graphdiff", **kwargs) -> "GraphdiffAdapter":
-        # imported here: graphdiff_cli.core must not pull torch in at import time
-        from ..estimator import Estimator
-
-        return cls(Estimator(graph, labels, n_states, **kwargs), name=name)
-
-    def predict(self, ids) -> np.ndarray:
-        return np.asarray(self.estimator.predict(np.asarray(ids, dtype=np.int64)), dtype=np.float64)
-
-    def zero_variance(self, ids, group_size: int) -> np.ndarray:
-        est = self.estimator.estimates(np.asarray(ids, dtype=np.int64), group_size=int(group_size))
-        return np.asarray(est["p_zero_variance"], dtype=np.float64)
-
-    def update(self, ids, n, s) -> None:
-        self.last_update_ = self.estimator.update(np.asarray(ids, dtype=np.int64), np.asarray(n, dtype=np.int64),
-                                                  np.asarray(s, dtype=np.int64))

@@ -44,8 +44,8 @@ import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
 from . import decisions as dec
-from .baselines import plugin_zero_variance
-from .meanfield import beta_mean_variance
+from .baselines import BeliefEstimator
+from .beta import zero_variance_point
 from .replay import check_log
 
 OUT_OF_REACH = ("offline replay: every outcome comes from the recorded run, so the policy's response to "
@@ -76,20 +76,9 @@ def split_rounds(step, ids) -> list[np.ndarray]:
     return [np.asarray(r, dtype=np.int64) for r in rounds]
 
 
-def _graphdiff(method):
-    """The graphdiff ``Estimator`` behind ``method``, or None."""
-    est = getattr(method, "estimator", None)
-    return est if est is not None and hasattr(est, "estimates") else None
-
-
-def _is_beta(method) -> bool:
-    """Whether ``method`` keeps a Beta(alpha_, beta_) per prompt (MoPPS)."""
-    return hasattr(method, "alpha_") and hasattr(method, "beta_")
-
-
 def has_belief(method) -> bool:
-    """Whether ``moments`` gives ``method`` a belief with a spread (graphdiff, MoPPS), not a point."""
-    return _graphdiff(method) is not None or _is_beta(method)
+    """Whether ``method`` keeps a belief with a spread (``baselines.BeliefEstimator``: graphdiff, MoPPS)."""
+    return isinstance(method, BeliefEstimator)
 
 
 def target_label(explore: float, first: bool) -> str:
@@ -99,20 +88,13 @@ def target_label(explore: float, first: bool) -> str:
 def moments(method, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
     """p, variance and p_zero_variance of ``method`` for node ``ids`` (see the module docstring)."""
     ids = np.asarray(ids, dtype=np.int64)
-    est = _graphdiff(method)
-    if est is not None:
-        res = est.estimates(ids, group_size=group_size)  # the belief `graphdiff select` decides by
-        return {"p": np.asarray(res["mean"], dtype=np.float64),
-                "variance": np.asarray(res["variance"], dtype=np.float64),
-                "p_zero_variance": np.asarray(res["p_zero_variance"], dtype=np.float64)}
+    if has_belief(method):  # graphdiff: the belief `graphdiff select` decides by; MoPPS: its Beta
+        res = method.moments(ids, group_size)
+        return {k: np.asarray(res[k], dtype=np.float64) for k in ("p", "variance", "p_zero_variance")}
     p = np.clip(np.asarray(method.predict(ids), dtype=np.float64), 0.0, 1.0)
-    if _is_beta(method):  # MoPPS: its Beta's variance
-        var = beta_mean_variance(method.alpha_[ids], method.beta_[ids])[1]
-    else:
-        var = np.zeros(ids.size)
-    zv = getattr(method, "zero_variance", None)
-    pzv = np.asarray(zv(ids, group_size), dtype=np.float64) if zv is not None else plugin_zero_variance(p, group_size)
-    return {"p": p, "variance": var, "p_zero_variance": np.clip(pzv, 0.0, 1.0)}
+    zv = getattr(method, "zero_variance", None)  # optional in OnlineEstimator (GRESO has one)
+    pzv = np.asarray(zv(ids, group_size), dtype=np.float64) if zv is not None else zero_variance_point(p, group_size)
+    return {"p": p, "variance": np.zeros(ids.size), "p_zero_variance": np.clip(pzv, 0.0, 1.0)}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -159,11 +141,11 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
     """Replay selection on the log; see the module docstring. ``factories[name]()`` -> a fresh estimator."""
     step, ids, n, s = check_log(step, ids, n, s, n_nodes)
     explores = [dec.check_explore(e) for e in target_explore] or [dec.TARGET_EXPLORE]
-    batch_size = dec._check_int(batch_size, "batch size", 1)
+    batch_size = dec.check_int(batch_size, "batch size", 1)
     if not pool_factor >= 1:
         raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
     for st in strategies:
-        dec._check_strategy(st, dec.SELECT_STRATEGIES, "selection")
+        dec.check_strategy(st, dec.SELECT_STRATEGIES, "selection")
     pool_size = max(batch_size, int(round(pool_factor * batch_size)))
     rounds = split_rounds(step, ids)
     pools = _pools(rounds, ids, batch_size, pool_size, seed)
@@ -239,7 +221,7 @@ def allocation_replay(step, ids, n, s, factories: dict[str, Callable[[], object]
     """Replay allocation on the log; see the module docstring."""
     step, ids, n, s = check_log(step, ids, n, s, n_nodes)
     for st in strategies:
-        dec._check_strategy(st, dec.ALLOCATE_STRATEGIES, "allocation")
+        dec.check_strategy(st, dec.ALLOCATE_STRATEGIES, "allocation")
     rate = s / n
     starts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
     ends = np.r_[starts[1:], step.size]

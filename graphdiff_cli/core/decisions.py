@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .meanfield import beta_from_moments  # the moment matching p_zero_variance uses
+from .beta import from_moments  # the moment matching p_zero_variance uses
 
 SELECT_STRATEGIES = ("target", "thompson", "skip-zero-variance", "uniform")
 TARGET_EXPLORE = 1.0  # the target rule's exploration, in pseudo-rollouts (Jeffreys' prior weight)
@@ -72,13 +72,13 @@ VIP_CLIP = 1e-6
 # argument checks
 
 
-def _check_strategy(strategy, choices, what: str) -> str:
+def check_strategy(strategy, choices, what: str) -> str:
     if strategy not in choices:
         raise InvalidArgumentError(f"unknown {what} strategy {strategy!r}; choose one of {', '.join(choices)}")
     return strategy
 
 
-def _check_int(value, name: str, minimum: int) -> int:
+def check_int(value, name: str, minimum: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
@@ -108,7 +108,7 @@ def check_explore(explore) -> float:
     return e
 
 
-def _check_target(target) -> float:
+def check_target(target) -> float:
     t = float(target)
     if not (np.isfinite(t) and 0.0 <= t <= 1.0):
         raise InvalidArgumentError(f"target must be a probability in [0, 1], got {target!r}")
@@ -160,10 +160,10 @@ def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_vari
     ``uniform`` needs only M, taken from whichever array is given. Refused: an unknown strategy,
     batch_size < 1 or larger than M, a missing or malformed input.
     """
-    _check_strategy(strategy, SELECT_STRATEGIES, "selection")
-    target = _check_target(target)
+    check_strategy(strategy, SELECT_STRATEGIES, "selection")
+    target = check_target(target)
     explore = check_explore(explore)
-    batch_size = _check_int(batch_size, "batch size", 1)
+    batch_size = check_int(batch_size, "batch size", 1)
     given = [a for a in (p, variance, p_zero_variance) if a is not None]
     if not given:
         raise InvalidArgumentError("select needs per-candidate estimates (p, variance or p_zero_variance)")
@@ -185,7 +185,7 @@ def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_vari
         pa = _check_unit(p, "p", m)
         key = np.abs(pa - target)
         if explore > 0.0:
-            alpha, beta, ok = beta_from_moments(pa, _check_variance(variance, m))
+            alpha, beta, ok = from_moments(pa, _check_variance(variance, m))
             key[ok] *= (alpha + beta)[ok] / ((alpha + beta)[ok] + explore)
         return Selection(strategy, _ranked(key, rng)[:batch_size].astype(np.int64), key,
                          info={"target": target, "explore": explore})
@@ -194,7 +194,7 @@ def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_vari
         if p is None:
             raise InvalidArgumentError("the thompson strategy needs p")
         pa = _check_unit(p, "p", m)
-        alpha, beta, ok = beta_from_moments(pa, _check_variance(variance, m))
+        alpha, beta, ok = from_moments(pa, _check_variance(variance, m))
         theta = pa.copy()
         if ok.any():
             theta[ok] = rng.beta(alpha[ok], beta[ok])
@@ -226,9 +226,9 @@ def check_budget(count: int, budget, min_count, max_count) -> tuple[int, int, in
     """Validate (budget, min, max) for ``count`` prompts; returns them as ints."""
     if count < 1:
         raise InvalidArgumentError("allocation needs at least one prompt")
-    min_count = _check_int(min_count, "--min", 1)
-    max_count = _check_int(max_count, "--max", 1)
-    budget = _check_int(budget, "--budget", 0)
+    min_count = check_int(min_count, "--min", 1)
+    max_count = check_int(max_count, "--max", 1)
+    budget = check_int(budget, "--budget", 0)
     if max_count < min_count:
         raise InvalidArgumentError(f"--max {max_count} is below --min {min_count}")
     if budget < min_count * count:
@@ -297,7 +297,7 @@ def _water_fill(level, budget: float, lo: int, hi: int, t_lo: float, t_hi: float
 def continuous_allocation(strategy: str, p, budget: int, min_count: int = 2, max_count: int = 32,
                           vip_gamma: float = 0.0) -> np.ndarray:
     """The real-valued allocation each strategy rounds (see the module docstring); sums to budget."""
-    _check_strategy(strategy, ALLOCATE_STRATEGIES, "allocation")
+    check_strategy(strategy, ALLOCATE_STRATEGIES, "allocation")
     pa = _check_unit(p, "p")
     budget, lo, hi = check_budget(pa.size, budget, min_count, max_count)
     count = pa.size

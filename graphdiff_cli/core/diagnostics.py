@@ -8,8 +8,10 @@
   H_u = H_u^(0) / (1 - sum_g (t^3 - t) / (n_u^3 - n_u)), p_u = P(chi^2_{K_u - 1} >= H_u).
 * ``benjamini_hochberg``: adjusted p_(r) = min(1, min_{j >= r} m p_(j) / j).
 
-scipy computes the same statistics (``chi2_contingency`` with correction=False, ``kruskal``); the tests
-check them against hand computation.
+The statistics come from scipy.stats: ``chi2_contingency`` with correction=False (no Yates correction,
+also for 2 x 2 tables), ``contingency.association(method="cramer")``, ``kruskal`` (midranks and the
+ties correction above) and ``false_discovery_control(method="bh")``; the tests check them against hand
+computation.
 """
 
 from __future__ import annotations
@@ -38,21 +40,25 @@ def chi_squared(table) -> dict:
     """Pearson's chi^2 (no continuity correction) of a contingency table, with dof, p and Cramer's V.
 
     Empty rows and columns are dropped first (only nonempty clusters and observed categories count).
+    The table holds counts (nonnegative integers, of any numeric dtype).
     """
-    from scipy.stats import chi2
+    from scipy.stats import chi2_contingency
+    from scipy.stats.contingency import association
 
     o = np.asarray(table, dtype=np.float64)
+    if o.ndim != 2:
+        raise DataError("a contingency table must be 2-D")
+    if np.any(o < 0) or np.any(o != np.round(o)):
+        raise DataError("a contingency table holds nonnegative counts")
     o = o[o.sum(axis=1) > 0][:, o.sum(axis=0) > 0]
-    n = o.sum()
     k, u = o.shape
     if k < 2 or u < 2:
         raise DataError(f"a chi-squared test needs at least 2 nonempty clusters and 2 categories, got {k} x {u}")
-    e = np.outer(o.sum(axis=1), o.sum(axis=0)) / n
-    stat = float(np.sum((o - e) ** 2 / e))
-    dof = (k - 1) * (u - 1)
-    return {"chi2": stat, "dof": int(dof), "p": float(chi2.sf(stat, dof)),
-            "cramers_v": float(np.sqrt(stat / (n * min(k - 1, u - 1)))), "n": int(n),
-            "clusters": int(k), "categories": int(u)}
+    counts = o.astype(np.int64)
+    res = chi2_contingency(counts, correction=False)
+    v = association(counts, method="cramer", correction=False)
+    return {"chi2": float(res.statistic), "dof": int(res.dof), "p": float(res.pvalue),
+            "cramers_v": float(v), "n": int(counts.sum()), "clusters": int(k), "categories": int(u)}
 
 
 def cluster_association(clusters, categories) -> dict:
@@ -71,7 +77,7 @@ def kruskal_wallis(values, groups) -> dict:
     Returns {"H", "dof", "p", "n", "groups"}; H = NaN and p = NaN when fewer than 2 groups or every value
     is tied (the statistic is undefined).
     """
-    from scipy.stats import chi2, rankdata
+    from scipy.stats import kruskal
 
     x = np.asarray(values, dtype=np.float64)
     g = np.asarray(groups)
@@ -82,31 +88,22 @@ def kruskal_wallis(values, groups) -> dict:
     k = gv.size
     if k < 2 or n < 2:
         return {"H": float("nan"), "dof": int(max(k - 1, 0)), "p": float("nan"), "n": int(n), "groups": int(k)}
-    ranks = rankdata(x)
-    r_sum = np.bincount(gi, weights=ranks, minlength=k)
-    n_k = np.bincount(gi, minlength=k)
-    h0 = 12.0 / (n * (n + 1)) * np.sum(r_sum ** 2 / n_k) - 3.0 * (n + 1)
-    _, t = np.unique(x, return_counts=True)
-    c = 1.0 - np.sum(t.astype(np.float64) ** 3 - t) / (float(n) ** 3 - n)
-    if c <= 0:
+    if np.all(x == x[0]):  # ties correction 1 - (n^3 - n) / (n^3 - n) = 0: H undefined
         return {"H": float("nan"), "dof": int(k - 1), "p": float("nan"), "n": int(n), "groups": int(k)}
-    h = float(h0 / c)
-    return {"H": h, "dof": int(k - 1), "p": float(chi2.sf(h, k - 1)), "n": int(n), "groups": int(k)}
+    res = kruskal(*(x[gi == j] for j in range(k)))
+    return {"H": float(res.statistic), "dof": int(k - 1), "p": float(res.pvalue), "n": int(n), "groups": int(k)}
 
 
 def benjamini_hochberg(pvalues) -> np.ndarray:
     """BH-adjusted p-values in the input order: p~_(r) = min(1, min_{j >= r} m p_(j) / j). NaN stays NaN
     and does not count towards m."""
+    from scipy.stats import false_discovery_control
+
     p = np.asarray(pvalues, dtype=np.float64)
     out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(~np.isnan(p))
-    m = ok.size
-    if m == 0:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    scaled = p[order] * m / np.arange(1, m + 1)
-    adj = np.minimum.accumulate(scaled[::-1])[::-1]
-    out[order] = np.minimum(adj, 1.0)
+    ok = ~np.isnan(p)
+    if ok.any():
+        out[ok] = false_discovery_control(p[ok], method="bh")
     return out
 
 

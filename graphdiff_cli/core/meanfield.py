@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from scipy.special import betaln, digamma
 
 from ..errors import DataError, InvalidArgumentError
+from .beta import mean_variance
 
 SCHEDULES = ("residual", "synchronous", "sequential")
 
@@ -507,21 +508,10 @@ def _run_residual(spec: ModelSpec, q, a_hist, b_hist, obs: Observations, dirty, 
 # prediction (Section 3.6, Appendix E)
 
 
-def state_means(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """mu_k = a_k / (a_k + b_k)."""
-    return a / (a + b)
-
-
-def state_variances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """v_k = a_k b_k / ((a_k + b_k)^2 (a_k + b_k + 1)), the Beta posterior variance (Appendix E)."""
-    s = a + b
-    return a * b / (s * s * (s + 1.0))
-
-
 def model_prediction(q_rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(p_model_i = sum_k q_ik mu_k, u_i = sum_k q_ik [v_k + (mu_k - p_model_i)^2]) for the given rows."""
-    mu = state_means(a, b)
-    v = state_variances(a, b)
+    """(p_model_i = sum_k q_ik mu_k, u_i = sum_k q_ik [v_k + (mu_k - p_model_i)^2]) for the given rows,
+    mu_k and v_k the mean and variance of state k's Beta(a_k, b_k) (Section 3.6, Appendix E)."""
+    mu, v = mean_variance(a, b)  # v_k: the Beta posterior variance (Appendix E)
     q64 = np.asarray(q_rows, dtype=np.float64)
     p_model = q64 @ mu
     u = q64 @ (v + mu * mu) - p_model * p_model
@@ -534,148 +524,3 @@ def mix_with_history(p_model: np.ndarray, successes: np.ndarray, rollouts: np.nd
     seen = rollouts > 0
     r_bar = np.divide(successes, rollouts, out=np.zeros_like(p_model), where=seen)
     return np.where(seen, gamma * p_model + (1.0 - gamma) * r_bar, p_model)
-
-
-def mix_by_evidence(p_model: np.ndarray, u: np.ndarray, successes: np.ndarray, rollouts: np.ndarray,
-                    strength: float) -> tuple[np.ndarray, np.ndarray]:
-    """Empirical-Bayes mixing (beyond the paper; the uncertainty-aware gamma Appendix E sketches).
-
-    The graph's estimate is a Beta prior of mean p_model worth ``strength`` rollouts; the prompt's own
-    (possibly forgotten) counts update it: p = (kappa p_model + S_i) / (kappa + C_i). The effective
-    gamma_i = kappa / (kappa + C_i) falls as direct evidence accumulates, instead of staying at 0.5.
-    Returns (p, variance of the belief): the Beta posterior's variance for seen prompts, the model's
-    own u_i for unseen ones.
-    """
-    k = float(strength)
-    p = (k * p_model + successes) / (k + rollouts)
-    seen = rollouts > 0
-    var = np.where(seen, p * (1.0 - p) / (k + rollouts + 1.0), u)
-    return p, var
-
-
-# the prior strengths (in rollouts) that prior_strength="auto" chooses among, log-spaced: from 0.05 (a
-# seen prompt's own evidence all but alone) to 64 (the graph outweighs eight visits of eight rollouts)
-KAPPA_GRID = np.geomspace(0.05, 64.0, 12)
-
-
-def choose_prior_strength(errors) -> float:
-    """kappa for prior_strength="auto" (beyond the paper): the KAPPA_GRID value whose predictions had the
-    lowest summed absolute error against outcomes they had not seen (``errors``, one per grid value).
-
-    A prequential choice: every prediction was made before its outcome, as in `graphdiff evaluate`, so
-    the choice adapts to the log (a prompt seen fifty times needs the graph less than one seen twice)
-    without hindsight. Ties, e.g. before any prompt has been seen twice, go to the smaller kappa.
-    """
-    errors = np.asarray(errors, dtype=np.float64)
-    if errors.shape != KAPPA_GRID.shape:
-        raise ValueError(f"expected {KAPPA_GRID.size} errors, got shape {errors.shape}")
-    return float(KAPPA_GRID[int(np.argmin(errors))])
-
-
-BELIEF_CLIP = 1e-4  # the graph's estimate enters a belief clipped to [eps, 1 - eps]: a Beta needs a, b > 0
-
-
-def belief_parameters(p_graph: np.ndarray, successes: np.ndarray, rollouts: np.ndarray,
-                      strength: float) -> tuple[np.ndarray, np.ndarray]:
-    """(a, b) of a prompt's belief about its success probability (beyond the paper; for decisions).
-
-    Beta(nu p_graph + S_i, nu (1 - p_graph) + C_i - S_i): the graph's estimate worth ``strength`` = nu
-    pseudo-rollouts, updated by the prompt's own (possibly forgotten) counts. It is the posterior of
-    ``mix_by_evidence`` with its own strength: p-hat is scored by absolute error (its kappa is the
-    predictive median's), the belief by the likelihood of whole groups (``belief_loglik``), since a
-    decision (Thompson draws, P(a group has no signal)) needs the spread, not just a central value.
-    """
-    pg = np.clip(np.asarray(p_graph, dtype=np.float64), BELIEF_CLIP, 1.0 - BELIEF_CLIP)
-    s = np.asarray(successes, dtype=np.float64)
-    f = np.maximum(np.asarray(rollouts, dtype=np.float64) - s, 0.0)
-    nu = float(strength)
-    return nu * pg + s, nu * (1.0 - pg) + f
-
-
-def belief_loglik(p_graph: np.ndarray, successes: np.ndarray, rollouts: np.ndarray, n: np.ndarray,
-                  s: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """Summed log-likelihood of the groups (n_i rollouts, s_i successes) under the belief of each
-    strength in ``grid``, made before the groups were seen: log B(a + s, b + n - s) - log B(a, b) per
-    group (the beta-binomial predictive without its binomial coefficient, which no strength changes)."""
-    n = np.asarray(n, dtype=np.float64)
-    s = np.asarray(s, dtype=np.float64)
-    out = np.empty(len(grid))
-    for j, nu in enumerate(grid):
-        a, b = belief_parameters(p_graph, successes, rollouts, nu)
-        out[j] = float((betaln(a + s, b + n - s) - betaln(a, b)).sum())
-    return out
-
-
-# before any group has been scored the belief is worth 2 pseudo-rollouts, Beta(1, 1)'s strength
-BELIEF_START = 2.0
-
-
-def choose_belief_strength(loglik) -> float:
-    """nu for belief_strength="auto": the KAPPA_GRID value whose beliefs gave the groups seen so far the
-    highest prequential log-likelihood (a proper score of the whole predictive distribution of s, where
-    p-hat's absolute error scores only its median). Before any group: the grid value nearest 2."""
-    loglik = np.asarray(loglik, dtype=np.float64)
-    if loglik.shape != KAPPA_GRID.shape:
-        raise ValueError(f"expected {KAPPA_GRID.size} log-likelihoods, got shape {loglik.shape}")
-    if not loglik.any():
-        return float(KAPPA_GRID[int(np.argmin(np.abs(np.log(KAPPA_GRID / BELIEF_START))))])
-    return float(KAPPA_GRID[int(np.argmax(loglik))])
-
-
-def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successes_nb: np.ndarray,
-                   rollouts_nb: np.ndarray, strength: float) -> np.ndarray:
-    """The graph's estimate with the neighbours' residuals (beyond the paper).
-
-    p_i = clip(p_model_i + sum_j W_ij (S_j - C_j p_model_j) / (tau + sum_j W_ij C_j), 0, 1): how far the
-    mutual neighbours' own (possibly forgotten) outcomes S_j / C_j sit above or below the model's
-    prediction for them, shrunk towards 0 by tau pseudo-rollouts. Mean-field states are coarse (a state
-    holds N / K prompts); the residuals carry what the states cannot resolve, the way label propagation
-    does, and they give a never-seen prompt a signal of its own. ``w_rows``: the rows of W for the
-    prompts of ``p_model`` (sparse, columns = the neighbours listed in the ``*_nb`` arrays).
-    """
-    resid = np.asarray(successes_nb, dtype=np.float64) - np.asarray(rollouts_nb, dtype=np.float64) * p_model_nb
-    num = np.asarray(w_rows @ resid, dtype=np.float64).reshape(-1)
-    den = float(strength) + np.asarray(w_rows @ np.asarray(rollouts_nb, dtype=np.float64), dtype=np.float64).reshape(-1)
-    return np.clip(np.asarray(p_model, dtype=np.float64) + num / den, 0.0, 1.0)
-
-
-def beta_mean_variance(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, variance) of Beta(a, b)."""
-    total = a + b
-    return a / total, a * b / (total * total * (total + 1.0))
-
-
-def beta_from_moments(mean, var) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(alpha, beta, ok) of the Beta with this mean and variance; ok is False where no proper Beta
-    exists (var ~ 0, or mean in {0, 1}): there the belief is the point mass at the mean.
-
-    alpha + beta = m (1 - m) / v - 1, with v capped just below m (1 - m), the largest variance a
-    distribution on [0, 1] with mean m has.
-    """
-    m = np.clip(np.asarray(mean, dtype=np.float64), 0.0, 1.0)
-    v = np.asarray(var, dtype=np.float64)
-    cap = m * (1.0 - m)
-    ok = (v > 1e-12) & (cap > 1e-12)
-    total = np.ones_like(m)
-    total[ok] = cap[ok] / np.minimum(v[ok], cap[ok] * (1.0 - 1e-9)) - 1.0
-    return m * total, (1.0 - m) * total, ok
-
-
-def zero_variance_probability(mean: np.ndarray, var: np.ndarray, group_size: int) -> np.ndarray:
-    """P(a group of g rollouts is all-correct or all-wrong) = E[p^g + (1 - p)^g] for p ~ Beta.
-
-    The Beta is moment-matched to (mean, var) (``beta_from_moments``); var = 0 gives p^g + (1 - p)^g.
-    The moments E[p^g] = prod_{j<g} (alpha + j) / (alpha + beta + j) are taken in log space.
-    """
-    if group_size < 1:
-        raise InvalidArgumentError(f"group size must be >= 1, got {group_size}")
-    m = np.clip(np.asarray(mean, dtype=np.float64), 0.0, 1.0)
-    out = m ** group_size + (1.0 - m) ** group_size  # the var -> 0 limit
-    alpha, beta_, ok = beta_from_moments(m, var)
-    if ok.any():
-        alpha, beta_ = alpha[ok], beta_[ok]
-        j = np.arange(group_size)[:, None]
-        log_denom = np.log(alpha[None, :] + beta_[None, :] + j).sum(axis=0)
-        out[ok] = (np.exp(np.log(alpha[None, :] + j).sum(axis=0) - log_denom)
-                   + np.exp(np.log(beta_[None, :] + j).sum(axis=0) - log_denom))
-    return np.clip(out, 0.0, 1.0)

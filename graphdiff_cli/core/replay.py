@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
-from .baselines import plugin_zero_variance
+from .beta import zero_variance_point
 
 
 @dataclass
@@ -91,7 +91,7 @@ def check_log(step, ids, n, s, n_nodes: int | None = None) -> tuple[np.ndarray, 
 def _zero_variance(method, ids: np.ndarray, p: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, str]:
     fn = getattr(method, "zero_variance", None)
     if fn is None:
-        return plugin_zero_variance(p, n), "plug-in"
+        return zero_variance_point(p, n), "plug-in"
     out = np.empty(ids.size)
     for g in np.unique(n):  # one call per group size in the batch
         rows = n == g

@@ -22,13 +22,8 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError, StateError
-
-
-def _check_threshold(x) -> float:
-    x = float(x)
-    if not math.isfinite(x):
-        raise InvalidArgumentError(f"success threshold must be a finite number, got {x!r}")
-    return x
+from ..io.outcomes import check_threshold
+from ..io.readers import IdIndex
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -41,24 +36,17 @@ class Target:
     ids: list[str]
 
     def __init__(self):
-        self._index: dict[str, int] | None = None
+        self._index: IdIndex | None = None
 
     @property
-    def index(self) -> dict[str, int]:
+    def index(self) -> IdIndex:
         if self._index is None:
-            self._index = {pid: i for i, pid in enumerate(self.ids)}
+            self._index = IdIndex(self.ids, "the estimator's prompts")
         return self._index
 
     def nodes(self, ids, where: str = "ids") -> np.ndarray:
         """Node indices of string ids; an unknown id is refused (DataError)."""
-        out = np.empty(len(ids), dtype=np.int64)
-        for j, pid in enumerate(ids):
-            i = self.index.get(str(pid))
-            if i is None:
-                raise DataError(f"{where}[{j}]: unknown prompt id {str(pid)!r} (not among the estimator's "
-                                f"{len(self.ids)} prompts)")
-            out[j] = i
-        return out
+        return self.index.nodes(ids, where=lambda j: f"{where}[{j}]")
 
     @property
     def step(self) -> int:
@@ -98,9 +86,7 @@ class InMemoryTarget(Target):
         return self.estimator.update(nodes, n, s)
 
     def _estimates(self, nodes, group_size):
-        from ..stages.decide import estimate_moments
-
-        return estimate_moments(self.estimator, nodes, group_size)
+        return self.estimator.estimates(nodes, group_size=group_size)
 
 
 class StateTarget(Target):
@@ -136,11 +122,11 @@ class StateTarget(Target):
         return update_state(self.sd.root, trainer_step, path, device=self.device, durable=self.durable)
 
     def _estimates(self, nodes, group_size):
-        from ..stages.decide import estimate_moments
+        from ..stages.handoff import load_current
 
         if self._est is None or self._est.step_ != self.step:
-            self._est = self.sd.load_estimator(device=self.device)
-        return estimate_moments(self._est, nodes, group_size)
+            self._est = load_current(self.sd, self.device)
+        return self._est.estimates(nodes, group_size=group_size)
 
 
 def open_target(target, ids=None, **kwargs) -> Target:
@@ -185,7 +171,7 @@ class OutcomeRecorder:
 def count_outcomes(rows, threshold: float = 1.0) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(ids in order of first appearance, n, s): one rollout per row, success = reward >= threshold.
     NaN rewards (TRL's "not applicable") are not rollouts of this reward and are skipped."""
-    threshold = _check_threshold(threshold)
+    threshold = check_threshold(threshold)
     order: dict[str, int] = {}
     n: list[int] = []
     s: list[int] = []
@@ -228,17 +214,17 @@ class BatchChooser:
     def __init__(self, target: Target, row_nodes: np.ndarray, batch_size: int, strategy: str = "target",
                  pool_factor: float = 4.0, seed: int = 0, target_p: float = 0.5, group_size: int = 8,
                  explore: float = dec.TARGET_EXPLORE):
-        dec._check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
+        dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
         self.target = target
         self.row_nodes = np.asarray(row_nodes, dtype=np.int64)
-        self.batch_size = dec._check_int(batch_size, "batch size", 1)
+        self.batch_size = dec.check_int(batch_size, "batch size", 1)
         if self.batch_size > self.row_nodes.size:
             raise InvalidArgumentError(f"batch size {batch_size} is larger than the data set of "
                                        f"{self.row_nodes.size} prompts")
         if not pool_factor >= 1:
             raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
         self.strategy, self.pool_factor, self.seed = strategy, float(pool_factor), int(seed)
-        self.target_p, self.group_size = dec._check_target(target_p), int(group_size)
+        self.target_p, self.group_size = dec.check_target(target_p), int(group_size)
         self.explore = dec.check_explore(explore)
         self.decisions: list[Decision] = []
 

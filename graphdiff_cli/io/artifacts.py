@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,13 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArtifactError
+from .staging import replace_dir, staged_dir  # noqa: F401 - replace_dir: moved, imported from here
 
 FORMAT_VERSION = 1
 STAMP_KEY = "graphdiff"
 
 
 def graphdiff_version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 
@@ -110,30 +109,6 @@ class Artifact:
         return self.group.attrs.get(name, default)
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
 def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: dict | None = None,
                    inputs: dict | None = None, content_hash: str | None = None, attrs: dict | None = None,
                    durable: bool = True) -> Path:
@@ -147,9 +122,7 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
     from zarr.storage import LocalStore
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.parent / f".{path.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
+    with staged_dir(path, replace=True, durable=durable) as staging:
         group = zarr.open_group(LocalStore(staging), mode="w")
         for name, arr in arrays.items():
             arr = np.asarray(arr)
@@ -174,29 +147,7 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
             "content_hash": content_hash or hash_arrays(*arrays.values(), extra=kind),
         }
         group.attrs.update({STAMP_KEY: stamp, **_jsonable(attrs or {})})
-        if durable:
-            _fsync_tree(staging)
-        replace_dir(staging, path)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return path
-
-
-def replace_dir(src: Path, dst: Path) -> None:
-    """Move directory ``src`` to ``dst``, replacing any existing ``dst`` with at most a missing moment.
-
-    os.rename cannot replace a non-empty directory, so an existing ``dst`` is first renamed aside
-    (a reader then sees "missing", never a mixture) and deleted after the new one is in place.
-    """
-    trash = None
-    if dst.exists() or dst.is_symlink():
-        trash = dst.parent / f".{dst.name}.old-{uuid.uuid4().hex[:8]}"
-        os.rename(dst, trash)
-    os.rename(src, dst)
-    _fsync_dir(dst.parent)
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
 
 
 def _chunks(arr: np.ndarray, itemsize: int | None = None):

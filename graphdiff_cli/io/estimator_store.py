@@ -1,8 +1,12 @@
-"""An ``Estimator`` on disk, as Zarr v3 groups written atomically (``io.artifacts``).
+"""An estimator's state on disk, as Zarr v3 groups written atomically (``io.artifacts``).
+
+io knows no estimator: these functions write and read the plain ``state`` dict of
+``Estimator.state_dict`` (config, step, graph, labels and arrays); ``Estimator.save``/``load`` and the
+handoff stages turn it into an ``Estimator``.
 
 Two layouts:
 
-- standalone, ``Estimator.save(path)``: one ``estimator-state`` artifact. Arrays: the graph W in CSR
+- standalone (``Estimator.save(path)``): one ``estimator-state`` artifact. Arrays: the graph W in CSR
   parts (``graph_indptr``, ``graph_indices``, ``graph_data``), ``labels``, ``q`` (N x K), ``a``, ``b``
   (K), per-prompt ``successes`` and ``rollouts``, ``window_evidence`` (steps x 2 x K, windowed variant)
   and whatever else ``Estimator.state_dict`` holds. Attributes: ``config`` and ``step``.
@@ -12,7 +16,7 @@ Two layouts:
   labels). A step artifact names its model by a path relative to itself (attribute ``model``) and by
   content hash (``inputs.model``), so a 150k-prompt graph is not rewritten at every step.
 
-``load_estimator`` opens either kind, or a STATE directory: a folder with a ``CURRENT`` JSON pointer
+``read_state`` opens either kind, or a STATE directory: a folder with a ``CURRENT`` JSON pointer
 ``{"step": T, "path": "<relative path>"}`` is read as the artifact that pointer names.
 """
 
@@ -59,10 +63,10 @@ def _read_graph(art, n: int) -> sp.csr_matrix:
     return sp.csr_matrix((art.array("graph_data"), indices, indptr), shape=(n, n))
 
 
-def save_estimator(est, path, *, inputs: dict | None = None, extra_attrs: dict | None = None,
-                   durable: bool = True) -> Path:
-    """Write ``est`` as one standalone ``estimator-state`` artifact."""
-    st = est.state_dict(copy=False)  # written at once: no N x K copy
+def write_state(state: dict, path, *, inputs: dict | None = None, extra_attrs: dict | None = None,
+                durable: bool = True) -> Path:
+    """Write an estimator ``state`` dict as one standalone ``estimator-state`` artifact."""
+    st = dict(state)
     g: sp.csr_matrix = st.pop("graph")
     config, step = st.pop("config"), st.pop("step")
     arrays = {**_graph_arrays(g), **st}
@@ -71,16 +75,16 @@ def save_estimator(est, path, *, inputs: dict | None = None, extra_attrs: dict |
                           attrs={"config": config, "step": step, **(extra_attrs or {})}, durable=durable)
 
 
-def save_model(est, path, ids, *, inputs: dict | None = None, extra_attrs: dict | None = None,
+def save_model(state: dict, path, ids, *, inputs: dict | None = None, extra_attrs: dict | None = None,
                durable: bool = True) -> str:
-    """Write the part of ``est`` no step changes (W, labels, ``ids``, config); returns its content hash.
+    """Write the part of a ``state`` no step changes (W, labels, ``ids``, config); returns its content hash.
 
     ``ids[i]`` is the prompt id of node i (row i of the embedded prompts file).
     """
-    st = est.state_dict(copy=False)  # written at once: no N x K copy
+    st = state
     ids = [str(x) for x in ids]
-    if len(ids) != est.n_nodes:
-        raise ArtifactError(f"{path}: {len(ids)} ids for a model of {est.n_nodes} prompts")
+    if len(ids) != len(st["labels"]):
+        raise ArtifactError(f"{path}: {len(ids)} ids for a model of {len(st['labels'])} prompts")
     content = model_hash(st["graph"], st["labels"])
     arrays = {"ids": np.asarray(ids, dtype=object), **_graph_arrays(st["graph"]), "labels": st["labels"]}
     write_artifact(path, MODEL_KIND, arrays, params=st["config"], inputs=inputs, content_hash=content,
@@ -88,14 +92,14 @@ def save_model(est, path, ids, *, inputs: dict | None = None, extra_attrs: dict 
     return content
 
 
-def save_step(est, path, model_path, model_content: str, *, inputs: dict | None = None,
+def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict | None = None,
               extra_attrs: dict | None = None, durable: bool = True) -> Path:
     """Write what a step changes (q, a, b, counts, window evidence, ...) as an ``estimator-step`` artifact.
 
     ``model_path`` is the model artifact this step belongs to; it is recorded relative to ``path`` so
     the STATE directory can be moved as a whole.
     """
-    st = est.state_dict(copy=False)  # written at once: no N x K copy
+    st = state
     step = st["step"]
     arrays = {k: v for k, v in st.items() if k not in _STATIC}
     rel = os.path.relpath(Path(model_path).resolve(), Path(path).resolve())
@@ -103,16 +107,24 @@ def save_step(est, path, model_path, model_content: str, *, inputs: dict | None 
                           attrs={"step": step, "model": rel, **(extra_attrs or {})}, durable=durable)
 
 
+def read_current(root) -> tuple[int, str]:
+    """(current step, relative path of its artifact) from a STATE directory's CURRENT pointer."""
+    pointer = Path(root) / CURRENT
+    try:
+        cur = json.loads(pointer.read_text())
+        step, rel = cur["step"], cur["path"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"{pointer}: damaged CURRENT pointer ({exc.__class__.__name__})") from None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(rel, str):
+        raise ArtifactError(f"{pointer}: damaged CURRENT pointer (step {step!r}, path {rel!r})")
+    return step, rel
+
+
 def resolve_state_path(path) -> Path:
     """A saved estimator, or the artifact named by a STATE directory's CURRENT pointer."""
     path = Path(path)
-    pointer = path / CURRENT
-    if pointer.is_file():
-        try:
-            cur = json.loads(pointer.read_text())
-            return path / cur["path"]
-        except (ValueError, KeyError, TypeError, OSError) as exc:
-            raise ArtifactError(f"{pointer}: damaged CURRENT pointer ({exc.__class__.__name__})") from exc
+    if (path / CURRENT).is_file():
+        return path / read_current(path)[1]
     return path
 
 
@@ -145,13 +157,12 @@ def read_step_arrays(step_art) -> dict:
     return {name: step_art.array(name) for name in names}
 
 
-def load_estimator(path, device: str | None = None, model=None):
-    """An ``Estimator`` from a standalone artifact, a step artifact (with its model) or a STATE directory.
+def read_state(path, model=None) -> dict:
+    """An estimator's state dict from a standalone artifact, a step artifact (with its model) or a STATE
+    directory (``Estimator.from_state_dict`` makes the estimator; the arrays are fresh, so it may own them).
 
     ``model`` is an already-read ``read_model`` tuple to reuse (the handoff reads it once per command).
     """
-    from ..estimator import Estimator
-
     art = read_artifact(resolve_state_path(path), (KIND, STEP_KIND))
     if art.kind == STEP_KIND:
         if model is None:
@@ -171,4 +182,4 @@ def load_estimator(path, device: str | None = None, model=None):
     missing = [k for k in ("q", "a", "b", "successes", "rollouts", "window_evidence") if k not in state]
     if missing:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks array(s) {', '.join(missing)}")
-    return Estimator.from_state_dict(state, device=device, copy=False)  # the arrays were just read: ours
+    return state

@@ -40,15 +40,9 @@ class Outcomes:
     lines: list[int]  # line of each id's first row (for error messages after parsing)
     n_rows: int
 
-    def node_indices(self, index: dict[str, int]) -> np.ndarray:
-        """Map ids to node indices with ``index`` (id -> row of the prompts file); unknown ids refused."""
-        out = np.empty(len(self.ids), dtype=np.int64)
-        for j, (pid, line) in enumerate(zip(self.ids, self.lines)):
-            i = index.get(pid)
-            if i is None:
-                raise DataError(f"{self.path}:{line}: unknown prompt id {pid!r} (not in the state's prompts)")
-            out[j] = i
-        return out
+    def node_indices(self, index) -> np.ndarray:
+        """Node indices of the ids by ``index`` (a ``readers.IdIndex``); an unknown id is refused with its line."""
+        return index.nodes(self.ids, where=lambda j: f"{self.path}:{self.lines[j]}")
 
 
 def check_threshold(success_threshold) -> float:

@@ -27,8 +27,6 @@ CURRENT (atomic replace), then prunes states older than the last ``keep`` (step 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import re
@@ -41,7 +39,9 @@ from pathlib import Path
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
 from .atomic import atomic_write_text
-from .estimator_store import STEP_KIND, CURRENT, load_estimator, read_model, save_model, save_step
+from .estimator_store import STEP_KIND, CURRENT, read_current, read_model, read_state, save_model, save_step
+from .locks import file_lock
+from .staging import staged_dir
 
 MODEL = "model.zarr"
 STEPS = "steps"
@@ -112,9 +112,9 @@ class StateDir:
         return cls(root)
 
     @classmethod
-    def create(cls, root, est, ids, *, keep: int = DEFAULT_KEEP, inputs: dict | None = None,
+    def create(cls, root, state: dict, ids, *, keep: int = DEFAULT_KEEP, inputs: dict | None = None,
                init_entry: dict | None = None, durable: bool = True) -> "StateDir":
-        """Make a new STATE directory at step 0 for the fresh estimator ``est``, atomically.
+        """Make a new STATE directory at step 0 for a fresh estimator's ``state`` dict, atomically.
 
         Everything is built in a staging folder beside ``root`` and renamed into place, so a crash
         leaves no STATE at all rather than half of one. An existing non-empty ``root`` is refused.
@@ -123,43 +123,26 @@ class StateDir:
         check_keep(keep)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise StateError(f"{root}: already exists and is not empty; choose another --out or remove it")
-        if est.step_ != 0:
-            raise StateError(f"init needs a fresh estimator at step 0, got step {est.step_}")
-        root.parent.mkdir(parents=True, exist_ok=True)
-        staging = root.parent / f".{root.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            staging.mkdir()
+        if state["step"] != 0:
+            raise StateError(f"init needs a fresh estimator at step 0, got step {state['step']}")
+        with staged_dir(root, replace=False, durable=durable) as staging:  # an empty root is replaced
             (staging / LOCK).touch()
             (staging / STEPS).mkdir()
-            content = save_model(est, staging / MODEL, ids, inputs=inputs,
+            content = save_model(state, staging / MODEL, ids, inputs=inputs,
                                  extra_attrs={"handoff": {"layout_version": LAYOUT_VERSION, "keep": int(keep)}},
                                  durable=durable)
-            save_step(est, staging / step_relpath(0), staging / MODEL, content, durable=durable)
+            save_step(state, staging / step_relpath(0), staging / MODEL, content, durable=durable)
             entry = {"step": 0, "event": "init", "applied_at": _now(), "state": step_relpath(0),
                      **(init_entry or {})}
             atomic_write_text(staging / LOG, json.dumps(entry, sort_keys=True) + "\n")
             atomic_write_text(staging / CURRENT, json.dumps({"step": 0, "path": step_relpath(0)}) + "\n")
-            if root.exists():
-                root.rmdir()  # empty (checked above); rename cannot replace it on every platform
-            os.rename(staging, root)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
         return cls(root)
 
     # -- reading -----------------------------------------------------------------------------------
 
     def current(self) -> tuple[int, str]:
         """(current step, relative path of its artifact) from CURRENT."""
-        pointer = self.root / CURRENT
-        try:
-            cur = json.loads(pointer.read_text())
-            step, rel = cur["step"], cur["path"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ArtifactError(f"{pointer}: damaged CURRENT pointer ({exc.__class__.__name__})") from None
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(rel, str):
-            raise ArtifactError(f"{pointer}: damaged CURRENT pointer (step {step!r}, path {rel!r})")
-        return step, rel
+        return read_current(self.root)
 
     @property
     def current_step(self) -> int:
@@ -175,17 +158,20 @@ class StateDir:
     def ids(self) -> list[str]:
         return self.model()[1]
 
-    def id_index(self) -> dict[str, int]:
-        return {pid: i for i, pid in enumerate(self.ids)}
+    def id_index(self):
+        """``readers.IdIndex`` of the STATE's prompts (node i = row i of the embedded prompts file)."""
+        from .readers import IdIndex
+
+        return IdIndex(self.ids, f"the prompts of STATE {self.root}")
 
     @property
     def keep(self) -> int:
         handoff = self.model()[0].attr("handoff") or {}
         return int(handoff.get("keep", DEFAULT_KEEP))
 
-    def load_estimator(self, device: str | None = None):
-        """The estimator at the current step."""
-        return load_estimator(self.root, device=device, model=self.model())
+    def read_state(self) -> dict:
+        """The estimator state dict at the current step (``Estimator.from_state_dict`` makes it one)."""
+        return read_state(self.root, model=self.model())
 
     def step_dirs(self) -> dict[int, Path]:
         """Every step artifact folder on disk by step (including debris above CURRENT)."""
@@ -230,24 +216,10 @@ class StateDir:
         """Hold STATE/.lock exclusively; wait up to ``timeout`` seconds for another writer to finish."""
         if not timeout >= 0:
             raise InvalidArgumentError(f"--lock-timeout must be >= 0 seconds, got {timeout!r}")
-        path = self.root / LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                        raise
-                if time.monotonic() >= deadline:
-                    raise StateError(f"{self.root}: another update or rollback has held {LOCK} for more than "
-                                     f"{timeout:g} s; try again when it has finished (or raise --lock-timeout)")
-                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        busy = (lambda _holder: f"{self.root}: another update or rollback has held {LOCK} for more than "
+                f"{timeout:g} s; try again when it has finished (or raise --lock-timeout)")
+        with file_lock(self.root / LOCK, timeout, busy=busy, mode=0o644):
             yield self
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock (and so does dying)
 
     def clean_debris(self) -> list[str]:
         """Remove what crashed writers left behind: anything above CURRENT, staging/trash, temp files."""
@@ -268,20 +240,21 @@ class StateDir:
             removed.append(p.name)
         return removed
 
-    def commit_step(self, est, entry: dict, *, keep: int | None = None, durable: bool = True) -> list[int]:
-        """Make ``est`` (one step past the current one) the current state; returns the pruned steps.
+    def commit_step(self, state: dict, entry: dict, *, keep: int | None = None, durable: bool = True) -> list[int]:
+        """Make an estimator ``state`` dict (one step past the current one) the current state; returns the
+        pruned steps.
 
         Order: step artifact, log, CURRENT, prune. A crash between any two leaves CURRENT at the
         previous step, and re-running the step completes (invariant 2 of the module docstring).
         """
         cur = self.current_step
-        t = int(est.step_)
+        t = int(state["step"])
         if t != cur + 1:
             raise StateError(f"internal: committing step {t} onto step {cur}")
         self.clean_debris()
         rel = step_relpath(t)
         m_art = self.model()[0]
-        save_step(est, self.root / rel, self.root / MODEL, m_art.content_hash,
+        save_step(state, self.root / rel, self.root / MODEL, m_art.content_hash,
                   inputs={"outcomes": entry.get("outcomes_hash")}, durable=durable)
         _pause("artifact")
         entries = self.log_entries(upto=cur) + [{**entry, "step": t, "state": rel, "applied_at": _now()}]

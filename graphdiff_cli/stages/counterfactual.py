@@ -15,34 +15,11 @@ import json
 import time
 from typing import Callable
 
-from ..errors import InvalidArgumentError
-
 Progress = Callable[..., None]
-
-COUNTERFACTUAL_METHODS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "labelprop")
-DISCOUNTED = {"lam": 0.9, "m": 1.0}
 
 
 def _noop(done=None, total=None):
     return None
-
-
-def method_factories(keys, cfg, w, labels, k, embeddings, n_nodes) -> dict:
-    """{method name: zero-argument factory of a fresh estimator} for the given method keys."""
-    from .evaluate import build_methods
-
-    factories = {}
-    for key in keys:
-        if key not in COUNTERFACTUAL_METHODS:
-            raise InvalidArgumentError(f"method {key!r} cannot drive decisions; choose from "
-                                       f"{', '.join(COUNTERFACTUAL_METHODS)}")
-        if key == "vip" and embeddings is None:
-            continue
-        built, _ = build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)
-        for idx, m in enumerate(built):
-            factories[m.name] = (lambda key=key, idx=idx:
-                                 build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)[0][idx])
-    return factories
 
 
 def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int, *, methods=None,
@@ -53,6 +30,7 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
     """Both replays on a log already read (``read_log``) with the graph's arrays; the result dict."""
     from ..core import decisions as dec
     from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
+    from ..methods import COUNTERFACTUAL_METHODS, method_factories
 
     # the target rule at the chosen exploration, and without any (the bare estimates) for comparison
     explore = dec.TARGET_EXPLORE if explore is None else dec.check_explore(explore)
@@ -79,18 +57,15 @@ def counterfactual(log, graph, clusters, *, embeddings=None, config=None, method
                    max_count: int = 32, explore: float | None = None, device: str | None = None, out=None,
                    progress: Progress = _noop) -> dict:
     """Run both replays; returns {"selection": ..., "allocation": ..., "methods": [...], "note": ...}."""
-    from .evaluate import (load_config, read_clusters_artifact, read_embeddings_artifact, read_graph_artifact,
-                           read_log)
+    from ..io.readers import read_inputs, read_log
+    from ..methods import load_config, with_device
 
     t0 = time.perf_counter()
-    cfg = load_config(config)
-    if device is not None:
-        cfg["estimator"]["device"] = device
-    _, graph_ids, w = read_graph_artifact(graph)
-    _, labels, k = read_clusters_artifact(clusters, graph_ids)
-    emb = read_embeddings_artifact(embeddings, graph_ids) if embeddings is not None else None
-    lg = read_log(log, graph_ids)
-    res = run_counterfactual(lg, cfg, w, labels, k, emb, len(graph_ids), methods=methods, batch_size=batch_size,
+    cfg = with_device(load_config(config), device)
+    inp = read_inputs(graph, clusters, embeddings)
+    lg = read_log(log, inp.graph.index)
+    res = run_counterfactual(lg, cfg, inp.w, inp.labels, inp.k, inp.embeddings, len(inp.ids), methods=methods,
+                             batch_size=batch_size,
                              pool_factor=pool_factor, seed=seed, strategies=strategies, allocation=allocation,
                              budget_per_prompt=budget_per_prompt, min_count=min_count, max_count=max_count,
                              explore=explore, progress=progress)

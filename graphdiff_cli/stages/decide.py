@@ -20,65 +20,16 @@ from typing import Callable
 import numpy as np
 
 from ..core import decisions as dec
-from ..errors import DataError, InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 Progress = Callable[..., None]
 
 SELECT_COLUMNS = ["rank", "id", "p", "mean", "variance", "p_zero_variance", "n_seen", "key"]
 ALLOCATE_COLUMNS = ["id", "n", "p", "p_nondegenerate"]
-TABLE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet", ".pq")
 
 
 def _noop(done=None, total=None):
     return None
-
-
-def read_id_lines(path) -> list[tuple[int, str]]:
-    """(line, id) pairs of an ids file: a table with an ``id`` column, or plain text with one id per line
-    (blank lines skipped). A repeated id is refused with both lines."""
-    from ..io.tables import as_id, read_rows
-
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such ids file")
-    pairs: list[tuple[int, str]] = []
-    if path.suffix.lower() in TABLE_SUFFIXES:
-        for line_no, row in read_rows(path):
-            if "id" not in row:
-                raise DataError(f"{path}:{line_no}: no 'id' column")
-            pairs.append((line_no, as_id(row["id"], path, line_no, "id")))
-    else:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise DataError(f"{path}: not UTF-8 text") from None
-        pairs = [(i, line.strip()) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    if not pairs:
-        raise DataError(f"{path}: no ids")
-    first: dict[str, int] = {}
-    for line_no, pid in pairs:
-        if pid in first:
-            raise DataError(f"{path}:{line_no}: duplicate id {pid!r} (first on line {first[pid]}); "
-                            "each prompt may appear once")
-        first[pid] = line_no
-    return pairs
-
-
-def map_ids(path, pairs: list[tuple[int, str]], index: dict[str, int]) -> np.ndarray:
-    """Node indices of the ids; an id the STATE does not know is refused with its line."""
-    rows = np.empty(len(pairs), dtype=np.int64)
-    for j, (line_no, pid) in enumerate(pairs):
-        i = index.get(pid)
-        if i is None:
-            raise DataError(f"{path}:{line_no}: unknown prompt id {pid!r} (not in the state's prompts)")
-        rows[j] = i
-    return rows
-
-
-def estimate_moments(est, rows: np.ndarray, group_size: int = 8) -> dict[str, np.ndarray]:
-    """``est.estimates`` as numpy arrays: ``mean`` and ``variance`` are the belief the decision rules read
-    (the one p_zero_variance comes from); ``p`` is the point estimate `graphdiff predict` reports."""
-    return {k: np.asarray(v) for k, v in est.estimates(rows, group_size=group_size).items()}
 
 
 def _check_group_size(group_size) -> int:
@@ -117,11 +68,13 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
            explore: float = dec.TARGET_EXPLORE, group_size: int = 8, fmt: str | None = None, device: str | None = None,
            progress: Progress = _noop) -> dict:
     """Choose ``batch_size`` prompts of the candidate file by ``strategy`` and write them to ``out``."""
+    from ..io.readers import id_file_nodes
     from ..io.state_dir import StateDir
+    from .handoff import load_current
 
     t0 = time.perf_counter()
-    dec._check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
-    dec._check_target(target)
+    dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
+    dec.check_target(target)
     explore = dec.check_explore(explore)
     group_size = _check_group_size(group_size)
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -129,19 +82,17 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     fmt = _check_out(out, fmt)
     sd = StateDir.open(state)
     progress(0, 3)
-    pairs = read_id_lines(candidates)
-    rows = map_ids(candidates, pairs, sd.id_index())
-    dec._check_int(batch_size, "--batch-size", 1)
+    ids, rows = id_file_nodes(candidates, sd.id_index())
+    dec.check_int(batch_size, "--batch-size", 1)
     if batch_size > rows.size:
         raise InvalidArgumentError(f"--batch-size {batch_size} is larger than the pool of {rows.size} "
                                    f"candidates in {candidates}")
-    est = sd.load_estimator(device=device)
+    est = load_current(sd, device)
     progress(1, 3)
-    m = estimate_moments(est, rows, group_size)
+    m = est.estimates(rows, group_size=group_size)
     sel = dec.select(strategy, batch_size, p=m["mean"], variance=m["variance"],
                      p_zero_variance=m["p_zero_variance"], target=target, explore=explore, seed=seed)
     progress(2, 3)
-    ids = [pid for _, pid in pairs]
     records = [{"rank": r + 1, "id": ids[j], "p": float(m["p"][j]), "mean": float(m["mean"][j]), "variance": float(m["variance"][j]),
                 "p_zero_variance": float(m["p_zero_variance"][j]), "n_seen": int(m["n_seen"][j]),
                 "key": _json_float(sel.key[j])} for r, j in enumerate(sel.chosen)]
@@ -166,28 +117,28 @@ def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int
              vip_gamma: float = 0.0, fmt: str | None = None,
              device: str | None = None, progress: Progress = _noop) -> dict:
     """Split ``budget`` rollouts over the prompts of ``ids_file`` by ``strategy``; write id, n per prompt."""
+    from ..io.readers import id_file_nodes
     from ..io.state_dir import StateDir
+    from .handoff import load_current
 
     t0 = time.perf_counter()
-    dec._check_strategy(strategy, dec.ALLOCATE_STRATEGIES, "allocation")
+    dec.check_strategy(strategy, dec.ALLOCATE_STRATEGIES, "allocation")
     fmt = _check_out(out, fmt)
     if fmt == "txt":
         raise InvalidArgumentError(f"{out}: an allocation needs a table (.jsonl, .csv or .parquet) for its "
                                    "id and n columns")
     sd = StateDir.open(state)
     progress(0, 3)
-    pairs = read_id_lines(ids_file)
-    rows = map_ids(ids_file, pairs, sd.id_index())
+    ids, rows = id_file_nodes(ids_file, sd.id_index())
     dec.check_budget(rows.size, budget, min_count, max_count)
     if strategy == "vip" and min_count < 2:
         raise InvalidArgumentError(f"the vip strategy needs --min >= 2, got --min {min_count}")
-    est = sd.load_estimator(device=device)
+    est = load_current(sd, device)
     progress(1, 3)
     p = np.asarray(est.predict(rows), dtype=np.float64)
     n = dec.allocate(strategy, p, budget, min_count, max_count, vip_gamma=vip_gamma)
     progress(2, 3)
     signal = dec.nondegenerate_probability(p, n)
-    ids = [pid for _, pid in pairs]
     records = [{"id": ids[j], "n": int(n[j]), "p": float(p[j]), "p_nondegenerate": float(signal[j])}
                for j in range(len(ids))]
     _write(out, fmt, records, ALLOCATE_COLUMNS)

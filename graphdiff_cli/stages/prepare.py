@@ -278,15 +278,6 @@ def merge_embeddings(shards: Sequence, out, progress: Progress = _noop) -> dict:
 
 # ------------------------------------------------------------------------------------------- graph
 
-def read_embeddings(path) -> Artifact:
-    """An embeddings artifact usable for a graph: whole (not a shard)."""
-    art = read_artifact(path, "embeddings")
-    if art.params.get("shard") or art.attr("shard") is not None:
-        raise ArtifactError(f"{path}: is shard {art.params.get('shard')} only; merge all shards first "
-                            "(graphdiff merge-embeddings)")
-    return art
-
-
 def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index: str = "exact",
                 nprobe: int | None = None, ef_search: int | None = None, recall_sample: int = 1000,
                 progress: Progress = _noop) -> dict:
@@ -313,6 +304,8 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index:
             raise InvalidArgumentError(f"{name} must be >= 1, got {v}")
     if recall_sample < 1:
         raise InvalidArgumentError(f"--recall-sample must be >= 1, got {recall_sample}")
+    from ..io.readers import read_embeddings
+
     art = read_embeddings(embeddings)
     ids = [str(x) for x in art.array("ids")]
     x = art.array("embeddings")
@@ -372,30 +365,6 @@ def parse_states(states) -> int | None:
     return k
 
 
-def read_graph(path):
-    """(artifact, ids, W as CSR, knn_indices) of a graph artifact, checked for consistency."""
-    import scipy.sparse as sp
-
-    from ..core.graph import validate_graph
-
-    art = read_artifact(path, "graph")
-    ids = [str(x) for x in art.array("ids")]
-    n = len(ids)
-    indptr, indices, data = art.array("indptr"), art.array("indices"), art.array("data")
-    if indptr.shape != (n + 1,) or indices.shape != data.shape or (n and indptr[-1] != indices.size):
-        raise ArtifactError(f"{path}: CSR arrays do not fit {n} ids; rebuild the graph")
-    if indices.size and (indices.min() < 0 or indices.max() >= n):
-        raise ArtifactError(f"{path}: CSR column indices out of range; rebuild the graph")
-    try:
-        w = validate_graph(sp.csr_matrix((data, indices, indptr), shape=(n, n)), n_nodes=n)
-    except DataError as exc:
-        raise ArtifactError(f"{path}: {exc}") from None
-    knn = art.array("knn_indices")
-    if knn.ndim != 2 or knn.shape[0] != n:
-        raise ArtifactError(f"{path}: knn_indices shape {knn.shape} does not fit {n} ids; rebuild the graph")
-    return art, ids, w, knn
-
-
 def cluster(graph, out, *, states="auto", seed: int = 0, progress: Progress = _noop) -> dict:
     """Static spectral clusters c_i in [0, K) of W (Section 3.4) as a "clusters" artifact."""
     from ..core.spectral import spectral_clustering
@@ -405,7 +374,10 @@ def cluster(graph, out, *, states="auto", seed: int = 0, progress: Progress = _n
     requested = parse_states(states)
     if seed < 0:
         raise InvalidArgumentError(f"--seed must be >= 0, got {seed}")
-    art, ids, w, knn = read_graph(graph)
+    from ..io.readers import read_graph
+
+    g = read_graph(graph)
+    art, ids, w, knn = g.art, g.ids, g.w, g.knn_indices()
     n = len(ids)
     k = auto_states(n) if requested is None else requested
     if k > n:

@@ -31,8 +31,6 @@ Nothing here prints: events go to ``listener(event: dict)``; the result is a JSO
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import re
 import time
@@ -41,6 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import DataError, InvalidArgumentError, StateError
+from ..io.locks import file_lock
 
 STEP_FILE = re.compile(r"^step-(\d{1,12})\.(jsonl|ndjson|json|csv|tsv|parquet|pq)$")
 DONE_SUFFIX = ".done"
@@ -110,25 +109,11 @@ def scan_inbox(inbox, complete: str = "rename") -> InboxScan:
 def inbox_lock(inbox: Path):
     """One watcher per inbox: hold ``INBOX/.graphdiff-watch.lock`` (flock; the kernel drops it when the
     process dies, even by kill -9, so a restarted watcher never finds a stale lock)."""
-    path = Path(inbox) / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise StateError(f"{inbox}: cannot create the watcher's lock file {LOCK_NAME} ({exc.strerror}); "
-                         "the inbox must be writable by the watcher") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise StateError(f"{inbox}: another graphdiff watch (pid {holder}) is watching this inbox") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    with file_lock(Path(inbox) / LOCK_NAME, 0.0, record_pid=True, mode=0o666,
+                   busy=lambda holder: f"{inbox}: another graphdiff watch (pid {holder}) is watching this inbox",
+                   cannot_open=lambda exc: f"{inbox}: cannot create the watcher's lock file {LOCK_NAME} "
+                                           f"({exc.strerror}); the inbox must be writable by the watcher"):
         yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the flock
 
 
 def predictions_path(template, step: int) -> Path:

@@ -10,7 +10,20 @@ from pathlib import Path
 RUN = config["run"]
 ART = f"artifacts/{RUN}"
 LOGS = f"logs/{RUN}"
-EST = config["estimator"]
+# the settings a run gets: the preset's, with the keys the config gives (graphdiff_cli.settings, the
+# one home of every setting; a bad or inert key stops the workflow here with one line). The schema's
+# defaults do not reach into the $ref'd estimator section, so preset and keep default here, from the code.
+from graphdiff_cli.errors import GraphdiffError
+from graphdiff_cli.io.state_dir import DEFAULT_KEEP
+from graphdiff_cli.settings import DEFAULT_PRESET, NAMES as SETTING_NAMES, resolve_layers
+from snakemake.exceptions import WorkflowError
+
+EST = {"preset": DEFAULT_PRESET, "keep": DEFAULT_KEEP, **config["estimator"]}
+
+try:
+    SETTINGS = resolve_layers([({k: v for k, v in EST.items() if k != "keep"}, lambda key: f"config estimator.{key}")])
+except GraphdiffError as exc:
+    raise WorkflowError(str(exc)) from None
 RES = config["resources"]
 THREADS = config["threads"]
 # The software of every rule: used only with --software-deployment-method conda (a machine without the
@@ -101,7 +114,7 @@ def evaluate_config_path(beta, gamma, window):
 K_NN = str(config["graph"]["k_nn"])
 STATES = fmt_states(config["cluster"]["states"])
 SEED = str(config["cluster"]["seed"])
-BETA, GAMMA, WINDOW = fmt_num(EST["beta"]), fmt_num(EST["gamma"]), fmt_window(EST["window"])
+BETA, GAMMA, WINDOW = fmt_num(SETTINGS.beta), fmt_num(SETTINGS.gamma), fmt_window(SETTINGS.window)
 GRAPH = graph_path(K_NN)
 CLUSTERS = clusters_path(K_NN, STATES, SEED)
 
@@ -142,35 +155,21 @@ def cpu_resources(stage):
 # --- estimate stage: graphdiff init flags --------------------------------------------------------
 
 
-# estimator keys whose null means "the preset's value" (schema: estimator.*)
-PRESET_KEYS = ("schedule", "mixing", "prior_strength", "belief_strength", "prompt_forgetting", "state_forgetting", "state_prior",
-               "neighbor_smoothing")
+def _flag_value(value):
+    return "none" if value is None else shlex.quote(str(value))
 
 
 def init_args():
-    args = [
-        f"--preset {EST['preset']}",
-        f"--beta {EST['beta']}",
-        f"--epsilon {EST['epsilon']}",
-        f"--gamma {EST['gamma']}",
-        f"--device {EST['device']}",
-        f"--max-iters {EST['max_iters']}",
-        f"--tol {EST['tol']}",
-        f"--keep {EST['keep']}",
-    ]
-    if EST["window"] is not None:
-        args.append(f"--window {EST['window']}")
-    for key in PRESET_KEYS:
-        if EST[key] is not None:
-            args.append(f"--{key.replace('_', '-')} {EST[key]}")
+    """graphdiff init's flags: the preset, every setting the config gives, and the STATE's retention."""
+    args = [f"--preset {EST['preset']}", f"--keep {EST['keep']}"]
+    args += [f"--{k.replace('_', '-')} {_flag_value(v)}" for k, v in EST.items() if k in SETTING_NAMES]
     return " ".join(args)
 
 
 def evaluate_estimator_settings():
     """The estimator section of evaluate's --config, but beta, gamma and window (from the wildcards)."""
-    est = {k: EST[k] for k in ("preset", "epsilon", "max_iters", "tol", "device")}
-    est.update({k: EST[k] for k in PRESET_KEYS if EST[k] is not None})
-    return est
+    est = {k: v for k, v in EST.items() if k in SETTING_NAMES and k not in ("beta", "gamma", "window")}
+    return {"preset": EST["preset"], **est}
 
 
 # --- grid stage: input functions -----------------------------------------------------------------

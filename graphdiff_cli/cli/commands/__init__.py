@@ -1,1 +1,1 @@
-"""One module per command; each decorates a function with ``@app.command``."""
+"""One module per command; each registers a function with ``common.command``."""

@@ -7,11 +7,10 @@ from typing import Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+from ..common import command, emit, progress
 
 
-@app.command("allocate")
+@command("allocate")
 def allocate(
     state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
     ids: Path = typer.Option(..., "--ids", help="The batch's prompts: one id per line, or a "
@@ -27,22 +26,14 @@ def allocate(
                                     "(0 = the paper's variance objective; VIP's code uses 0.0007)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Write per-prompt rollout counts that sum to --budget, each within [--min, --max]."""
-    configure(json_out, quiet, verbose)
+    from ...stages.decide import allocate as run_allocate
 
-    def body():
-        from ...stages.decide import allocate as run_allocate
-
-        with progress("allocating") as bar:
-            res = run_allocate(state, ids, budget, strategy, out, min_count=min_count, max_count=max_count,
-                               vip_gamma=vip_gamma, fmt=fmt, progress=bar)
-        pred = res["predicted_nondegenerate_groups"]
-        emit(res, f"step {res['step']}: {res['budget']} rollouts over {res['prompts']} prompts by {strategy} "
-                  f"(n {res['counts']['min']}..{res['counts']['max']}; predicted groups with signal "
-                  f"{pred['allocation']:.1f} vs {pred['uniform']:.1f} uniform) -> {res['out']}")
-
-    run_guarded(body)
+    with progress("allocating") as bar:
+        res = run_allocate(state, ids, budget, strategy, out, min_count=min_count, max_count=max_count,
+                           vip_gamma=vip_gamma, fmt=fmt, progress=bar)
+    pred = res["predicted_nondegenerate_groups"]
+    emit(res, f"step {res['step']}: {res['budget']} rollouts over {res['prompts']} prompts by {strategy} "
+              f"(n {res['counts']['min']}..{res['counts']['max']}; predicted groups with signal "
+              f"{pred['allocation']:.1f} vs {pred['uniform']:.1f} uniform) -> {res['out']}")

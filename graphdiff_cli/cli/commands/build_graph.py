@@ -7,11 +7,10 @@ from typing import Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+from ..common import command, emit, progress
 
 
-@app.command("build-graph")
+@command("build-graph")
 def build_graph(
     embeddings: Path = typer.Argument(..., help="Embeddings artifact (from embed or merge-embeddings)."),
     out: Path = typer.Option(..., "--out", "-o", help="Graph artifact to write."),
@@ -27,26 +26,18 @@ def build_graph(
                                             "max(128, 2 k))."),
     recall_sample: int = typer.Option(1000, "--recall-sample", help="Approximate indexes: prompts whose "
                                       "hits are checked against exact search to measure recall."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Build W (Section 3.3): W_ij = cos(phi_i, phi_j) for mutual k-nearest neighbours with positive similarity."""
-    configure(json_out, quiet, verbose)
+    from ...stages.prepare import build_graph as build
 
-    def body():
-        from ...stages.prepare import build_graph as build
-
-        with progress("searching neighbours") as update:
-            res = build(embeddings, out, k_nn=k_nn, device=device, index=index, nprobe=nprobe,
-                        ef_search=ef_search, recall_sample=recall_sample, progress=update)
-        s = res["summary"]
-        text = (f"graph of {s['n_nodes']} prompts, {s['n_edges']} edges (mean degree {s['mean_degree']:.1f}, "
-                f"{s['isolated']} isolated, {s['components']} components) -> {res['out']}")
-        if res["recall"] is not None:
-            r = res["recall"]
-            text += (f"\n{index} index: recall@{r['k']} {r['recall']:.4f} against exact search on "
-                     f"{r['sample']:,} sampled prompts")
-        emit(res, text)
-
-    run_guarded(body)
+    with progress("searching neighbours") as update:
+        res = build(embeddings, out, k_nn=k_nn, device=device, index=index, nprobe=nprobe,
+                    ef_search=ef_search, recall_sample=recall_sample, progress=update)
+    s = res["summary"]
+    text = (f"graph of {s['n_nodes']} prompts, {s['n_edges']} edges (mean degree {s['mean_degree']:.1f}, "
+            f"{s['isolated']} isolated, {s['components']} components) -> {res['out']}")
+    if res["recall"] is not None:
+        r = res["recall"]
+        text += (f"\n{index} index: recall@{r['k']} {r['recall']:.4f} against exact search on "
+                 f"{r['sample']:,} sampled prompts")
+    emit(res, text)

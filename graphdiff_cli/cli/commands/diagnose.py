@@ -7,11 +7,10 @@ from typing import Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, run_guarded
+from ..common import command, emit
 
 
-@app.command("diagnose-clusters")
+@command("diagnose-clusters")
 def diagnose_clusters(
     clusters: Path = typer.Option(..., "--clusters", help="Clusters artifact (from cluster)."),
     labels: Path = typer.Option(..., "--labels", help="Labels file (JSONL/CSV/Parquet) with an id column, a "
@@ -21,25 +20,17 @@ def diagnose_clusters(
                                           "within each category (Kruskal-Wallis + Benjamini-Hochberg); "
                                           "'' to skip."),
     id_field: str = typer.Option("unique_id", "--id-field", help="Id column of the labels file."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Chi-squared and Cramer's V of clusters vs a category; within-category Kruskal-Wallis of an ordinal."""
-    configure(json_out, quiet, verbose)
+    from ...stages.diagnose import diagnose_clusters as run_diagnose
 
-    def body():
-        from ...stages.evaluate import diagnose_clusters as run_diagnose
-
-        res = run_diagnose(clusters, labels, category=category, ordinal=ordinal or None, id_field=id_field)
-        a = res["association"]
-        lines = [f"{res['matched']:,} items, {a['clusters']} nonempty clusters x {a['categories']} {category} values: "
-                 f"chi2 = {a['chi2']:.2f} (dof {a['dof']}, p = {a['p']:.3g}), Cramer's V = {a['cramers_v']:.3f}"]
-        for r in res.get("within_category", []):
-            h = "–" if r["H"] is None else f"{r['H']:.2f}"
-            p = "–" if r["p"] is None else f"{r['p']:.3g}"
-            q = "–" if r["p_bh"] is None else f"{r['p_bh']:.3g}"
-            lines.append(f"  {r['category']}: Kruskal-Wallis H = {h} over {r['groups']} clusters, p = {p}, BH p = {q}")
-        emit(res, "\n".join(lines))
-
-    run_guarded(body)
+    res = run_diagnose(clusters, labels, category=category, ordinal=ordinal or None, id_field=id_field)
+    a = res["association"]
+    lines = [f"{res['matched']:,} items, {a['clusters']} nonempty clusters x {a['categories']} {category} values: "
+             f"chi2 = {a['chi2']:.2f} (dof {a['dof']}, p = {a['p']:.3g}), Cramer's V = {a['cramers_v']:.3f}"]
+    for r in res.get("within_category", []):
+        h = "–" if r["H"] is None else f"{r['H']:.2f}"
+        p = "–" if r["p"] is None else f"{r['p']:.3g}"
+        q = "–" if r["p_bh"] is None else f"{r['p_bh']:.3g}"
+        lines.append(f"  {r['category']}: Kruskal-Wallis H = {h} over {r['groups']} clusters, p = {p}, BH p = {q}")
+    emit(res, "\n".join(lines))

@@ -7,11 +7,10 @@ from typing import Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, debug, emit, progress, run_guarded
+from ..common import command, debug, emit, progress
 
 
-@app.command("embed")
+@command("embed")
 def embed(
     prompts: Path = typer.Argument(..., help="Prompts file (.jsonl, .csv or .parquet), one prompt per row."),
     out: Path = typer.Option(..., "--out", "-o", help="Embeddings artifact to write (a .zarr folder). An "
@@ -30,23 +29,15 @@ def embed(
                                         "(I+1)*ceil(M/N)) of the M prompts; join with merge-embeddings."),
     id_field: str = typer.Option("id", "--id-field", help="Column holding the prompt id."),
     text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Embed prompts (Section 3.3): L2-normalized sentence embeddings with the difficulty-aware instruction."""
-    configure(json_out, quiet, verbose)
+    from ...stages.prepare import embed_prompts
 
-    def body():
-        from ...stages.prepare import embed_prompts
-
-        with progress("embedding prompts") as update:
-            res = embed_prompts(prompts, out, model=model, instruction=instruction,
-                                use_instruction=not no_instruction, dim=dim, batch_size=batch_size,
-                                device=device, shard=shard, id_field=id_field, text_field=text_field,
-                                progress=update)
-        debug(f"cache: {res['cache']}; timings: {res['timings']}")
-        emit(res, f"embedded {res['embedded']} prompts, reused {res['cached']} cached -> {res['out']} "
-                  f"({res['shape'][0]} x {res['shape'][1]}, {res['timings']['total_s']:.1f} s)")
-
-    run_guarded(body)
+    with progress("embedding prompts") as update:
+        res = embed_prompts(prompts, out, model=model, instruction=instruction,
+                            use_instruction=not no_instruction, dim=dim, batch_size=batch_size,
+                            device=device, shard=shard, id_field=id_field, text_field=text_field,
+                            progress=update)
+    debug(f"cache: {res['cache']}; timings: {res['timings']}")
+    emit(res, f"embedded {res['embedded']} prompts, reused {res['cached']} cached -> {res['out']} "
+              f"({res['shape'][0]} x {res['shape'][1]}, {res['timings']['total_s']:.1f} s)")

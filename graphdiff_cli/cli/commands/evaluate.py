@@ -7,11 +7,10 @@ from typing import List, Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+from ..common import command, emit, progress
 
 
-@app.command("evaluate")
+@command("evaluate")
 def evaluate(
     log: Path = typer.Option(..., "--log", help="Training log (JSONL/CSV/Parquet) with rows step, id, n, s; "
                              "ids are the graph's prompt ids."),
@@ -36,27 +35,19 @@ def evaluate(
     explore: Optional[float] = typer.Option(None, "--explore", help="--counterfactual: the target rule's "
                                             "exploration (select --explore; default select's); it is also "
                                             "run at 0 for comparison."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Is graphdiff better than what you use now? Replays LOG step by step with no look-ahead."""
-    configure(json_out, quiet, verbose)
+    from ...stages.evaluate import evaluate as run_evaluate
 
-    def body():
-        from ...stages.evaluate import evaluate as run_evaluate
-
-        with progress("replaying the log") as update:
-            res = run_evaluate(log, graph, clusters, out, embeddings=embeddings, config=config, methods=methods,
-                               device=device, counterfactual=counterfactual, pool_factor=pool_factor, seed=seed,
-                               explore=explore, progress=update)
-        lines = [f"{res['rows']:,} rows over {res['steps']:,} steps, {len(res['methods'])} methods -> {res['out']}"]
-        for name, m in res["summary"].items():
-            mae = "–" if m["mae"] is None else f"{m['mae']:.3f}"
-            wr = "–" if m["within_r"] is None else f"{m['within_r']:.3f}"
-            ms = "–" if m["seconds_per_step"] is None else f"{1000 * m['seconds_per_step']:.1f}"
-            tag = " (oracle)" if name in res["oracles"] else ""
-            lines.append(f"  {name}{tag}: MAE {mae}, within-batch r {wr}, {ms} ms/step")
-        emit(res, "\n".join(lines))
-
-    run_guarded(body)
+    with progress("replaying the log") as update:
+        res = run_evaluate(log, graph, clusters, out, embeddings=embeddings, config=config, methods=methods,
+                           device=device, counterfactual=counterfactual, pool_factor=pool_factor, seed=seed,
+                           explore=explore, progress=update)
+    lines = [f"{res['rows']:,} rows over {res['steps']:,} steps, {len(res['methods'])} methods -> {res['out']}"]
+    for name, m in res["summary"].items():
+        mae = "–" if m["mae"] is None else f"{m['mae']:.3f}"
+        wr = "–" if m["within_r"] is None else f"{m['within_r']:.3f}"
+        ms = "–" if m["seconds_per_step"] is None else f"{1000 * m['seconds_per_step']:.1f}"
+        tag = " (oracle)" if name in res["oracles"] else ""
+        lines.append(f"  {name}{tag}: MAE {mae}, within-batch r {wr}, {ms} ms/step")
+    emit(res, "\n".join(lines))

@@ -7,11 +7,12 @@ from typing import Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+from ...stages.handoff import PREDICT_COLUMNS
+from ..common import command, emit, progress
 
 
-@app.command("predict")
+# The help lists the columns from the constant predict writes them by, so the two cannot drift.
+@command("predict", help=f"Write {', '.join(PREDICT_COLUMNS)} for each prompt.")
 def predict(
     state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
     out: Path = typer.Option(..., "--out", "-o", help="Table to write (replaced atomically)."),
@@ -21,18 +22,9 @@ def predict(
                                       "extension of --out)."),
     group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance "
                                    "= P(all correct or all wrong)."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
-    """Write id, p, difficulty, p_model, uncertainty, n_seen, p_zero_variance for each prompt."""
-    configure(json_out, quiet, verbose)
+    from ...stages.handoff import predict as run_predict
 
-    def body():
-        from ...stages.handoff import predict as run_predict
-
-        with progress("predicting") as bar:
-            res = run_predict(state, out, ids_file=ids, fmt=fmt, group_size=group_size, progress=bar)
-        emit(res, f"step {res['step']}: {res['rows']} predictions (mean p {res['p_mean']:.3f}) -> {res['out']}")
-
-    run_guarded(body)
+    with progress("predicting") as bar:
+        res = run_predict(state, out, ids_file=ids, fmt=fmt, group_size=group_size, progress=bar)
+    emit(res, f"step {res['step']}: {res['rows']} predictions (mean p {res['p_mean']:.3f}) -> {res['out']}")

@@ -7,11 +7,10 @@ from typing import Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+from ..common import command, emit, progress
 
 
-@app.command("select")
+@command("select")
 def select(
     state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
     candidates: Path = typer.Option(..., "--candidates", help="Candidate pool: one id per line, or a "
@@ -30,21 +29,13 @@ def select(
     group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance."),
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Choose --batch-size prompts of --candidates by --strategy and write them to --out."""
-    configure(json_out, quiet, verbose)
+    from ...stages.decide import select as run_select
 
-    def body():
-        from ...stages.decide import select as run_select
-
-        with progress("selecting") as bar:
-            res = run_select(state, candidates, batch_size, strategy, out, seed=seed, target=target,
-                             explore=explore, group_size=group_size, fmt=fmt, progress=bar)
-        emit(res, f"step {res['step']}: chose {res['batch_size']} of {res['pool']} by {strategy} "
-                  f"(predicted effective share {res['predicted_effective_share']['chosen']:.3f} vs "
-                  f"{res['predicted_effective_share']['pool']:.3f} for the pool) -> {res['out']}")
-
-    run_guarded(body)
+    with progress("selecting") as bar:
+        res = run_select(state, candidates, batch_size, strategy, out, seed=seed, target=target,
+                         explore=explore, group_size=group_size, fmt=fmt, progress=bar)
+    emit(res, f"step {res['step']}: chose {res['batch_size']} of {res['pool']} by {strategy} "
+              f"(predicted effective share {res['predicted_effective_share']['chosen']:.3f} vs "
+              f"{res['predicted_effective_share']['pool']:.3f} for the pool) -> {res['out']}")

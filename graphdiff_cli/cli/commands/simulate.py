@@ -7,11 +7,10 @@ from typing import Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, run_guarded
+from ..common import command, emit
 
 
-@app.command("simulate")
+@command("simulate")
 def simulate(
     out_prompts: Path = typer.Option(..., "--out-prompts", help="Prompts file to write (id, prompt, topic, level)."),
     out_log: Path = typer.Option(..., "--out-log", help="Log to write (step, id, n, s, p_true)."),
@@ -26,22 +25,14 @@ def simulate(
     math: Optional[Path] = typer.Option(None, "--math", help="MATH rows (unique_id, problem, subject, level): "
                                         "difficulty follows the real subject and level."),
     epochs: int = typer.Option(3, "--epochs", help="With --math and no --steps: passes over the prompts."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Simulate a policy that improves unevenly across topics; outcomes are Binomial(n, p_true)."""
-    configure(json_out, quiet, verbose)
+    from ...stages.simulate import simulate as run_simulate
 
-    def body():
-        from ...stages.evaluate import simulate as run_simulate
-
-        res = run_simulate(out_prompts, out_log, prompts=prompts, steps=steps, batch_size=batch_size,
-                           rollouts=rollouts, seed=seed, math=math, epochs=epochs)
-        mr = res["mean_rate"]
-        last = "–" if mr["last_third"] is None else f"{mr['last_third']:.3f}"
-        emit(res, f"{res['prompts']:,} prompts, {res['steps']} steps, {res['rows']:,} rows (mean success "
-                  f"{mr['first_third']:.3f} in the first third of steps, {last} after) -> {res['out_prompts']}, "
-                  f"{res['out_log']}")
-
-    run_guarded(body)
+    res = run_simulate(out_prompts, out_log, prompts=prompts, steps=steps, batch_size=batch_size,
+                       rollouts=rollouts, seed=seed, math=math, epochs=epochs)
+    mr = res["mean_rate"]
+    last = "–" if mr["last_third"] is None else f"{mr['last_third']:.3f}"
+    emit(res, f"{res['prompts']:,} prompts, {res['steps']} steps, {res['rows']:,} rows (mean success "
+              f"{mr['first_third']:.3f} in the first third of steps, {last} after) -> {res['out_prompts']}, "
+              f"{res['out_log']}")

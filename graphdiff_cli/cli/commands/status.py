@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, run_guarded
+from ..common import command, emit
 
 
 def _human(res: dict) -> str:
@@ -27,21 +26,13 @@ def _human(res: dict) -> str:
     return "\n".join(lines)
 
 
-@app.command("status")
+@command("status")
 def status(
     state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
     last: int = typer.Option(10, "--last", help="How many of the last applied steps to list."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Current step, N, K, config, the last applied steps and the retained states."""
-    configure(json_out, quiet, verbose)
+    from ...stages.handoff import status as run_status
 
-    def body():
-        from ...stages.handoff import status as run_status
-
-        res = run_status(state, last=last)
-        emit(res, _human(res))
-
-    run_guarded(body)
+    res = run_status(state, last=last)
+    emit(res, _human(res))

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, emit, progress, run_guarded
+from ..common import command, emit, progress
 
 
-@app.command("update")
+@command("update")
 def update(
     state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
     step: int = typer.Option(..., "--step", help="The training step these outcomes come from: the current "
@@ -21,24 +20,16 @@ def update(
                                             "is a success (binary 0/1 rewards pass through)."),
     lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another update "
                                        "or rollback of this STATE to finish."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Apply exactly one step; a step already applied, a gap or bad outcomes change nothing."""
-    configure(json_out, quiet, verbose)
+    from ...stages.handoff import update_state
 
-    def body():
-        from ...stages.handoff import update_state
-
-        with progress(f"step {step}") as bar:
-            res = update_state(state, step, outcomes, success_threshold=success_threshold,
-                               lock_timeout=lock_timeout, progress=bar)
-        t = res["timings"]
-        emit(res, f"step {res['step']}: {res['prompts']} prompts, {res['successes']}/{res['rollouts']} successes, "
-                  f"{res['iterations']} rounds ({'converged' if res['converged'] else 'not converged'}) in "
-                  f"{t['total_s']:.2f} s (load {t['load_s']:.2f}, inference {t['inference_s']:.2f}, "
-                  f"write {t['write_s']:.2f})"
-                  + (f"; pruned step(s) {', '.join(map(str, res['pruned']))}" if res["pruned"] else ""))
-
-    run_guarded(body)
+    with progress(f"step {step}") as bar:
+        res = update_state(state, step, outcomes, success_threshold=success_threshold,
+                           lock_timeout=lock_timeout, progress=bar)
+    t = res["timings"]
+    emit(res, f"step {res['step']}: {res['prompts']} prompts, {res['successes']}/{res['rollouts']} successes, "
+              f"{res['iterations']} rounds ({'converged' if res['converged'] else 'not converged'}) in "
+              f"{t['total_s']:.2f} s (load {t['load_s']:.2f}, inference {t['inference_s']:.2f}, "
+              f"write {t['write_s']:.2f})"
+              + (f"; pruned step(s) {', '.join(map(str, res['pruned']))}" if res["pruned"] else ""))

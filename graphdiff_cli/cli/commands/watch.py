@@ -7,8 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..app import app
-from ..common import JSON_OPTION, QUIET_OPTION, VERBOSE_OPTION, configure, debug, emit, info, run_guarded
+from ..common import command, debug, emit, info
 
 
 def _describe(event: dict) -> str | None:
@@ -38,7 +37,7 @@ def _describe(event: dict) -> str | None:
     return None
 
 
-@app.command("watch")
+@command("watch")
 def watch(
     state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
     inbox: Path = typer.Option(..., "--inbox", help="Folder the trainer writes one outcomes file per step into: "
@@ -57,43 +56,35 @@ def watch(
                                             "is a success (binary 0/1 rewards pass through)."),
     lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another update "
                                        "or rollback of this STATE to finish."),
-    json_out: bool = JSON_OPTION,
-    quiet: bool = QUIET_OPTION,
-    verbose: bool = VERBOSE_OPTION,
 ):
     """Apply each new outcomes file of an inbox to the STATE in step order, exactly once (safe to kill and restart)."""
-    configure(json_out, quiet, verbose)
+    import signal
 
-    def body():
-        import signal
+    from ...stages.watch import watch as run_watch
 
-        from ...stages.watch import watch as run_watch
+    stopping = []
 
-        stopping = []
+    def on_signal(signum, frame):  # finish the step in progress, then exit cleanly
+        stopping.append(signum)
 
-        def on_signal(signum, frame):  # finish the step in progress, then exit cleanly
-            stopping.append(signum)
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
 
-        old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def listener(event: dict) -> None:
+        text = _describe(event)
+        if text is None:
+            return
+        if event["event"] in ("predicted", "waiting"):
+            debug(text) if event["event"] == "predicted" else info(text)
+        else:
+            info(text)
 
-        def listener(event: dict) -> None:
-            text = _describe(event)
-            if text is None:
-                return
-            if event["event"] in ("predicted", "waiting"):
-                debug(text) if event["event"] == "predicted" else info(text)
-            else:
-                info(text)
-
-        try:
-            res = run_watch(state, inbox, once=once, poll=poll, predictions=predictions, group_size=group_size,
-                            success_threshold=success_threshold, lock_timeout=lock_timeout, complete=complete,
-                            until_step=until_step, stop=lambda: bool(stopping), listener=listener)
-        finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
-        emit(res, f"STATE {res['state']} at step {res['step']}: applied {res['n_applied']} step(s) from "
-                  f"{res['inbox']} ({res['stopped']})"
-                  + (f"; {len(res['conflicts'])} conflicting file(s) left alone" if res["conflicts"] else ""))
-
-    run_guarded(body)
+    try:
+        res = run_watch(state, inbox, once=once, poll=poll, predictions=predictions, group_size=group_size,
+                        success_threshold=success_threshold, lock_timeout=lock_timeout, complete=complete,
+                        until_step=until_step, stop=lambda: bool(stopping), listener=listener)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    emit(res, f"STATE {res['state']} at step {res['step']}: applied {res['n_applied']} step(s) from "
+              f"{res['inbox']} ({res['stopped']})"
+              + (f"; {len(res['conflicts'])} conflicting file(s) left alone" if res["conflicts"] else ""))

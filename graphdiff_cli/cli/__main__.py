@@ -1,0 +1,5 @@
+"""``python -m graphdiff_cli.cli``: the same as the ``graphdiff`` command."""
+
+from .app import main
+
+main()

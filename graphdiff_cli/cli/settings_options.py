@@ -1,0 +1,50 @@
+"""The estimator-setting flags, generated from ``graphdiff_cli.settings`` (one per setting, same names).
+
+``@with_settings`` adds ``--beta``, ``--schedule``, ... (and ``--preset``) to a command and hands the
+given ones to it as ``settings_flags`` (a dict; flags not given are left out). Help texts are each
+setting's description with its value in every preset, so ``--help`` cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Optional
+
+import typer
+
+from ..settings import NAMES, PRESETS, EstimatorSettings, show_value
+
+
+def _option(name: str):
+    field = EstimatorSettings.model_fields[name]
+    values = "; ".join(f"{p}: {show_value(getattr(s, name))}" for p, s in PRESETS.items())
+    extra = " Give 'none' for null." if name in ("window", "belief_strength", "neighbor_smoothing") else ""
+    help_text = f"{field.description}{extra} ({values})"
+    kind = {float: float, int: int}.get(field.annotation, str)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                             default=typer.Option(None, f"--{name.replace('_', '-')}", help=help_text),
+                             annotation=Optional[kind])
+
+
+PRESET_OPTION = typer.Option(None, "--preset", help=f"Named settings: {' or '.join(PRESETS)} (default: default = the "
+                             "paper's model with the measured improvements; paper = Sections 3.4-3.6 exactly); the "
+                             "setting flags override it.")
+
+
+def with_settings(fn):
+    """Give ``fn`` one flag per estimator setting plus ``--preset``; it receives ``settings_flags``."""
+    sig = inspect.signature(fn, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.name != "settings_flags"]
+    params = [*own, inspect.Parameter("preset", inspect.Parameter.KEYWORD_ONLY, default=PRESET_OPTION,
+                                      annotation=Optional[str]),
+              *(_option(name) for name in NAMES)]
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        flags = {name: kw.pop(name) for name in ("preset", *NAMES)}
+        return fn(*args, **kw, settings_flags={k: v for k, v in flags.items() if v is not None})
+
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not p.empty}
+    return wrapper

@@ -1,0 +1,88 @@
+"""Atomic folder writes: fill a staging folder next to the destination, fsync it, rename it into place.
+
+A reader sees the old folder or the new one, never half of one; a crash (even kill -9) leaves at most
+a staging folder named ``.<name>.staging-<pid>-<random>`` beside the destination, which readers ignore
+and writers of a STATE directory sweep. Single files: see ``io.atomic``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory's entries (best effort: some filesystems refuse to open or fsync a folder)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and folder under ``root``."""
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Move directory ``src`` to ``dst``, replacing any existing ``dst`` with at most a missing moment.
+
+    os.rename cannot replace a non-empty directory, so an existing ``dst`` is first renamed aside
+    (a reader then sees "missing", never a mixture) and deleted after the new one is in place.
+    """
+    trash = None
+    if dst.exists() or dst.is_symlink():
+        trash = dst.parent / f".{dst.name}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(dst, trash)
+    os.rename(src, dst)
+    fsync_dir(dst.parent)
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_dir(dest, *, replace: bool = True, durable: bool = True):
+    """Yield a new empty staging folder beside ``dest``; when the block ends without an exception,
+    put it in place of ``dest`` atomically. On any exception the staging folder is removed and
+    ``dest`` is left as it was.
+
+    ``durable``: fsync every file and folder of the staging folder before the rename (and the parent
+    after it), so that a power loss cannot leave the new name with missing content.
+    ``replace=True``: an existing ``dest`` is replaced (``replace_dir``). ``replace=False``: ``dest``
+    may only be missing or an empty folder (which is removed first); anything else raises OSError.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = dest.parent / f".{dest.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        staging.mkdir()
+        yield staging
+        if durable:
+            fsync_tree(staging)
+        if replace:
+            replace_dir(staging, dest)
+        else:
+            if dest.exists():
+                dest.rmdir()  # only an empty folder: rename cannot replace one on every platform
+            os.rename(staging, dest)
+            if durable:
+                fsync_dir(dest.parent)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

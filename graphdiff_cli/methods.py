@@ -1,0 +1,239 @@
+"""The method registry: every estimator that ``evaluate``, the counterfactual replay and the benchmarks
+compare, built by key from one config.
+
+- ``METHOD_KEYS``: graphdiff, the peers (history, discounted history, MoPPS, GRESO, VIP, label
+  propagation) and the two oracles, in report order; ``parse_methods`` reads ``--methods``.
+- ``load_config``: the ``estimator`` section (graphdiff's settings: ``graphdiff_cli.settings``) and the
+  ``evaluate`` section (the peers' settings, ``DEFAULT_CONFIG``) of a YAML/JSON file.
+- ``build_methods``: fresh estimators for the keys; ``method_factories``: zero-argument factories of
+  fresh ones (a counterfactual replay needs one per strategy).
+- ``GraphdiffMethod``: graphdiff's ``Estimator`` behind ``core.baselines``' interface (``OnlineEstimator``
+  with ``BeliefEstimator.moments``), so core never imports the facade.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+# method keys accepted by --methods, in report order; oracles last
+METHOD_KEYS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "labelprop", "sbr", "sbs")
+ORACLE_KEYS = ("sbr", "sbs")
+# the methods that can drive decisions in a counterfactual replay (no oracles)
+COUNTERFACTUAL_METHODS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "labelprop")
+# discounted history where it is not tuned on the log (hindsight): the peers' suggested start
+DISCOUNTED = {"lam": 0.9, "m": 1.0}
+
+DEFAULT_CONFIG = {
+    "evaluate": {
+        # discounted history: grid searched on the log itself (hindsight tuning: optimistic for it)
+        "discounted": {"lambdas": [1.0, 0.95, 0.9, 0.8, 0.7, 0.5], "m": [0.0, 0.5, 1.0, 2.0, 4.0]},
+        "mopps": {"lambdas": [1.0, 0.5]},
+        "greso": {"tau": 0.25},
+        "vip": {"length_scale": 0.4, "noise": 1e-4},
+        "oracles": {"probe": "resample", "seed": 0},
+    },
+}
+
+
+class GraphdiffMethod:
+    """graphdiff's ``Estimator`` behind the peers' interface (``core.baselines``).
+
+    ``moments`` is the belief `graphdiff select` decides by (``Estimator.estimates``' mean, variance and
+    p_zero_variance); ``zero_variance`` its E[p^g + (1 - p)^g].
+    """
+
+    def __init__(self, estimator, name: str = "graphdiff"):
+        self.estimator = estimator
+        self.name = name
+        self.last_update_: dict | None = None
+
+    def predict(self, ids) -> np.ndarray:
+        return np.asarray(self.estimator.predict(np.asarray(ids, dtype=np.int64)), dtype=np.float64)
+
+    def moments(self, ids, group_size: int) -> dict[str, np.ndarray]:
+        est = self.estimator.estimates(np.asarray(ids, dtype=np.int64), group_size=int(group_size))
+        return {"p": np.asarray(est["mean"], dtype=np.float64), "variance": np.asarray(est["variance"], dtype=np.float64),
+                "p_zero_variance": np.asarray(est["p_zero_variance"], dtype=np.float64)}
+
+    def zero_variance(self, ids, group_size: int) -> np.ndarray:
+        est = self.estimator.estimates(np.asarray(ids, dtype=np.int64), group_size=int(group_size))
+        return np.asarray(est["p_zero_variance"], dtype=np.float64)
+
+    def update(self, ids, n, s) -> None:
+        self.last_update_ = self.estimator.update(np.asarray(ids, dtype=np.int64), np.asarray(n, dtype=np.int64),
+                                                  np.asarray(s, dtype=np.int64))
+
+
+def load_config(path) -> dict:
+    """{"estimator": EstimatorSettings, "estimator_preset": name, "evaluate": the peers' settings}.
+
+    The file's ``estimator`` section is a preset and the settings that override it (the same names and
+    rules as `graphdiff init`; one-line errors name the file); its ``evaluate`` section updates
+    ``DEFAULT_CONFIG``. Other top-level sections are ignored (one config file may serve several
+    commands); an unknown key inside these two sections is refused, so a typo cannot silently fall back
+    to a default.
+    """
+    from .settings import resolve_layers
+
+    cfg = copy.deepcopy(DEFAULT_CONFIG)
+    user: dict = {}
+    where = "the default config"
+    if path is not None:
+        path = Path(path)
+        where = str(path)
+        if not path.is_file():
+            raise InvalidArgumentError(f"{path}: no such config file")
+        if path.suffix.lower() in (".yaml", ".yml"):
+            from .io.readers import read_mapping
+
+            user, lines = read_mapping(path)
+        else:
+            try:
+                user = json.loads(path.read_text(encoding="utf-8")) or {}
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise InvalidArgumentError(f"{path}: cannot be parsed ({exc.__class__.__name__}: {exc})") from None
+            lines = {}
+        if not isinstance(user, dict):
+            raise InvalidArgumentError(f"{path}: the config must be a mapping of sections")
+        where_of = lambda key: f"{path}:{lines[f'estimator.{key}']}" if f"estimator.{key}" in lines else f"{path}: estimator"  # noqa: E731
+    given = user.get("estimator") or {}
+    if not isinstance(given, dict):
+        raise InvalidArgumentError(f"{where}: section 'estimator' must be a mapping")
+    ev_user = user.get("evaluate") or {}
+    if not isinstance(ev_user, dict):
+        raise InvalidArgumentError(f"{where}: section 'evaluate' must be a mapping")
+    for key, value in ev_user.items():
+        if key not in cfg["evaluate"]:
+            raise InvalidArgumentError(f"{where}: unknown key evaluate.{key}; known: {', '.join(cfg['evaluate'])}")
+        if not isinstance(value, dict):
+            raise InvalidArgumentError(f"{where}: evaluate.{key} must be a mapping")
+        for sub in value:
+            if sub not in cfg["evaluate"][key]:
+                raise InvalidArgumentError(f"{where}: unknown key evaluate.{key}.{sub}; known: "
+                                           f"{', '.join(cfg['evaluate'][key])}")
+        cfg["evaluate"][key].update(value)
+    if "keep" in given:
+        raise InvalidArgumentError(f"{where}: estimator.keep is a STATE setting (graphdiff init), not one of evaluate")
+    preset = given.get("preset") or "default"
+    cfg["estimator"] = resolve_layers([(dict(given), where_of if path is not None else (lambda key: where))])
+    cfg["estimator_preset"] = preset
+    return cfg
+
+
+def with_device(cfg: dict, device: str | None) -> dict:
+    """``cfg`` with graphdiff's inference device replaced (None: unchanged)."""
+    if device is not None:
+        from .settings import from_dict
+
+        cfg = {**cfg, "estimator": from_dict({**cfg["estimator"].as_dict(), "device": device}, "--device")}
+    return cfg
+
+
+def parse_methods(methods) -> list[str]:
+    """Method keys from --methods (repeatable, comma-separated); None or "all" -> every method."""
+    if not methods:
+        return list(METHOD_KEYS)
+    keys = []
+    for item in methods:
+        for key in str(item).split(","):
+            key = key.strip().lower()
+            if not key:
+                continue
+            if key == "all":
+                return list(METHOD_KEYS)
+            if key not in METHOD_KEYS:
+                raise InvalidArgumentError(f"unknown method {key!r}; choose from {', '.join(METHOD_KEYS)}")
+            if key not in keys:
+                keys.append(key)
+    if not keys:
+        raise InvalidArgumentError("--methods names no method")
+    return [k for k in METHOD_KEYS if k in keys]
+
+
+def tune_discounted(log: dict, n_nodes: int, lambdas, ms) -> tuple[dict, list[dict]]:
+    """Replay the (lambda, m) grid of discounted history; best = lowest full-log MAE.
+
+    Returns (best {"lam", "m", "mae"}, grid rows {"lam", "m", "mae", "within_r"}).
+    """
+    from .core.baselines import DiscountedHistory
+    from .core.metrics import mae, within_batch
+    from .core.replay import replay
+
+    lambdas = [float(x) for x in lambdas]
+    ms = [float(x) for x in ms]
+    if not lambdas or not ms:
+        raise InvalidArgumentError("the discounted-history grid needs at least one lambda and one m")
+    grid = [DiscountedHistory(n_nodes, lam, m, name=f"lam={lam:g},m={m:g}") for lam in lambdas for m in ms]
+    res = replay(log["step"], log["id"], log["n"], log["s"], grid, n_nodes=n_nodes)
+    rows = []
+    for est in grid:
+        p = res.predictions[est.name]
+        rows.append({"lam": est.lam, "m": est.m, "mae": mae(p, res.rate),
+                     "within_r": within_batch(res.step, p, res.rate)["pearson"]})
+    best = min(rows, key=lambda r: (r["mae"], -r["lam"], r["m"]))
+    return {"lam": best["lam"], "m": best["m"], "mae": best["mae"]}, rows
+
+
+def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> tuple[list, dict]:
+    """Instantiate the requested methods; returns (estimators, {name: description of its settings})."""
+    from .core import baselines as B
+    from .estimator import Estimator
+
+    ev, settings = cfg["evaluate"], cfg["estimator"]
+    methods, described = [], {}
+
+    def add(m, desc):
+        methods.append(m)
+        described[m.name] = desc
+
+    for key in keys:
+        if key == "graphdiff":
+            add(GraphdiffMethod(Estimator(w, labels, k, settings=settings)),
+                {"method": "graphdiff", "preset": cfg.get("estimator_preset", "default"), "n_states": k,
+                 **settings.as_dict()})
+        elif key == "history":
+            add(B.HistoryMean(n_nodes), {"method": "per-prompt history mean"})
+        elif key == "discounted":
+            lam, m = tuned["lam"], tuned["m"]
+            add(B.DiscountedHistory(n_nodes, lam, m, name="discounted"),
+                {"method": "discounted history", "lam": lam, "m": m, "tuned_on_this_log": tuned is not DISCOUNTED})
+        elif key == "mopps":
+            for lam in ev["mopps"]["lambdas"]:
+                add(B.MoPPS(n_nodes, float(lam)), {"method": "MoPPS", "lam": float(lam)})
+        elif key == "greso":
+            add(B.GRESO(n_nodes, tau=float(ev["greso"]["tau"])), {"method": "GRESO", "tau": ev["greso"]["tau"]})
+        elif key == "vip":
+            add(B.VIP(embeddings, length_scale=float(ev["vip"]["length_scale"]), noise=float(ev["vip"]["noise"])),
+                {"method": "VIP Gaussian process", **ev["vip"]})
+        elif key == "labelprop":
+            add(B.LabelPropagation(w), {"method": "label propagation (harmonic function)"})
+        elif key == "sbr":
+            add(B.SampleBeforeRL(n_nodes, probe=ev["oracles"]["probe"], seed=int(ev["oracles"]["seed"])),
+                {"method": "ORACLE sample-before-RL", **ev["oracles"]})
+        elif key == "sbs":
+            add(B.SampleBeforeStep(n_nodes, probe=ev["oracles"]["probe"], seed=int(ev["oracles"]["seed"]) + 1),
+                {"method": "ORACLE sample-before-step", **ev["oracles"]})
+    return methods, described
+
+
+def method_factories(keys, cfg, w, labels, k, embeddings, n_nodes) -> dict:
+    """{method name: zero-argument factory of a fresh estimator} for the given method keys (VIP is left
+    out without embeddings; discounted history at ``DISCOUNTED``, not tuned on the log)."""
+    factories = {}
+    for key in keys:
+        if key not in COUNTERFACTUAL_METHODS:
+            raise InvalidArgumentError(f"method {key!r} cannot drive decisions; choose from "
+                                       f"{', '.join(COUNTERFACTUAL_METHODS)}")
+        if key == "vip" and embeddings is None:
+            continue
+        built, _ = build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)
+        for idx, m in enumerate(built):
+            factories[m.name] = (lambda key=key, idx=idx:
+                                 build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)[0][idx])
+    return factories

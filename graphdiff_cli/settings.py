@@ -1,0 +1,322 @@
+"""Every estimator setting in one place: its default, its range, its one-line meaning, and the presets.
+
+``EstimatorSettings`` is a pydantic model (chosen over a dataclass because the same declaration gives
+validation with a precise message per field *and* the JSON schema that the workflow's config schema
+includes, so the two cannot drift; ``tests/test_settings.py`` fails when the committed schema file is
+not what this module generates). Everything that takes estimator settings derives from it: the
+``Estimator`` keywords, ``graphdiff init``'s flags and ``--config`` file, ``graphdiff evaluate``'s
+``estimator`` section and the Snakemake config.
+
+Two presets are named instances: ``paper`` (Sections 3.4-3.6 exactly: the field defaults below) and
+``default`` (the paper's model with the improvements that measurements showed to help; docs/results.md).
+``resolve(preset, **overrides)`` is the one way to get the settings of a run: the preset's, with the
+given keys replaced. An override that cannot act under the resolved schedule or mixing (``tol`` under
+the residual schedule, ``gamma`` under evidence mixing, ...) and asks for a value other than the
+preset's is refused in one line instead of being silently ignored (``inert_settings``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .core.meanfield import DEFAULT_EPSILON, SCHEDULES  # the numerics define what they run
+from .errors import InvalidArgumentError
+
+MIXINGS = ("gamma", "evidence", "offset")
+STATE_PRIORS = ("uniform", "observed")
+DTYPES = ("float32", "float64")
+
+Strength = Union[Annotated[float, Field(gt=0)], Literal["auto"]]  # kappa, nu: rollouts, or chosen online
+
+
+class EstimatorSettings(BaseModel):
+    """The estimator's hyper-parameters, with the paper's names. The field defaults are the paper's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, title="estimator settings")
+
+    beta: float = Field(2.0, ge=0, description="Potts coupling strength beta (Section 3.3).")
+    epsilon: float = Field(DEFAULT_EPSILON, gt=0, lt=1, description=(
+        "Smoothing of the spectral prior A: a prompt's prior mass off its own cluster (Section 3.4)."))
+    gamma: float = Field(0.5, ge=0, le=1, description=(
+        "Weight of the model's prediction in p-hat against the prompt's own success rate (Section 3.6); "
+        "acts only under mixing 'gamma'."))
+    window: Optional[int] = Field(None, ge=1, description=(
+        "Forget state-level outcomes older than L steps (Appendix G); null = cumulative (Section 3.4)."))
+    max_iters: int = Field(50, ge=1, description="At most this many mean-field rounds per training step.")
+    tol: float = Field(1e-6, ge=0, description=(
+        "Synchronous/sequential schedules: stop when a round raises the ELBO by less than this per prompt."))
+    schedule: Literal[SCHEDULES] = Field("synchronous", description=(
+        "Mean-field schedule: synchronous (Jacobi, the paper's Algorithm 1), sequential (Gauss-Seidel, "
+        "Eq. A.4) or residual (only rows whose inputs changed, to the same fixed point)."))
+    residual_tol: float = Field(1e-4, gt=0, description=(
+        "Residual schedule: revisit a prompt's neighbours when its q moved by more than this."))
+    device: str = Field("auto", description="Where inference runs: auto (a GPU when one works), cpu, cuda, cuda:N.")
+    dtype: Literal[DTYPES] = Field("float32", description="Floating type of q.")
+    # -- beyond the paper (docs/estimator.md, "Improvements"); the defaults here reproduce the paper --
+    mixing: Literal[MIXINGS] = Field("gamma", description=(
+        "How p-hat combines the graph's estimate with the prompt's own outcomes: gamma (Section 3.6), "
+        "evidence (p = (kappa p_graph + S) / (kappa + C)), offset (the prompt's offset from its states)."))
+    prior_strength: Strength = Field(4.0, description=(
+        "kappa, in rollouts: the weight of the graph's estimate under evidence/offset mixing, or 'auto' "
+        "(chosen online by prequential absolute error)."))
+    belief_strength: Optional[Strength] = Field(None, description=(
+        "nu, in rollouts: the weight of the graph's estimate in the belief that decisions read (mean, "
+        "variance, p_zero_variance), or 'auto' (prequential likelihood of whole groups); null = the "
+        "mixing's own belief (Appendix E)."))
+    prompt_forgetting: float = Field(1.0, gt=0, le=1, description=(
+        "lambda in (0, 1]: a prompt's own counts decay by this at each of its visits (1 = keep all)."))
+    state_forgetting: float = Field(1.0, gt=0, le=1, description=(
+        "rho in (0, 1]: state-level evidence decays by this at every step (1 = cumulative)."))
+    state_prior: Literal[STATE_PRIORS] = Field("uniform", description=(
+        "Prior of each state's success rate: uniform Beta(1, 1) (the paper) or observed (2 pseudo-rollouts "
+        "at the recent global success rate)."))
+    neighbor_smoothing: Optional[float] = Field(None, gt=0, description=(
+        "tau, in rollouts: the graph's estimate adds the mutual neighbours' offsets from their own model "
+        "predictions; null = off."))
+
+    @field_validator("beta", "epsilon", "gamma", "tol", "residual_tol", "prompt_forgetting", "state_forgetting",
+                     "neighbor_smoothing", mode="before")
+    @classmethod
+    def _number(cls, v):
+        # strict mode refuses ints for floats; a YAML "2" or a Python 2 means 2.0. Booleans stay refused.
+        if isinstance(v, int) and not isinstance(v, bool):
+            return float(v)
+        return v
+
+    @field_validator("prior_strength", "belief_strength", mode="before")
+    @classmethod
+    def _strength(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if isinstance(v, float) and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"must be a number > 0 or 'auto', got {v!r}")
+        return v
+
+    @field_validator("beta", "tol", "neighbor_smoothing")
+    @classmethod
+    def _finite(cls, v):
+        if v is not None and not math.isfinite(v):
+            raise ValueError(f"must be finite, got {v!r}")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v):
+        from .backends.device import check_device_name
+
+        check_device_name(v)
+        return v
+
+    @model_validator(mode="after")
+    def _compatible(self):
+        if self.window is not None and self.state_forgetting != 1.0:
+            raise ValueError("choose either a window or state_forgetting < 1, not both")
+        return self
+
+    @property
+    def paper_exact(self) -> bool:
+        """True when the state-level Beta update is the paper's (cumulative or windowed, Beta(1, 1))."""
+        return self.state_forgetting == 1.0 and self.state_prior == "uniform"
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+NAMES = tuple(EstimatorSettings.model_fields)
+
+# The named settings. "paper" is the field defaults: Sections 3.4-3.6 exactly (tests hold it to that).
+# "default" is what `Estimator(...)`, `graphdiff init` and `graphdiff evaluate` use unless told
+# otherwise: the paper's model with the measured improvements of docs/results.md.
+PRESETS: dict[str, EstimatorSettings] = {
+    "default": EstimatorSettings(schedule="residual", mixing="evidence", prior_strength="auto",
+                                 belief_strength="auto", prompt_forgetting=0.85, state_prior="observed",
+                                 neighbor_smoothing=4.0),
+    "paper": EstimatorSettings(),
+}
+DEFAULT_PRESET = "default"
+
+
+def inert_settings(settings: EstimatorSettings) -> dict[str, str]:
+    """{setting: why it has no effect} for the settings these ``settings`` never read."""
+    out = {}
+    if settings.schedule == "residual":
+        out["tol"] = "it stops the synchronous and sequential schedules; the residual schedule stops by residual_tol"
+    else:
+        out["residual_tol"] = f"it only steers the residual schedule, not {settings.schedule!r}"
+    if settings.mixing != "gamma":
+        out["gamma"] = f"it weights p-hat only under mixing 'gamma', not {settings.mixing!r}"
+    else:
+        out["prior_strength"] = "kappa weights p-hat only under mixing 'evidence' or 'offset', not 'gamma'"
+    return out
+
+
+def _check_preset(preset) -> str:
+    if preset is None:
+        return DEFAULT_PRESET
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise InvalidArgumentError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    return preset
+
+
+_BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
+           "less_than": ("<", "lt")}
+
+
+def _one_line(exc: ValidationError, where: str) -> InvalidArgumentError:
+    """pydantic's first error as one line in graphdiff's words: "<where>beta must be >= 0, got -1.0"."""
+    err = exc.errors()[0]
+    loc = str(err["loc"][0]) if err["loc"] else ""  # the setting (deeper parts name union members)
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "extra_forbidden":
+        return InvalidArgumentError(f"{where}unknown setting {loc!r}; known: {', '.join(NAMES)}")
+    if kind == "literal_error":
+        choices = ", ".join(str(c) for c in EstimatorSettings.model_fields[loc].annotation.__args__)
+        return InvalidArgumentError(f"{where}unknown {loc} {value!r}; choose one of {choices}")
+    if kind in _BOUNDS:
+        op, key = _BOUNDS[kind]
+        msg = f"must be {op} {ctx[key]}"
+    elif kind.startswith(("float", "int", "bool")):
+        msg = "must be an integer" if kind.startswith("int") else "must be a number"
+        if loc in ("prior_strength", "belief_strength"):
+            msg = "must be a number > 0 or 'auto'"
+        if EstimatorSettings.model_fields.get(loc) is not None and EstimatorSettings.model_fields[loc].default is None:
+            msg += " or null"
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
+    if not loc:
+        return InvalidArgumentError(f"{where}{msg}")
+    if not msg.startswith("must"):  # a validator's own sentence (e.g. the device check)
+        return InvalidArgumentError(f"{where}{loc}: {msg}")
+    shown = f", got {value!r}" if "got" not in msg else ""
+    return InvalidArgumentError(f"{where}{loc} {msg}{shown}")
+
+
+def resolve(preset: str | None = None, where: str = "", **overrides) -> EstimatorSettings:
+    """The settings of ``preset`` ("default" when None) with ``overrides`` replacing its values.
+
+    Unknown names, values out of range and overrides that cannot act under the resolved schedule or
+    mixing (and differ from the preset's value) raise ``InvalidArgumentError`` with one line, prefixed
+    by ``where`` (e.g. the config file and line, or the flag).
+    """
+    return resolve_layers([({"preset": preset, **overrides}, lambda key: where)])
+
+
+def resolve_layers(layers) -> EstimatorSettings:
+    """Settings from layers of ``(values, where)``, later layers winning: e.g. a config file, then the
+    command-line flags. ``values`` may hold ``preset`` (the last layer that names one picks the base);
+    a value of None means "not given" except for a key present with None in a file (a null setting).
+    ``where(key)`` names where a key came from ("cfg.yaml:3", "--beta") for the one-line errors."""
+    preset, overrides, origin = None, {}, {}
+    for values, where in layers:
+        for key, value in values.items():
+            if key == "preset":
+                if value is not None:
+                    preset = value
+                continue
+            overrides[key], origin[key] = value, where(key)
+    name = _check_preset(preset)
+    base = PRESETS[name]
+    try:
+        settings = EstimatorSettings(**{**base.model_dump(), **overrides})
+    except ValidationError as exc:
+        key = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
+        place = origin.get(key) or ", ".join(sorted({w for w in origin.values() if w}))
+        raise _one_line(exc, f"{place}: " if place else "") from None
+    inert = inert_settings(settings)
+    for key, value in overrides.items():
+        if key in inert and value != getattr(base, key):
+            place = f"{origin[key]}: " if origin[key] else ""
+            raise InvalidArgumentError(f"{place}{key} = {value!r} has no effect here: {inert[key]} "
+                                       f"(preset {name!r}, schedule {settings.schedule!r}, mixing {settings.mixing!r})")
+    return settings
+
+
+def parse_flag(name: str, text):
+    """A setting's value from command-line text: numbers, 'auto', and 'none'/'null' for the settings
+    that may be null (window, belief_strength, neighbor_smoothing). Checking is ``resolve``'s job."""
+    if not isinstance(text, str):
+        return text
+    field = EstimatorSettings.model_fields[name]
+    nullable = field.default is None or name == "neighbor_smoothing"
+    if nullable and text.strip().lower() in ("none", "null"):
+        return None
+    from pydantic import TypeAdapter
+
+    try:
+        return TypeAdapter(field.annotation).validate_python(text, strict=False)
+    except ValidationError:
+        return text  # resolve refuses it with the setting's own message
+
+
+def read_file(path) -> tuple[dict, callable]:
+    """(values, where) of a YAML settings file: init's option names (``max-iters`` or ``max_iters``),
+    ``preset``, and ``keep`` (STATE retention); unknown keys refused with the file and line."""
+    from .io.readers import read_mapping
+
+    data, lines = read_mapping(path)
+    out, where_of = {}, {}
+    for raw, value in data.items():
+        key = str(raw).replace("-", "_")
+        where = f"{path}:{lines.get(str(raw), 1)}"
+        if key not in NAMES and key not in ("preset", "keep"):
+            raise InvalidArgumentError(f"{where}: unknown setting {raw!r}; known: preset, keep, "
+                                       f"{', '.join(n.replace('_', '-') for n in NAMES)}")
+        if key == "preset" and value is not None and not isinstance(value, str):
+            raise InvalidArgumentError(f"{where}: preset must be a string, got {value!r}")
+        out[key], where_of[key] = value, where
+    return out, lambda key: where_of.get(key, str(path))
+
+
+def from_dict(values: dict, where: str = "") -> EstimatorSettings:
+    """Settings saved whole (a STATE's config): every value as given, checked, no preset involved."""
+    try:
+        return EstimatorSettings(**values)
+    except ValidationError as exc:
+        raise _one_line(exc, f"{where}: " if where else "") from None
+
+
+def preset_settings(name: str) -> dict[str, Any]:
+    """Every setting of the preset ``name`` as a plain dict (the keyword form ``Estimator`` accepts)."""
+    return PRESETS[_check_preset(name)].model_dump()
+
+
+def json_schema() -> dict:
+    """The JSON schema of the workflow config's ``estimator`` section: ``preset``, ``keep`` and every
+    setting; a setting left out takes the preset's value. Generated from ``EstimatorSettings``."""
+    props = {}
+    for name, prop in EstimatorSettings.model_json_schema()["properties"].items():
+        prop = {k: v for k, v in prop.items() if k not in ("default", "title")}
+        per_preset = ", ".join(f"{p} {show_value(getattr(s, name))}" for p, s in PRESETS.items())
+        prop["description"] = f"{prop['description']} Left out: the preset's ({per_preset})."
+        props[name] = prop
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "estimator",
+        "description": ("graphdiff's estimator settings (generated from graphdiff_cli/settings.py by "
+                        "`graphdiff settings --schema`; do not edit by hand): a preset and the keys that override it."),
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "preset": {"description": "Named settings: default (the paper's model with the measured improvements) "
+                                      f"or paper (Sections 3.4-3.6 exactly); the keys below override it. Left out: "
+                                      f"{DEFAULT_PRESET}.", "enum": list(PRESETS)},
+            "keep": {"description": "STATE retention: keep the last this many step states (step 0 always). "
+                                    "Left out: 5.", "type": "integer", "minimum": 1},
+            **props,
+        },
+    }
+
+
+def show_value(v) -> str:
+    """A setting's value as the docs and --help print it (null, 0.85, auto)."""
+    return "null" if v is None else (f"{v:g}" if isinstance(v, float) else str(v))
+
+
+def describe() -> list[dict[str, Any]]:
+    """One row per setting: name, meaning, and its value in each preset (for `graphdiff settings`)."""
+    schema = EstimatorSettings.model_json_schema()["properties"]
+    return [{"name": name, **{p: getattr(s, name) for p, s in PRESETS.items()},
+             "description": schema[name]["description"]} for name in NAMES]

@@ -1,0 +1,65 @@
+"""The layout the docs describe (docs/architecture.md) is the layout the code has."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "graphdiff_cli"
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def test_import_contracts_hold():
+    """layers, a pure core, no cycles: the contracts of pyproject.toml (also run by scripts/test.sh)."""
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("lint-imports is not installed (pip install import-linter; the test extra has it)")
+    res = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+
+
+def test_no_module_uses_another_modules_private_names():
+    """`from .x import _name` and `mod._name` across modules of graphdiff_cli are refused: a name that
+    another module needs is made public where it lives (its one home)."""
+    offences = []
+    for path, tree in _modules():
+        rel = path.relative_to(ROOT)
+        project_aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").startswith("graphdiff_cli")):
+                for alias in node.names:
+                    if _is_private(alias.name) and alias.name != "_version":
+                        offences.append(f"{rel}:{node.lineno}: imports {alias.name} from {node.module or '.'}")
+                    project_aliases.add(alias.asname or alias.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("graphdiff_cli"):
+                        project_aliases.add(alias.asname or alias.name.split(".")[0])
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _is_private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in project_aliases):
+                offences.append(f"{rel}:{node.lineno}: uses {node.value.id}.{node.attr}")
+    assert not offences, "\n".join(offences)
+
+
+def test_importing_the_core_pulls_in_no_framework():
+    code = ("import sys, graphdiff_cli.core.meanfield, graphdiff_cli.core.belief, graphdiff_cli.core.baselines, "
+            "graphdiff_cli.core.decisions, graphdiff_cli.core.counterfactual, graphdiff_cli.core.metrics; "
+            "print(sorted(m for m in ('torch', 'typer', 'rich', 'zarr', 'faiss', 'pydantic', 'yaml', "
+            "'sentence_transformers', 'graphdiff_cli.estimator', 'graphdiff_cli.settings') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

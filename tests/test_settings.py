@@ -1,0 +1,152 @@
+"""Every estimator setting has one home (graphdiff_cli.settings); everything else derives from it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from graphdiff_cli import Estimator
+from graphdiff_cli.errors import InvalidArgumentError
+from graphdiff_cli.settings import (NAMES, PRESETS, EstimatorSettings, inert_settings, json_schema, parse_flag,
+                                    preset_settings, resolve, resolve_layers)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _graph(n=40, seed=0):
+    from graphdiff_cli.core.graph import mutual_knn_graph
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 8))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    sim = x @ x.T
+    nbr = np.argsort(-sim, axis=1)[:, 1:7]
+    return mutual_knn_graph(nbr, np.take_along_axis(sim, nbr, axis=1)), np.arange(n) % 4
+
+
+def test_the_paper_preset_is_the_field_defaults_and_default_differs_only_where_measured():
+    assert PRESETS["paper"] == EstimatorSettings()
+    diff = {k for k in NAMES if getattr(PRESETS["default"], k) != getattr(PRESETS["paper"], k)}
+    assert diff == {"schedule", "mixing", "prior_strength", "belief_strength", "prompt_forgetting", "state_prior",
+                    "neighbor_smoothing"}
+
+
+def test_a_bare_estimator_gets_the_default_preset_and_keywords_override_a_preset():
+    w, labels = _graph()
+    assert Estimator(w, labels, n_states=4).settings == PRESETS["default"]
+    est = Estimator(w, labels, n_states=4, preset="paper", beta=4.0, schedule="sequential")
+    assert est.settings == PRESETS["paper"].model_copy(update={"beta": 4.0, "schedule": "sequential"})
+    assert Estimator(w, labels, 4, settings=est.settings).settings == est.settings
+    with pytest.raises(InvalidArgumentError, match="either settings or a preset"):
+        Estimator(w, labels, 4, preset="paper", settings=est.settings)
+    with pytest.raises(InvalidArgumentError, match="unknown preset 'fast'; choose one of default, paper"):
+        Estimator(w, labels, 4, preset="fast")
+    with pytest.raises(InvalidArgumentError, match="unknown setting 'bta'"):
+        Estimator(w, labels, 4, bta=2.0)
+
+
+@pytest.mark.parametrize("preset,key,value,why", [
+    ("default", "tol", 1e-3, "residual schedule stops by residual_tol"),
+    ("default", "gamma", 0.3, "only under mixing 'gamma'"),
+    ("paper", "residual_tol", 1e-3, "only steers the residual schedule"),
+    ("paper", "prior_strength", 2.0, "only under mixing 'evidence' or 'offset'"),
+])
+def test_a_setting_that_cannot_act_is_refused_in_one_line(preset, key, value, why):
+    with pytest.raises(InvalidArgumentError, match=why) as info:
+        resolve(preset, **{key: value})
+    assert "\n" not in str(info.value) and f"{key} = {value!r} has no effect" in str(info.value)
+    # the preset's own value is accepted (a full settings dict round-trips), and the setting acts once
+    # the schedule or mixing that reads it is chosen
+    resolve(preset, **preset_settings(preset))
+    assert key in inert_settings(PRESETS[preset])
+
+
+def test_inert_settings_follow_the_schedule_and_mixing():
+    assert resolve("default", schedule="synchronous", tol=1e-3).tol == 1e-3
+    assert resolve("default", mixing="gamma", gamma=0.3).gamma == 0.3
+    assert resolve("paper", mixing="evidence", prior_strength=2.0).prior_strength == 2.0
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("beta", -1.0, "beta must be >= 0"),
+    ("epsilon", 1.0, "epsilon must be < 1"),
+    ("schedule", "jacobi", "unknown schedule 'jacobi'; choose one of residual, synchronous, sequential"),
+    ("window", 0, "window must be >= 1"),
+    ("max_iters", True, "max_iters must be an integer, got True"),
+    ("prior_strength", 0.0, "prior_strength must be a number > 0 or 'auto'"),
+    ("belief_strength", "best", "belief_strength must be a number > 0 or 'auto'"),
+    ("neighbor_smoothing", float("inf"), "neighbor_smoothing must be finite"),
+    ("device", "tpu", "device: unknown device 'tpu'"),
+])
+def test_bad_values_are_one_line_errors_naming_the_setting(key, value, message):
+    with pytest.raises(InvalidArgumentError) as info:
+        resolve("paper", **{key: value})
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_layers_name_where_a_bad_value_came_from(tmp_path):
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("preset: paper\nbeta: 3\nmixing: evidence\n")
+    from graphdiff_cli.settings import read_file
+
+    values, where = read_file(cfg)
+    got = resolve_layers([(values, where), ({"beta": 5.0}, lambda k: f"--{k}")])
+    assert (got.beta, got.mixing, got.schedule) == (5.0, "evidence", "synchronous")  # flags win, preset paper
+    with pytest.raises(InvalidArgumentError, match=r"s\.yaml:2: beta must be >= 0"):
+        resolve_layers([({"preset": "paper", "beta": -2}, lambda k: f"{cfg}:2")])
+    cfg.write_text("preset: paper\nmax_itres: 3\n")
+    with pytest.raises(InvalidArgumentError, match=r"s\.yaml:2: unknown setting 'max_itres'"):
+        read_file(cfg)
+
+
+def test_parse_flag_reads_command_line_text():
+    assert parse_flag("beta", "2.5") == 2.5
+    assert parse_flag("max_iters", "7") == 7
+    assert parse_flag("prior_strength", "auto") == "auto" and parse_flag("prior_strength", "3") == 3.0
+    assert parse_flag("neighbor_smoothing", "none") is None and parse_flag("window", "null") is None
+    assert parse_flag("window", "4") == 4
+    with pytest.raises(InvalidArgumentError, match="--window"):
+        resolve_layers([({"window": parse_flag("window", "x")}, lambda k: "--window")])
+
+
+def test_the_workflow_schema_is_generated_from_the_settings():
+    committed = json.loads((ROOT / "workflow/schemas/estimator.schema.json").read_text())
+    assert committed == json_schema(), ("workflow/schemas/estimator.schema.json is stale: regenerate it with "
+                                        "`graphdiff settings --schema > workflow/schemas/estimator.schema.json`")
+    assert set(committed["properties"]) == {"preset", "keep", *NAMES}
+    config_schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    assert config_schema["properties"]["estimator"]["$ref"] == "estimator.schema.json"
+
+
+def test_the_schema_accepts_every_preset_and_refuses_bad_values():
+    import jsonschema
+
+    schema = json_schema()
+    for name in PRESETS:
+        jsonschema.validate({"preset": name, **preset_settings(name)}, schema)
+    for bad in ({"beta": -1}, {"schedule": "jacobi"}, {"prior_strength": 0}, {"bta": 1}, {"window": 0}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+def test_every_setting_is_an_init_flag_and_a_config_key():
+    out = subprocess.run([sys.executable, "-m", "graphdiff_cli.cli", "init", "--help"], capture_output=True,
+                         text=True, env={"COLUMNS": "200", "PATH": ""}, check=True).stdout
+    for name in NAMES:
+        assert f"--{name.replace('_', '-')}" in out, name
+    from graphdiff_cli.settings import read_file
+
+    # every setting is accepted by name (dashes or underscores) in a config file
+    path = Path(__file__).parent / "_all_settings.yaml"
+    try:
+        path.write_text(yaml.safe_dump({k.replace("_", "-"): v for k, v in preset_settings("paper").items()}))
+        values, _ = read_file(path)
+        assert set(values) == set(NAMES)
+    finally:
+        path.unlink(missing_ok=True)
