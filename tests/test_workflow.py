@@ -102,7 +102,7 @@ def test_dry_run_paper_on_user_files(tmp_path, user_files):
     out = res.stdout + res.stderr
     assert "--model Qwen/Qwen3-Embedding-0.6B" in out and "--k-nn 80" in out and "--states 320" in out
     assert "--beta 2.0" in out and "--gamma 0.5" in out and "--schedule synchronous" in out
-    assert "--window" not in out  # cumulative
+    assert "--window none" in out and "--window 1" not in out  # the config's explicit null: cumulative
     counts = job_counts(res)
     assert "simulate" not in counts and counts["embed_shard"] == 4 and counts["merge_embeddings"] == 1
     # the paper's evaluate config: estimator beta 2, gamma 0.5, cumulative
