@@ -12,7 +12,8 @@ Two presets are named instances: ``paper`` (Sections 3.4-3.6 exactly: the field 
 ``resolve(preset, **overrides)`` is the one way to get the settings of a run: the preset's, with the
 given keys replaced. An override that cannot act under the resolved schedule or mixing (``tol`` under
 the residual schedule, ``gamma`` under evidence mixing, ...) and asks for a value other than the
-preset's is refused in one line instead of being silently ignored (``inert_settings``).
+preset's or the setting's default is refused in one line instead of being silently ignored
+(``inert_settings``).
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def resolve(preset: str | None = None, where: str = "", **overrides) -> Estimato
     """The settings of ``preset`` ("default" when None) with ``overrides`` replacing its values.
 
     Unknown names, values out of range and overrides that cannot act under the resolved schedule or
-    mixing (and differ from the preset's value) raise ``InvalidArgumentError`` with one line, prefixed
+    mixing (and differ from the preset's value and the setting's default) raise ``InvalidArgumentError`` with one line, prefixed
     by ``where`` (e.g. the config file and line, or the flag).
     """
     return resolve_layers([({"preset": preset, **overrides}, lambda key: where)])
@@ -227,7 +228,9 @@ def resolve_layers(layers) -> EstimatorSettings:
         raise _one_line(exc, f"{place}: " if place else "") from None
     inert = inert_settings(settings)
     for key, value in overrides.items():
-        if key in inert and value != getattr(base, key):
+        # a value that is the preset's or the field's own default is no request (a whole preset's
+        # settings dict may be passed back as keywords); anything else would be silently ignored
+        if key in inert and value not in (getattr(base, key), EstimatorSettings.model_fields[key].default):
             place = f"{origin[key]}: " if origin[key] else ""
             raise InvalidArgumentError(f"{place}{key} = {value!r} has no effect here: {inert[key]} "
                                        f"(preset {name!r}, schedule {settings.schedule!r}, mixing {settings.mixing!r})")

@@ -61,9 +61,10 @@ def test_a_setting_that_cannot_act_is_refused_in_one_line(preset, key, value, wh
     with pytest.raises(InvalidArgumentError, match=why) as info:
         resolve(preset, **{key: value})
     assert "\n" not in str(info.value) and f"{key} = {value!r} has no effect" in str(info.value)
-    # the preset's own value is accepted (a full settings dict round-trips), and the setting acts once
-    # the schedule or mixing that reads it is chosen
-    resolve(preset, **preset_settings(preset))
+    # the preset's own value is accepted (a full settings dict round-trips, onto either preset), and the
+    # setting acts once the schedule or mixing that reads it is chosen
+    for name in PRESETS:
+        assert resolve(preset, **preset_settings(name)) == PRESETS[name]
     assert key in inert_settings(PRESETS[preset])
 
 
