@@ -38,7 +38,7 @@ class Estimator:
     omitted, or "paper") gives the settings and any keyword of ``graphdiff_cli.settings`` overrides one.
     """
 
-    def __init__(self, graph, labels, n_states: int, preset: str | None = None, *,
+    def __init__(self, graph, labels, n_states: int, *, preset: str | None = None,
                  settings: EstimatorSettings | None = None, _q=None, _own_q: bool = False, **overrides):
         # _q (internal, from_state_dict): the N x K q to start from instead of A, so loading a state
         # never holds A and the saved q at once; _own_q: _q may be used in place (nobody else holds it)

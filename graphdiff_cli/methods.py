@@ -14,7 +14,6 @@ compare, built by key from one config.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import numpy as np
@@ -85,22 +84,11 @@ def load_config(path) -> dict:
     user: dict = {}
     where = "the default config"
     if path is not None:
+        from .io.readers import read_mapping
+
         path = Path(path)
         where = str(path)
-        if not path.is_file():
-            raise InvalidArgumentError(f"{path}: no such config file")
-        if path.suffix.lower() in (".yaml", ".yml"):
-            from .io.readers import read_mapping
-
-            user, lines = read_mapping(path)
-        else:
-            try:
-                user = json.loads(path.read_text(encoding="utf-8")) or {}
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise InvalidArgumentError(f"{path}: cannot be parsed ({exc.__class__.__name__}: {exc})") from None
-            lines = {}
-        if not isinstance(user, dict):
-            raise InvalidArgumentError(f"{path}: the config must be a mapping of sections")
+        user, lines = read_mapping(path)  # YAML or JSON (a YAML document)
         where_of = lambda key: f"{path}:{lines[f'estimator.{key}']}" if f"estimator.{key}" in lines else f"{path}: estimator"  # noqa: E731
     given = user.get("estimator") or {}
     if not isinstance(given, dict):

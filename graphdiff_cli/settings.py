@@ -21,10 +21,12 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Optional, Union
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .core.meanfield import DEFAULT_EPSILON, SCHEDULES  # the numerics define what they run
 from .errors import InvalidArgumentError
+from .io.state_dir import DEFAULT_KEEP
 
 MIXINGS = ("gamma", "evidence", "offset")
 STATE_PRIORS = ("uniform", "observed")
@@ -82,15 +84,23 @@ class EstimatorSettings(BaseModel):
                      "neighbor_smoothing", mode="before")
     @classmethod
     def _number(cls, v):
-        # strict mode refuses ints for floats; a YAML "2" or a Python 2 means 2.0. Booleans stay refused.
-        if isinstance(v, int) and not isinstance(v, bool):
+        # strict mode refuses ints for floats; a YAML "2", a Python 2 or a numpy number means 2.0.
+        # Booleans stay refused.
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
             return float(v)
+        return v
+
+    @field_validator("window", "max_iters", mode="before")
+    @classmethod
+    def _integer(cls, v):
+        if isinstance(v, np.integer):
+            return int(v)
         return v
 
     @field_validator("prior_strength", "belief_strength", mode="before")
     @classmethod
     def _strength(cls, v):
-        if isinstance(v, int) and not isinstance(v, bool):
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
             v = float(v)
         if isinstance(v, float) and not (math.isfinite(v) and v > 0):
             raise ValueError(f"must be a number > 0 or 'auto', got {v!r}")
@@ -127,6 +137,10 @@ class EstimatorSettings(BaseModel):
 
 
 NAMES = tuple(EstimatorSettings.model_fields)
+# settings whose null is a value of its own (cumulative, Appendix E's belief, off); given as "none"
+NULLABLE = tuple(n for n in NAMES if n in ("window", "belief_strength", "neighbor_smoothing"))
+PRESET_HELP = ("Named settings: default (the paper's model with the measured improvements of docs/results.md) or "
+               "paper (Sections 3.4-3.6 exactly); the settings given override it.")
 
 # The named settings. "paper" is the field defaults: Sections 3.4-3.6 exactly (tests hold it to that).
 # "default" is what `Estimator(...)`, `graphdiff init` and `graphdiff evaluate` use unless told
@@ -151,6 +165,11 @@ def inert_settings(settings: EstimatorSettings) -> dict[str, str]:
         out["gamma"] = f"it weights p-hat only under mixing 'gamma', not {settings.mixing!r}"
     else:
         out["prior_strength"] = "kappa weights p-hat only under mixing 'evidence' or 'offset', not 'gamma'"
+        if settings.belief_strength is None and settings.neighbor_smoothing is None:
+            out["prompt_forgetting"] = ("the forgotten counts feed evidence/offset mixing, the belief "
+                                        "(belief_strength) and neighbour smoothing, none of which is on")
+    if settings.schedule == "sequential":
+        out["device"] = "the sequential schedule (Gauss-Seidel) runs on the CPU only (cpu or auto are fine)"
     return out
 
 
@@ -183,7 +202,7 @@ def _one_line(exc: ValidationError, where: str) -> InvalidArgumentError:
         msg = "must be an integer" if kind.startswith("int") else "must be a number"
         if loc in ("prior_strength", "belief_strength"):
             msg = "must be a number > 0 or 'auto'"
-        if EstimatorSettings.model_fields.get(loc) is not None and EstimatorSettings.model_fields[loc].default is None:
+        if loc in NULLABLE:
             msg += " or null"
     else:
         msg = err["msg"].removeprefix("Value error, ")
@@ -230,7 +249,8 @@ def resolve_layers(layers) -> EstimatorSettings:
     for key, value in overrides.items():
         # a value that is the preset's or the field's own default is no request (a whole preset's
         # settings dict may be passed back as keywords); anything else would be silently ignored
-        if key in inert and value not in (getattr(base, key), EstimatorSettings.model_fields[key].default):
+        harmless = (getattr(base, key), EstimatorSettings.model_fields[key].default) + (("cpu",) if key == "device" else ())
+        if key in inert and value not in harmless:
             place = f"{origin[key]}: " if origin[key] else ""
             raise InvalidArgumentError(f"{place}{key} = {value!r} has no effect here: {inert[key]} "
                                        f"(preset {name!r}, schedule {settings.schedule!r}, mixing {settings.mixing!r})")
@@ -243,8 +263,7 @@ def parse_flag(name: str, text):
     if not isinstance(text, str):
         return text
     field = EstimatorSettings.model_fields[name]
-    nullable = field.default is None or name == "neighbor_smoothing"
-    if nullable and text.strip().lower() in ("none", "null"):
+    if name in NULLABLE and text.strip().lower() in ("none", "null"):
         return None
     from pydantic import TypeAdapter
 
@@ -303,13 +322,14 @@ def json_schema() -> dict:
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "preset": {"description": "Named settings: default (the paper's model with the measured improvements) "
-                                      f"or paper (Sections 3.4-3.6 exactly); the keys below override it. Left out: "
-                                      f"{DEFAULT_PRESET}.", "enum": list(PRESETS)},
+            "preset": {"description": f"{PRESET_HELP} Left out: {DEFAULT_PRESET}.", "enum": list(PRESETS)},
             "keep": {"description": "STATE retention: keep the last this many step states (step 0 always). "
-                                    "Left out: 5.", "type": "integer", "minimum": 1},
+                                    f"Left out: {DEFAULT_KEEP}.", "type": "integer", "minimum": 1},
             **props,
         },
+        # annotations for the workflow, which resolves a run's settings without importing graphdiff
+        "x-graphdiff-defaults": {"preset": DEFAULT_PRESET, "keep": DEFAULT_KEEP},
+        "x-graphdiff-presets": {name: s.model_dump() for name, s in PRESETS.items()},
     }
 
 

@@ -69,6 +69,12 @@ def test_a_setting_that_cannot_act_is_refused_in_one_line(preset, key, value, wh
 
 
 def test_inert_settings_follow_the_schedule_and_mixing():
+    assert resolve("paper", schedule="sequential", device="cpu").device == "cpu"
+    with pytest.raises(InvalidArgumentError, match="runs on the CPU only"):
+        resolve("paper", schedule="sequential", device="cuda")
+    with pytest.raises(InvalidArgumentError, match="prompt_forgetting = 0.5 has no effect"):
+        resolve("paper", prompt_forgetting=0.5)
+    assert resolve("paper", prompt_forgetting=0.5, neighbor_smoothing=2.0).prompt_forgetting == 0.5
     assert resolve("default", schedule="synchronous", tol=1e-3).tol == 1e-3
     assert resolve("default", mixing="gamma", gamma=0.3).gamma == 0.3
     assert resolve("paper", mixing="evidence", prior_strength=2.0).prior_strength == 2.0
@@ -136,7 +142,7 @@ def test_the_schema_accepts_every_preset_and_refuses_bad_values():
             jsonschema.validate(bad, schema)
 
 
-def test_every_setting_is_an_init_flag_and_a_config_key():
+def test_every_setting_is_an_init_flag_and_a_config_key(tmp_path):
     out = subprocess.run([sys.executable, "-m", "graphdiff_cli.cli", "init", "--help"], capture_output=True,
                          text=True, env={"COLUMNS": "200", "PATH": ""}, check=True).stdout
     for name in NAMES:
@@ -144,10 +150,7 @@ def test_every_setting_is_an_init_flag_and_a_config_key():
     from graphdiff_cli.settings import read_file
 
     # every setting is accepted by name (dashes or underscores) in a config file
-    path = Path(__file__).parent / "_all_settings.yaml"
-    try:
-        path.write_text(yaml.safe_dump({k.replace("_", "-"): v for k, v in preset_settings("paper").items()}))
-        values, _ = read_file(path)
-        assert set(values) == set(NAMES)
-    finally:
-        path.unlink(missing_ok=True)
+    path = tmp_path / "all.yaml"
+    path.write_text(yaml.safe_dump({k.replace("_", "-"): v for k, v in preset_settings("paper").items()}))
+    values, _ = read_file(path)
+    assert set(values) == set(NAMES)

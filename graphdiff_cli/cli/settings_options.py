@@ -13,13 +13,13 @@ from typing import Optional
 
 import typer
 
-from ..settings import NAMES, PRESETS, EstimatorSettings, show_value
+from ..settings import NAMES, NULLABLE, PRESET_HELP, PRESETS, EstimatorSettings, show_value
 
 
 def _option(name: str):
     field = EstimatorSettings.model_fields[name]
-    values = "; ".join(f"{p}: {show_value(getattr(s, name))}" for p, s in PRESETS.items())
-    extra = " Give 'none' for null." if name in ("window", "belief_strength", "neighbor_smoothing") else ""
+    values = "; ".join(f"preset {p}: {show_value(getattr(s, name))}" for p, s in PRESETS.items())
+    extra = " Give 'none' for null." if name in NULLABLE else ""
     help_text = f"{field.description}{extra} ({values})"
     kind = {float: float, int: int}.get(field.annotation, str)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
@@ -27,9 +27,7 @@ def _option(name: str):
                              annotation=Optional[kind])
 
 
-PRESET_OPTION = typer.Option(None, "--preset", help=f"Named settings: {' or '.join(PRESETS)} (default: default = the "
-                             "paper's model with the measured improvements; paper = Sections 3.4-3.6 exactly); the "
-                             "setting flags override it.")
+PRESET_OPTION = typer.Option(None, "--preset", help=f"{PRESET_HELP} (default: default)")
 
 
 def with_settings(fn):

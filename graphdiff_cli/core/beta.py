@@ -37,9 +37,10 @@ def from_moments(mean, var) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m * total, (1.0 - m) * total, ok
 
 
-def _check_group_size(group_size) -> int:
+def check_group_size(group_size, name: str = "group size") -> int:
+    """The one check of a group size g (rollouts per prompt); ``name`` is what the caller calls it."""
     if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:
-        raise InvalidArgumentError(f"group size must be an integer >= 1, got {group_size!r}")
+        raise InvalidArgumentError(f"{name} must be an integer >= 1, got {group_size!r}")
     return int(group_size)
 
 
@@ -48,7 +49,7 @@ def zero_variance(alpha, beta, group_size: int) -> np.ndarray:
 
     E[p^g] = prod_{j<g} (alpha + j) / (alpha + beta + j), taken in log space (exact for integer g).
     """
-    g = _check_group_size(group_size)
+    g = check_group_size(group_size)
     a = np.asarray(alpha, dtype=np.float64)
     b = np.asarray(beta, dtype=np.float64)
     j = np.arange(g).reshape((g,) + (1,) * a.ndim)
@@ -66,7 +67,7 @@ def zero_variance_point(p, group_size) -> np.ndarray:
 def zero_variance_from_moments(mean, var, group_size: int) -> np.ndarray:
     """E[p^g + (1 - p)^g] for p ~ the Beta moment-matched to (mean, var) (``from_moments``); where no
     proper Beta exists (var = 0) the point value p^g + (1 - p)^g."""
-    g = _check_group_size(group_size)
+    g = check_group_size(group_size)
     m = np.clip(np.asarray(mean, dtype=np.float64), 0.0, 1.0)
     out = zero_variance_point(m, g)
     alpha, beta_, ok = from_moments(m, var)

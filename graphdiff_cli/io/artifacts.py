@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArtifactError
-from .staging import replace_dir, staged_dir  # noqa: F401 - replace_dir: moved, imported from here
+from .staging import staged_dir
 
 FORMAT_VERSION = 1
 STAMP_KEY = "graphdiff"

@@ -26,8 +26,7 @@ import numpy as np
 
 from ..errors import ArtifactError, DataError, InvalidArgumentError
 from .artifacts import Artifact, read_artifact
-
-TABLE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet", ".pq")
+from .tables import SUFFIX_FORMATS
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -80,7 +79,7 @@ def read_id_file(path, *, unique: bool = True) -> list[tuple[int, str]]:
     if not path.is_file():
         raise DataError(f"{path}: no such ids file")
     pairs: list[tuple[int, str]] = []
-    if path.suffix.lower() in TABLE_SUFFIXES:
+    if path.suffix.lower() in SUFFIX_FORMATS:
         for line_no, row in read_rows(path):
             if "id" not in row:
                 raise DataError(f"{path}:{line_no}: no 'id' column")
@@ -276,17 +275,14 @@ def read_log(path, index: IdIndex) -> dict:
     """
     from .tables import as_float, as_id, as_int, read_rows
 
-    step, node, n, s, p_true = [], [], [], [], []
+    step, pids, lines, n, s, p_true = [], [], [], [], [], []
     has_truth = True
     for line, row in read_rows(path):
         for name in ("step", "id", "n", "s"):
             if name not in row:
                 raise DataError(f"{path}:{line}: no {name!r} field (a log row needs step, id, n, s)")
-        pid = as_id(row["id"], path, line, "id")
-        i = index.get(pid)
-        if i is None:
-            raise DataError(f"{path}:{line}: id {pid!r} is not in the graph (the log must use the ids the "
-                            "graph was built from)")
+        pids.append(as_id(row["id"], path, line, "id"))
+        lines.append(line)
         t = as_int(row["step"], path, line, "step")
         nn = as_int(row["n"], path, line, "n")
         ss = as_int(row["s"], path, line, "s")
@@ -295,7 +291,6 @@ def read_log(path, index: IdIndex) -> dict:
         if not 0 <= ss <= nn:
             raise DataError(f"{path}:{line}: s = {ss} is outside [0, n = {nn}]")
         step.append(t)
-        node.append(i)
         n.append(nn)
         s.append(ss)
         if has_truth and row.get("p_true") not in (None, ""):
@@ -304,6 +299,7 @@ def read_log(path, index: IdIndex) -> dict:
             has_truth = False
     if not step:
         raise DataError(f"{path}: the log has no rows")
+    node = index.nodes(pids, where=lambda j: f"{path}:{lines[j]}")  # the log must use the graph's ids
     order = np.argsort(np.asarray(step), kind="stable")
     out = {k: np.asarray(v, dtype=np.int64)[order] for k, v in (("step", step), ("id", node), ("n", n), ("s", s))}
     out["p_true"] = np.asarray(p_true, dtype=np.float64)[order] if has_truth else None

@@ -214,8 +214,7 @@ class StateDir:
     @contextlib.contextmanager
     def locked(self, timeout: float = 600.0):
         """Hold STATE/.lock exclusively; wait up to ``timeout`` seconds for another writer to finish."""
-        if not timeout >= 0:
-            raise InvalidArgumentError(f"--lock-timeout must be >= 0 seconds, got {timeout!r}")
+        check_lock_timeout(timeout)
         busy = (lambda _holder: f"{self.root}: another update or rollback has held {LOCK} for more than "
                 f"{timeout:g} s; try again when it has finished (or raise --lock-timeout)")
         with file_lock(self.root / LOCK, timeout, busy=busy, mode=0o644):
@@ -303,6 +302,13 @@ class StateDir:
         for t in removed:
             _remove_tree(dirs[t])
         return removed
+
+
+def check_lock_timeout(timeout) -> float:
+    """Seconds to wait for another writer of a STATE: a number >= 0."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise InvalidArgumentError(f"--lock-timeout must be >= 0 seconds, got {timeout!r}")
+    return float(timeout)
 
 
 def check_keep(keep) -> int:

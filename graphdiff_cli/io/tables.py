@@ -16,6 +16,9 @@ from typing import Iterator
 from ..errors import DataError, InvalidArgumentError
 
 FORMATS = ("jsonl", "csv", "parquet")
+# the one map from a file's extension to its table format (readers, writers, the watch inbox)
+SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "csv",
+                  ".parquet": "parquet", ".pq": "parquet"}
 
 
 def detect_format(path, fmt: str | None = None) -> str:
@@ -23,13 +26,9 @@ def detect_format(path, fmt: str | None = None) -> str:
         if fmt not in FORMATS:
             raise InvalidArgumentError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
         return fmt
-    suffixes = [s.lower() for s in Path(path).suffixes]
-    if suffixes and suffixes[-1] in (".jsonl", ".ndjson", ".json"):
-        return "jsonl"
-    if suffixes and suffixes[-1] in (".csv", ".tsv"):
-        return "csv"
-    if suffixes and suffixes[-1] in (".parquet", ".pq"):
-        return "parquet"
+    fmt = SUFFIX_FORMATS.get(Path(path).suffix.lower())
+    if fmt is not None:
+        return fmt
     raise InvalidArgumentError(f"{path}: cannot tell the format from the extension; use .jsonl, .csv or .parquet")
 
 

@@ -32,12 +32,6 @@ def _noop(done=None, total=None):
     return None
 
 
-def _check_group_size(group_size) -> int:
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise InvalidArgumentError(f"--group-size must be an integer >= 1, got {group_size!r}")
-    return group_size
-
-
 def _check_out(out, fmt):
     from ..io.tables import detect_format
 
@@ -68,6 +62,7 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
            explore: float = dec.TARGET_EXPLORE, group_size: int = 8, fmt: str | None = None, device: str | None = None,
            progress: Progress = _noop) -> dict:
     """Choose ``batch_size`` prompts of the candidate file by ``strategy`` and write them to ``out``."""
+    from ..core.beta import check_group_size
     from ..io.readers import id_file_nodes
     from ..io.state_dir import StateDir
     from .handoff import load_current
@@ -76,7 +71,7 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
     dec.check_target(target)
     explore = dec.check_explore(explore)
-    group_size = _check_group_size(group_size)
+    group_size = check_group_size(group_size, "--group-size")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidArgumentError(f"--seed must be an integer, got {seed!r}")
     fmt = _check_out(out, fmt)

@@ -23,8 +23,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError
-from ..io.artifacts import hash_file, read_artifact
-from ..io.state_dir import DEFAULT_KEEP, StateDir, check_keep
+from ..io.artifacts import hash_file
+from ..io.state_dir import DEFAULT_KEEP, StateDir, check_keep, check_lock_timeout
 
 Progress = Callable[[int, int], None]
 
@@ -114,8 +114,7 @@ def update_state(state, step: int, outcomes, *, success_threshold: float = 1.0, 
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise InvalidArgumentError(f"--step must be an integer >= 1 (step 0 is init), got {step!r}")
     check_threshold(success_threshold)
-    if not lock_timeout >= 0:
-        raise InvalidArgumentError(f"--lock-timeout must be >= 0 seconds, got {lock_timeout!r}")
+    check_lock_timeout(lock_timeout)
     sd = StateDir.open(state)
     cur = sd.current_step
     if step != cur + 1:  # fail fast, before parsing; checked again under the lock
@@ -165,12 +164,12 @@ def update_state(state, step: int, outcomes, *, success_threshold: float = 1.0, 
 def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8, device: str | None = None,
             progress: Progress = _noop) -> dict:
     """Write every prompt's (or ``ids_file``'s) estimates at the current step to ``out``, atomically."""
+    from ..core.beta import check_group_size
     from ..io.readers import id_file_nodes
     from ..io.tables import detect_format, write_rows
 
     t0 = time.perf_counter()
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise InvalidArgumentError(f"--group-size must be an integer >= 1, got {group_size!r}")
+    group_size = check_group_size(group_size, "--group-size")
     fmt = detect_format(out, fmt)
     sd = StateDir.open(state)
     progress(0, 3)

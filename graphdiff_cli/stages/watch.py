@@ -271,8 +271,9 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
         raise InvalidArgumentError(f"--complete must be one of {', '.join(COMPLETE_MODES)}, got {complete!r}")
     if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not math.isfinite(poll) or poll <= 0:
         raise InvalidArgumentError(f"--poll must be a positive number of seconds, got {poll!r}")
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise InvalidArgumentError(f"--group-size must be an integer >= 1, got {group_size!r}")
+    from ..core.beta import check_group_size
+
+    check_group_size(group_size, "--group-size")
     if until_step is not None and (isinstance(until_step, bool) or not isinstance(until_step, int)
                                    or until_step < 0):
         raise InvalidArgumentError(f"--until-step must be an integer >= 0, got {until_step!r}")

@@ -1,6 +1,7 @@
 # Shared helpers: paths of every artifact, wildcard formats, the graphdiff command, resources.
 # No rules here.
 
+import json
 import shlex
 import shutil
 import sys
@@ -10,20 +11,15 @@ from pathlib import Path
 RUN = config["run"]
 ART = f"artifacts/{RUN}"
 LOGS = f"logs/{RUN}"
-# the settings a run gets: the preset's, with the keys the config gives (graphdiff_cli.settings, the
-# one home of every setting; a bad or inert key stops the workflow here with one line). The schema's
-# defaults do not reach into the $ref'd estimator section, so preset and keep default here, from the code.
-from graphdiff_cli.errors import GraphdiffError
-from graphdiff_cli.io.state_dir import DEFAULT_KEEP
-from graphdiff_cli.settings import DEFAULT_PRESET, NAMES as SETTING_NAMES, resolve_layers
-from snakemake.exceptions import WorkflowError
-
-EST = {"preset": DEFAULT_PRESET, "keep": DEFAULT_KEEP, **config["estimator"]}
-
-try:
-    SETTINGS = resolve_layers([({k: v for k, v in EST.items() if k != "keep"}, lambda key: f"config estimator.{key}")])
-except GraphdiffError as exc:
-    raise WorkflowError(str(exc)) from None
+# The estimator section: its schema is generated from graphdiff_cli/settings.py (the one home of every
+# setting) and carries each preset's values and the section's defaults, so this file resolves what a
+# run gets without importing graphdiff (Snakemake itself may run outside graphdiff's environment);
+# init checks the settings (a bad or inert one fails the init job with one line in its log).
+ESTIMATOR_SCHEMA = json.loads((Path(workflow.basedir) / "workflow/schemas/estimator.schema.json").read_text())
+EST = {**ESTIMATOR_SCHEMA["x-graphdiff-defaults"], **config["estimator"]}
+SETTING_NAMES = tuple(ESTIMATOR_SCHEMA["x-graphdiff-presets"][EST["preset"]])
+SETTINGS = {**ESTIMATOR_SCHEMA["x-graphdiff-presets"][EST["preset"]],
+            **{k: v for k, v in EST.items() if k in SETTING_NAMES}}
 RES = config["resources"]
 THREADS = config["threads"]
 # The software of every rule: used only with --software-deployment-method conda (a machine without the
@@ -114,7 +110,7 @@ def evaluate_config_path(beta, gamma, window):
 K_NN = str(config["graph"]["k_nn"])
 STATES = fmt_states(config["cluster"]["states"])
 SEED = str(config["cluster"]["seed"])
-BETA, GAMMA, WINDOW = fmt_num(SETTINGS.beta), fmt_num(SETTINGS.gamma), fmt_window(SETTINGS.window)
+BETA, GAMMA, WINDOW = fmt_num(SETTINGS["beta"]), fmt_num(SETTINGS["gamma"]), fmt_window(SETTINGS["window"])
 GRAPH = graph_path(K_NN)
 CLUSTERS = clusters_path(K_NN, STATES, SEED)
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ...io.state_dir import DEFAULT_KEEP
 from ..common import command, emit, progress
 from ..settings_options import with_settings
 
@@ -20,7 +21,7 @@ def init(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file of the settings below (and 'preset', "
                                           "'keep'); flags override it."),
     keep: Optional[int] = typer.Option(None, "--keep", help="States kept besides step 0 (older ones are "
-                                       "pruned after each update) (default: 5)."),
+                                       f"pruned after each update) (default: {DEFAULT_KEEP})."),
     settings_flags: dict = None,
 ):
     """Create the STATE directory a trainer updates once per step (step 0: prior only, no outcomes).

@@ -15,7 +15,7 @@ def settings(
                                 "workflow config's 'estimator' section) instead of the table."),
 ):
     """List the estimator settings that init, evaluate and the workflow config accept, with both presets."""
-    from ...settings import PRESETS, describe, json_schema
+    from ...settings import PRESETS, describe, json_schema, show_value
 
     if schema:
         typer.echo(json.dumps(json_schema(), indent=2))
@@ -35,5 +35,5 @@ def settings(
         table.add_column(name)
     table.add_column("meaning", overflow="fold")
     for r in rows:
-        table.add_row(f"--{r['name'].replace('_', '-')}", *(str(r[p]) for p in PRESETS), r["description"])
+        table.add_row(f"--{r['name'].replace('_', '-')}", *(show_value(r[p]) for p in PRESETS), r["description"])
     Console(highlight=False).print(table)
