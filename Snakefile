@@ -25,6 +25,7 @@ include: "workflow/rules/cluster.smk"
 include: "workflow/rules/estimate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/grid.smk"
+include: "workflow/rules/closedloop.smk"
 
 
 rule all:

@@ -1,0 +1,8 @@
+"""Closed-loop benchmark: does graphdiff make a real policy learn faster?
+
+A small character-level Llama, warm-started by SFT, is trained with TRL's ``GRPOTrainer`` on verifiable
+prompts generated in code (``tasks``); which prompts it trains on each step is decided by a scheduler
+driven either by its native online estimator or by graphdiff (``schedulers``); one run is ``loop.run``,
+the grid's aggregation (held-out accuracy vs steps and rollouts, exact sign test, plots) is ``report``.
+Entry point: ``python -m graphdiff_cli.closedloop``.
+"""

@@ -1,0 +1,216 @@
+"""``python -m graphdiff_cli.closedloop {data,graph,sft,run,report}``: the closed-loop benchmark's stages.
+
+    python -m graphdiff_cli.closedloop data   --out artifacts/closedloop/data
+    python -m graphdiff_cli.closedloop graph  --data artifacts/closedloop/data --out artifacts/closedloop/graph
+    python -m graphdiff_cli.closedloop sft    --data artifacts/closedloop/data --seed 0 --out artifacts/closedloop/policy/s0
+    python -m graphdiff_cli.closedloop run    --data ... --state artifacts/closedloop/graph/STATE --policy ... \\
+                                              --scheduler gd-thompson --seed 0 --out artifacts/closedloop/runs/gd-thompson/s0
+    python -m graphdiff_cli.closedloop report --runs artifacts/closedloop/runs --out artifacts/closedloop/report
+
+The whole grid: ``snakemake --cores 2 --configfile configs/closedloop.yaml`` (workflow/rules/closedloop.smk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _write_jsonl(path: Path, rows) -> None:
+    from ..io.atomic import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _read_jsonl(path) -> list[dict]:
+    return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def _graphdiff_exe() -> str:
+    return shutil.which("graphdiff") or str(Path(sys.executable).with_name("graphdiff"))
+
+
+def cmd_data(a) -> None:
+    from .tasks import make_splits
+
+    train, test, sft = make_splits(a.train_per_cell, a.test_per_cell, a.sft_per_cell, seed=a.seed)
+    out = Path(a.out)
+    _write_jsonl(out / "train.jsonl", train)
+    _write_jsonl(out / "test.jsonl", test)
+    _write_jsonl(out / "sft.jsonl", sft)
+    _write_jsonl(out / "prompts.jsonl", [{"id": r["id"], "prompt": r["prompt"]} for r in train])
+    print(json.dumps({"train": len(train), "test": len(test), "sft": len(sft), "out": str(out)}))
+
+
+def cmd_graph(a) -> None:
+    """The normal pipeline on the training pool: embed (bundled MiniLM) -> build-graph -> cluster -> init."""
+    gd = _graphdiff_exe()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = Path(a.data)
+    timings = {}
+
+    def step(name, args):
+        t0 = time.perf_counter()
+        subprocess.run([gd, "-q", *args], check=True)
+        timings[name] = time.perf_counter() - t0
+
+    for p in ("emb.zarr", "graph.zarr", "clusters.zarr", "STATE"):
+        if (out / p).exists():
+            shutil.rmtree(out / p)
+    step("embed", ["embed", str(data / "prompts.jsonl"), "--out", str(out / "emb.zarr"), "--device", "cpu"])
+    step("build-graph", ["build-graph", str(out / "emb.zarr"), "--out", str(out / "graph.zarr"), "--k-nn", str(a.k_nn),
+                         "--device", "cpu"])
+    cl = ["cluster", str(out / "graph.zarr"), "--out", str(out / "clusters.zarr"), "--seed", str(a.cluster_seed)]
+    if a.states != "auto":
+        cl += ["--states", str(a.states)]
+    step("cluster", cl)
+    step("init", ["init", "--graph", str(out / "graph.zarr"), "--clusters", str(out / "clusters.zarr"),
+                  "--out", str(out / "STATE"), "--preset", a.preset, "--device", "cpu"])
+    # node order of the STATE must be the training pool's row order (the loop maps row i to node i)
+    t0 = time.perf_counter()
+    subprocess.run([gd, "-q", "predict", "--state", str(out / "STATE"), "--out", str(out / "predictions0.jsonl")],
+                   check=True)
+    timings["predict"] = time.perf_counter() - t0
+    pred_ids = [r["id"] for r in _read_jsonl(out / "predictions0.jsonl")]
+    train_ids = [r["id"] for r in _read_jsonl(data / "train.jsonl")]
+    if pred_ids != train_ids:
+        raise SystemExit("the STATE's node order is not the training pool's row order")
+    summary = {"prompts": len(train_ids), "k_nn": a.k_nn, "states": a.states, "preset": a.preset,
+               "seconds": timings}
+    (out / "graph.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary))
+
+
+def cmd_sft(a) -> None:
+    import numpy as np
+    import torch
+
+    from .policy import build_model, build_tokenizer, greedy_accuracy, pass_counts, save_policy, supervised_warmup
+    from .tasks import alphabet
+
+    torch.set_num_threads(a.threads)
+    data = Path(a.data)
+    train, test, sft = (_read_jsonl(data / f) for f in ("train.jsonl", "test.jsonl", "sft.jsonl"))
+    tok = build_tokenizer(alphabet(train + test + sft))
+    model = build_model(tok, hidden=a.hidden, layers=a.layers, heads=a.heads, intermediate=2 * a.hidden, seed=a.seed)
+    t0 = time.perf_counter()
+    log = supervised_warmup(model, tok, sft, steps=a.steps, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
+                            log_every=50)
+    sft_seconds = time.perf_counter() - t0
+    acc, ok = greedy_accuracy(model, tok, test)
+    t1 = time.perf_counter()
+    c = pass_counts(model, tok, train, n=8, seed=a.seed)
+    pass_seconds = time.perf_counter() - t1
+    cells = {}
+    for r, k in zip(test, ok):
+        cells.setdefault(f"{r['skill']}{r['level']}", []).append(float(k))
+    out = Path(a.out)
+    save_policy(model, tok, out)
+    summary = {"seed": a.seed, "steps": a.steps, "parameters": int(sum(p.numel() for p in model.parameters())),
+               "sft_seconds": sft_seconds, "heldout_acc": acc,
+               "heldout_acc_by_cell": {k: float(np.mean(v)) for k, v in cells.items()},
+               "train_pass_histogram_8": np.bincount(c, minlength=9).tolist(),
+               "train_effective_rate_8": float(np.mean((c > 0) & (c < 8))),
+               "train_pass_seconds": pass_seconds, "loss_log": log}
+    (out / "sft.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("loss_log", "heldout_acc_by_cell")}))
+
+
+def cmd_run(a) -> None:
+    from .loop import RunConfig, run
+
+    data = Path(a.data)
+    train, test = _read_jsonl(data / "train.jsonl"), _read_jsonl(data / "test.jsonl")
+    if a.test_limit:
+        test = test[:: max(1, len(test) // a.test_limit)][: a.test_limit]
+    cfg = RunConfig(scheduler=a.scheduler, seed=a.seed, steps=a.steps, batch_prompts=a.batch_prompts,
+                    group_size=a.group_size, pool_factor=a.pool_factor, dapo_oversample=a.dapo_oversample,
+                    alloc_group=a.group_size // 2, learning_rate=a.lr, eval_every=a.eval_every, threads=a.threads)
+    factory = None
+    if a.state:
+        from ..estimator import Estimator
+
+        state = Path(a.state)
+        factory = lambda: Estimator.load(state, device="cpu")  # noqa: E731 - a fresh estimator at step 0
+    summary = run(cfg, train, test, a.policy, a.out, graphdiff_factory=factory)
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
+
+
+def cmd_report(a) -> None:
+    from .report import write_report
+
+    res = write_report(a.runs, a.out, sft_dir=a.sft)
+    print(json.dumps(res))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m graphdiff_cli.closedloop", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    d = sub.add_parser("data", help="generate the training pool, held-out test set and SFT data")
+    d.add_argument("--out", required=True)
+    d.add_argument("--train-per-cell", type=int, default=100)
+    d.add_argument("--test-per-cell", type=int, default=24)
+    d.add_argument("--sft-per-cell", type=int, default=200)
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(fn=cmd_data)
+
+    g = sub.add_parser("graph", help="embed, build the graph, cluster and init a STATE (graphdiff CLI)")
+    g.add_argument("--data", required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--k-nn", type=int, default=30)
+    g.add_argument("--states", default="auto")
+    g.add_argument("--cluster-seed", type=int, default=0)
+    g.add_argument("--preset", default="default")
+    g.set_defaults(fn=cmd_graph)
+
+    s = sub.add_parser("sft", help="build the policy and warm-start it by supervised training")
+    s.add_argument("--data", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--steps", type=int, default=600)
+    s.add_argument("--batch-size", type=int, default=64)
+    s.add_argument("--lr", type=float, default=2e-3)
+    s.add_argument("--hidden", type=int, default=128)
+    s.add_argument("--layers", type=int, default=3)
+    s.add_argument("--heads", type=int, default=4)
+    s.add_argument("--threads", type=int, default=1)
+    s.set_defaults(fn=cmd_sft)
+
+    r = sub.add_parser("run", help="one GRPO run of one scheduler")
+    r.add_argument("--data", required=True)
+    r.add_argument("--policy", required=True)
+    r.add_argument("--state", default=None, help="graphdiff STATE at step 0 (needed by the gd-* schedulers)")
+    r.add_argument("--scheduler", required=True)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", required=True)
+    r.add_argument("--steps", type=int, default=40)
+    r.add_argument("--batch-prompts", type=int, default=16)
+    r.add_argument("--group-size", type=int, default=8)
+    r.add_argument("--pool-factor", type=float, default=4.0)
+    r.add_argument("--dapo-oversample", type=float, default=2.0)
+    r.add_argument("--lr", type=float, default=5e-4)
+    r.add_argument("--eval-every", type=int, default=5)
+    r.add_argument("--test-limit", type=int, default=0, help="evaluate on this many held-out prompts (0 = all)")
+    r.add_argument("--threads", type=int, default=1)
+    r.set_defaults(fn=cmd_run)
+
+    rp = sub.add_parser("report", help="aggregate runs: table, sign test, plots")
+    rp.add_argument("--runs", required=True, help="folder of runs/<scheduler>/s<seed>/")
+    rp.add_argument("--out", required=True)
+    rp.add_argument("--sft", default=None, help="folder of policy/s<seed>/ (SFT summaries)")
+    rp.set_defaults(fn=cmd_report)
+
+    a = p.parse_args(argv)
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Aggregate closed-loop runs: per-scheduler table, native-vs-graphdiff comparisons, exact sign test, plots.
+
+Pure functions (``curves``, ``first_reach``, ``compare``, ``sign_test``) take parsed metrics; only
+``load_runs`` and ``write_report`` touch files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .schedulers import COMPARISONS, REFERENCES, SCHEDULERS
+
+
+def load_runs(root) -> dict[str, dict[int, list[dict]]]:
+    """``root/<scheduler>/s<seed>/metrics.jsonl`` -> {scheduler: {seed: rows}}."""
+    out: dict[str, dict[int, list[dict]]] = {}
+    for path in sorted(Path(root).glob("*/s*/metrics.jsonl")):
+        name, seed = path.parent.parent.name, int(path.parent.name[1:])
+        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        out.setdefault(name, {})[seed] = rows
+    return out
+
+
+def curve(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, cumulative rollouts, held-out accuracy) at the evaluated steps."""
+    ev = [r for r in rows if "heldout_acc" in r]
+    return (np.array([r["step"] for r in ev], float), np.array([r["cum_rollouts"] for r in ev], float),
+            np.array([r["heldout_acc"] for r in ev], float))
+
+
+def first_reach(x: np.ndarray, acc: np.ndarray, level: float) -> float | None:
+    """The first x > 0 (step or rollouts, evaluations after the start) at which acc >= level (None if never)."""
+    hit = np.flatnonzero((acc >= level - 1e-12) & (x > 0))
+    return float(x[hit[0]]) if hit.size else None
+
+
+def acc_at(xs: np.ndarray, acc: np.ndarray, x: float) -> float:
+    """Held-out accuracy at x by linear interpolation (held at the ends)."""
+    return float(np.interp(x, xs, acc))
+
+
+def run_stats(rows: list[dict]) -> dict:
+    steps = [r for r in rows if r["step"] > 0]
+    st, ro, acc = curve(rows)
+    return {"final_acc": float(acc[-1]), "mean_acc": float(acc[1:].mean()) if acc.size > 1 else float(acc[-1]),
+            "initial_acc": float(acc[0]), "steps": int(st[-1]), "rollouts": int(ro[-1]),
+            "effective_rate": float(np.mean([r["effective_rate"] for r in steps])),
+            "train_reward": float(np.mean([r["mean_reward"] for r in steps])),
+            "step_seconds": float(np.mean([r["step_seconds"] for r in steps])),
+            "estimator_seconds": float(np.mean([r["estimator_seconds"] for r in steps]))}
+
+
+def compare(runs, native: str, graphdiff: str, reference: str = "uniform") -> list[dict]:
+    """Per seed present in both: final and mean accuracy of each, accuracy at equal rollouts, steps and
+    rollouts to reach the reference's final accuracy."""
+    out = []
+    for seed in sorted(set(runs.get(native, {})) & set(runs.get(graphdiff, {}))):
+        a, b = runs[native][seed], runs[graphdiff][seed]
+        sa, ra, acc_a = curve(a)
+        sb, rb, acc_b = curve(b)
+        row = {"seed": seed, "native": native, "graphdiff": graphdiff}
+        budget = min(ra[-1], rb[-1])
+        row["native_acc_at_equal_rollouts"] = acc_at(ra, acc_a, budget)
+        row["graphdiff_acc_at_equal_rollouts"] = acc_at(rb, acc_b, budget)
+        row["equal_rollouts"] = float(budget)
+        row["native_final_acc"], row["graphdiff_final_acc"] = float(acc_a[-1]), float(acc_b[-1])
+        row["native_mean_acc"] = float(acc_a[1:].mean())
+        row["graphdiff_mean_acc"] = float(acc_b[1:].mean())
+        if seed in runs.get(reference, {}):
+            level = float(curve(runs[reference][seed])[2][-1])
+            row["reference_final_acc"] = level
+            for tag, (s_, r_, acc_) in (("native", (sa, ra, acc_a)), ("graphdiff", (sb, rb, acc_b))):
+                row[f"{tag}_steps_to_reference"] = first_reach(s_, acc_, level)
+                row[f"{tag}_rollouts_to_reference"] = first_reach(r_, acc_, level)
+        out.append(row)
+    return out
+
+
+def sign_test(diffs) -> dict:
+    """Exact two-sided binomial sign test on paired differences (ties dropped)."""
+    from scipy.stats import binomtest
+
+    d = np.asarray([x for x in diffs if x is not None], float)
+    wins, losses = int((d > 0).sum()), int((d < 0).sum())
+    n = wins + losses
+    p = float(binomtest(wins, n, 0.5).pvalue) if n else None
+    return {"pairs": int(d.size), "graphdiff_better": wins, "native_better": losses, "ties": int(d.size - n),
+            "p_value": p, "mean_difference": float(d.mean()) if d.size else None}
+
+
+def _fmt(x, nd=3):
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _ms(vals, nd=3):
+    v = [x for x in vals if x is not None]
+    if not v:
+        return "-"
+    if len(v) == 1:
+        return f"{v[0]:.{nd}f}"
+    return f"{np.mean(v):.{nd}f} ± {np.std(v, ddof=1):.{nd}f}"
+
+
+def _plot(runs, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    for xkey, xlabel, fname in (("step", "training step", "heldout_vs_step.png"),
+                                ("rollouts", "rollouts consumed", "heldout_vs_rollouts.png")):
+        comps = [c for c in COMPARISONS if c[1] in runs or c[2] in runs]
+        if not comps:
+            continue
+        fig, axes = plt.subplots(1, len(comps), figsize=(5.2 * len(comps), 4), squeeze=False, sharey=True)
+        for ax, (title, native, gdname) in zip(axes[0], comps):
+            for name, color, ls in ((native, "tab:blue", "-"), (gdname, "tab:red", "-"), ("uniform", "gray", "--"),
+                                    ("dapo", "tab:green", ":")):
+                if name not in runs:
+                    continue
+                cs = [curve(r) for r in runs[name].values()]
+                xs = cs[0][0] if xkey == "step" else cs[0][1]
+                grid = np.linspace(0, min((c[0] if xkey == "step" else c[1])[-1] for c in cs), 50) \
+                    if xkey == "rollouts" else xs
+                ys = np.array([np.interp(grid, c[0] if xkey == "step" else c[1], c[2]) for c in cs])
+                ax.plot(grid, ys.mean(0), color=color, ls=ls, label=f"{name} ({len(cs)} seeds)")
+                if len(cs) > 1:
+                    ax.fill_between(grid, ys.min(0), ys.max(0), color=color, alpha=0.15)
+            ax.set_title(title, fontsize=10)
+            ax.set_xlabel(xlabel)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        axes[0][0].set_ylabel("held-out accuracy (greedy, exact match)")
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=110)
+        plt.close(fig)
+        files.append(fname)
+    return files
+
+
+def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
+    runs = load_runs(runs_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Closed-loop benchmark: does graphdiff make a real policy learn faster?", ""]
+    lines += [f"Runs from `{runs_dir}`. Held-out accuracy: greedy decoding, exact match. Bands in the plots: "
+              "min-max over seeds; table: mean ± sd over seeds.", ""]
+    if sft_dir and Path(sft_dir).exists():
+        lines += ["## Warm-started policies (SFT)", "", "| seed | params | SFT steps | SFT s | held-out acc | "
+                  "train pass histogram (0..8 of 8) | effective-group rate |", "|---|---|---|---|---|---|---|"]
+        for p in sorted(Path(sft_dir).glob("s*/sft.json")):
+            s = json.loads(p.read_text())
+            lines.append(f"| {s['seed']} | {s['parameters']} | {s['steps']} | {s['sft_seconds']:.0f} | "
+                         f"{s['heldout_acc']:.3f} | {s['train_pass_histogram_8']} | {s['train_effective_rate_8']:.3f} |")
+        lines.append("")
+    init = sorted({round(run_stats(r)["initial_acc"], 4) for v in runs.values() for r in v.values()})
+    lines += [f"Held-out accuracy at step 0 (the warm-started policy): {', '.join(f'{x:.4f}' for x in init)}.", ""]
+    lines += ["## Per scheduler", "", "| scheduler | estimator | seeds | steps | rollouts | final held-out acc | "
+              "mean held-out acc (evals after step 0) | effective-group rate | train reward | step wall s | "
+              "estimator s / step |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    table = {}
+    for name in SCHEDULERS:
+        if name not in runs:
+            continue
+        st = [run_stats(r) for r in runs[name].values()]
+        table[name] = st
+        lines.append(f"| {name} | {SCHEDULERS[name][2] or '-'} | {len(st)} | {st[0]['steps']} | "
+                     f"{_ms([s['rollouts'] for s in st], 0)} | {_ms([s['final_acc'] for s in st])} | "
+                     f"{_ms([s['mean_acc'] for s in st])} | {_ms([s['effective_rate'] for s in st])} | "
+                     f"{_ms([s['train_reward'] for s in st])} | "
+                     f"{_ms([s['step_seconds'] for s in st], 2)} | {_ms([s['estimator_seconds'] for s in st], 4)} |")
+    lines.append("")
+    all_rows, final_d, mean_d, eq_d, eff_d = [], [], [], [], []
+    lines += ["## Native estimator vs graphdiff, per comparison", "",
+              "| comparison | seed | acc at equal rollouts (native / graphdiff) | final acc (native / graphdiff) | "
+              "steps to uniform's final acc (native / graphdiff) | rollouts to it (native / graphdiff) |",
+              "|---|---|---|---|---|---|"]
+    for title, native, gdname in COMPARISONS:
+        rows = compare(runs, native, gdname)
+        for r in rows:
+            r["comparison"] = title
+            all_rows.append(r)
+            final_d.append(r["graphdiff_final_acc"] - r["native_final_acc"])
+            mean_d.append(r["graphdiff_mean_acc"] - r["native_mean_acc"])
+            eq_d.append(r["graphdiff_acc_at_equal_rollouts"] - r["native_acc_at_equal_rollouts"])
+            eff_d.append(run_stats(runs[gdname][r["seed"]])["effective_rate"]
+                         - run_stats(runs[native][r["seed"]])["effective_rate"])
+            lines.append(f"| {title} | {r['seed']} | {_fmt(r['native_acc_at_equal_rollouts'])} / "
+                         f"{_fmt(r['graphdiff_acc_at_equal_rollouts'])} | {_fmt(r['native_final_acc'])} / "
+                         f"{_fmt(r['graphdiff_final_acc'])} | {_fmt(r.get('native_steps_to_reference'), 0)} / "
+                         f"{_fmt(r.get('graphdiff_steps_to_reference'), 0)} | "
+                         f"{_fmt(r.get('native_rollouts_to_reference'), 0)} / "
+                         f"{_fmt(r.get('graphdiff_rollouts_to_reference'), 0)} |")
+    lines.append("")
+    tests = {"final_acc": sign_test(final_d), "mean_acc": sign_test(mean_d), "acc_at_equal_rollouts": sign_test(eq_d),
+             "effective_rate (secondary)": sign_test(eff_d)}
+    lines += ["## Pooled exact sign test over (comparison, seed) pairs (scipy.stats.binomtest, two-sided, ties dropped)",
+              "", "| statistic | pairs | graphdiff better | native better | ties | mean difference (gd - native) | p |",
+              "|---|---|---|---|---|---|---|"]
+    for k, t in tests.items():
+        lines.append(f"| {k} | {t['pairs']} | {t['graphdiff_better']} | {t['native_better']} | {t['ties']} | "
+                     f"{_fmt(t['mean_difference'], 4)} | {_fmt(t['p_value'], 4)} |")
+    lines.append("")
+    plots = _plot(runs, out)
+    lines += [f"![{p}]({p})" for p in plots]
+    (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    metrics = {"schedulers": table, "comparisons": all_rows, "sign_tests": tests, "plots": plots,
+               "references": [r for r in REFERENCES if r in runs]}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+    return {"report": str(out / "report.md"), "runs": sum(len(v) for v in runs.values()), "sign_tests": tests}

@@ -1,0 +1,128 @@
+"""Verifiable prompt families generated in code: several skills, graded levels, varied wording.
+
+Every prompt is a dict ``{"id", "prompt", "answer", "skill", "level", "template"}``; the verifier is exact
+match of the stripped completion against ``answer``. Prompts of one skill and level share wording
+templates and answer shapes, so they end up neighbours in the embedding graph. No file I/O here.
+
+Skills (level 1 = easiest):
+
+* ``add``      - sum of two numbers of ``level`` digits
+* ``compare``  - the larger of two numbers of ``level + 1`` digits that share a prefix
+* ``reverse``  - a string of ``level + 2`` letters reversed
+* ``sort``     - the letters of a ``level + 2``-letter string sorted
+* ``count``    - how many times a letter occurs in a string of ``2 level + 3`` letters
+* ``parity``   - even/odd number of 1s in a bit string of ``2 level + 4`` bits
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SKILLS = ("add", "compare", "reverse", "sort", "count", "parity")
+LEVELS = (1, 2, 3, 4)
+LETTERS = "abcdefghij"  # a small alphabet keeps the character vocabulary (and the model) small
+
+TEMPLATES = {
+    "add": ("{a}+{b}=", "add {a} and {b}:", "sum of {a} and {b}?", "what is {a} plus {b}?"),
+    "compare": ("max({a},{b})=", "larger of {a} and {b}:", "which is bigger, {a} or {b}?", "bigger: {a} {b}?"),
+    "reverse": ("reverse {w}:", "{w} backwards:", "write {w} in reverse:", "flip {w}:"),
+    "sort": ("sort {w}:", "{w} sorted:", "letters of {w} in order:", "order {w}:"),
+    "count": ("count {c} in {w}:", "how many {c} in {w}?", "number of {c}s in {w}:", "{c} count of {w}:"),
+    "parity": ("parity of {w}:", "ones in {w} even or odd?", "is the count of 1s in {w} even?", "{w} parity:"),
+}
+
+
+def _number(rng, digits: int) -> int:
+    lo = 0 if digits == 1 else 10 ** (digits - 1)
+    return int(rng.integers(lo, 10 ** digits))
+
+
+def make_example(skill: str, level: int, rng: np.random.Generator) -> dict:
+    """One random example (prompt text, answer) of a skill at a level."""
+    t = int(rng.integers(len(TEMPLATES[skill])))
+    tpl = TEMPLATES[skill][t]
+    if skill == "add":
+        a, b = _number(rng, level), _number(rng, level)
+        text, ans = tpl.format(a=a, b=b), str(a + b)
+    elif skill == "compare":
+        d = level + 1
+        a = _number(rng, d)
+        # share a prefix of level - 1 digits so harder levels need more digits compared
+        keep = max(0, level - 1)
+        while True:
+            b = _number(rng, d)
+            if keep:
+                b = int(str(a)[:keep] + str(b)[keep:])
+            if b != a and len(str(b)) == len(str(a)):
+                break
+        text, ans = tpl.format(a=a, b=b), str(max(a, b))
+    elif skill in ("reverse", "sort"):
+        w = "".join(rng.choice(list(LETTERS), size=level + 2))
+        text = tpl.format(w=w)
+        ans = w[::-1] if skill == "reverse" else "".join(sorted(w))
+    elif skill == "count":
+        c = str(rng.choice(list(LETTERS[:4])))
+        w = "".join(rng.choice(list(LETTERS[:4]), size=2 * level + 3))
+        text, ans = tpl.format(c=c, w=w), str(w.count(c))
+    elif skill == "parity":
+        w = "".join(rng.choice(["0", "1"], size=2 * level + 4))
+        even = w.count("1") % 2 == 0
+        text = tpl.format(w=w)
+        ans = ("yes" if even else "no") if t == 2 else ("even" if even else "odd")
+    else:
+        raise ValueError(f"unknown skill {skill!r}")
+    return {"prompt": text, "answer": ans, "skill": skill, "level": int(level), "template": t}
+
+
+def make_prompts(per_cell: int, seed: int, prefix: str, exclude: set | None = None,
+                 skills=SKILLS, levels=LEVELS, distinct: bool = True) -> list[dict]:
+    """``per_cell`` prompts for each (skill, level), ids ``{prefix}-{skill}{level}-{j}``.
+
+    Prompts whose text is in ``exclude`` (e.g. the training pool, for the held-out set) are skipped;
+    with ``distinct`` no text repeats (the pool and test sets), without it texts may (SFT data).
+    """
+    rng = np.random.default_rng(seed)
+    seen = set(exclude or ())
+    out = []
+    for skill in skills:
+        for level in levels:
+            j, tries = 0, 0
+            while j < per_cell:
+                tries += 1
+                if tries > 200 * per_cell:
+                    raise ValueError(f"cannot draw {per_cell} distinct {skill} level {level} prompts")
+                ex = make_example(skill, level, rng)
+                if ex["prompt"] in seen:
+                    continue
+                if distinct:
+                    seen.add(ex["prompt"])
+                out.append({"id": f"{prefix}-{skill}{level}-{j:04d}", **ex})
+                j += 1
+    return out
+
+
+def make_splits(train_per_cell: int = 100, test_per_cell: int = 24, sft_per_cell: int = 200, seed: int = 0):
+    """(train pool, held-out test, SFT data): disjoint prompt texts, the same families."""
+    train = make_prompts(train_per_cell, seed, "tr")
+    test = make_prompts(test_per_cell, seed + 1, "te", exclude={r["prompt"] for r in train})
+    taken = {r["prompt"] for r in train} | {r["prompt"] for r in test}
+    sft = make_prompts(sft_per_cell, seed + 2, "sft", exclude=taken, distinct=False)
+    return train, test, sft
+
+
+def normalize(completion: str) -> str:
+    return completion.strip()
+
+
+def verify(completion: str, answer: str) -> float:
+    """1.0 on exact match of the stripped completion, else 0.0."""
+    return float(normalize(completion) == answer)
+
+
+def alphabet(rows) -> str:
+    """Every character of the prompts and answers (the character tokenizer's vocabulary)."""
+    chars = set()
+    for r in rows:
+        chars.update(r["prompt"])
+        chars.update(r["answer"])
+    return "".join(sorted(chars))
