@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ..integrations.tracking import OutcomeRecorder, count_outcomes
+from ..io.readers import IdIndex
 from . import schedulers as sch
 from .tasks import verify
 
@@ -61,39 +62,6 @@ class RunConfig:
         return self.batch_prompts * self.group_size
 
 
-class _Recorder:
-    """(trainer step, prompt id, reward) rows appended by the reward function."""
-
-    def __init__(self):
-        self.rows: list[tuple[int, str, float]] = []
-        self.lock = threading.Lock()
-
-    def add(self, step, ids, rewards):
-        with self.lock:
-            self.rows.extend((int(step), str(i), float(r)) for i, r in zip(ids, rewards))
-
-    def take(self, step: int):
-        with self.lock:
-            out = [r for r in self.rows if r[0] == step]
-            self.rows = [r for r in self.rows if r[0] != step]
-        return out
-
-
-def count(rows, index: dict[str, int]):
-    """Rows (step, id, reward) -> (nodes, n, s) in order of first appearance; success = reward >= 1."""
-    order: dict[str, int] = {}
-    n, s = [], []
-    for _, pid, r in rows:
-        j = order.setdefault(pid, len(order))
-        if j == len(n):
-            n.append(0)
-            s.append(0)
-        n[j] += 1
-        s[j] += int(r >= 1.0)
-    nodes = np.array([index[p] for p in order], dtype=np.int64)
-    return nodes, np.array(n, dtype=np.int64), np.array(s, dtype=np.int64)
-
-
 def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_dir, out_dir,
         graphdiff_factory=None, log=print) -> dict:
     """Train one policy with one scheduler; write ``metrics.jsonl``, ``summary.json`` and ``outcomes.jsonl``
@@ -114,7 +82,7 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     out_dir.mkdir(parents=True, exist_ok=True)
     kind, _, belief_kind = sch.SCHEDULERS[cfg.scheduler]
     ids = [r["id"] for r in train_rows]
-    index = {pid: i for i, pid in enumerate(ids)}
+    index = IdIndex(ids, "the training pool")
     g = cfg.trainer_group()
     per_step = cfg.rollouts_per_step()
 
@@ -139,7 +107,7 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
         raise ValueError(f"allocation needs group_size = 2 x alloc_group (got {cfg.group_size}, {g})")
 
     model, tok = load_policy(policy_dir)
-    recorder = _Recorder()
+    recorder = OutcomeRecorder()  # what the trainer's reward function saw, per trainer step
     plans: dict[int, dict] = {}
     dapo_kept: dict[int, int] = {}
 
@@ -212,13 +180,13 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
         def on_step_end(self, args, st, control, **kw):
             step = int(st.global_step)
             step_seconds = time.perf_counter() - state["t_begin"]
-            rows = recorder.take(step)
-            nodes, n, s = count(rows, index)
+            pids, n, s = count_outcomes(recorder.take(step + 1))  # success = reward >= 1
+            nodes = index.nodes(pids)
             t0 = time.perf_counter()
             if gd is not None:
                 entry = gd.apply_step(step)
                 est_stats = {k: v for k, v in (entry.get("stats") or {}).items() if isinstance(v, (int, float))}
-                gd_nodes = np.array([index[p] for p in entry["ids"]], dtype=np.int64)
+                gd_nodes = index.nodes(entry["ids"])
                 if not (np.array_equal(gd_nodes, nodes) and np.array_equal(entry["n"], n)
                         and np.array_equal(entry["s"], s)):
                     raise RuntimeError(f"step {step}: graphdiff's recorded outcomes differ from the loop's")

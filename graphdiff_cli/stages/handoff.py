@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError
+from ..errors import ArtifactError, InvalidArgumentError, StateError
 from ..io.artifacts import hash_file
 from ..io.state_dir import DEFAULT_KEEP, StateDir, check_keep, check_lock_timeout
 
