@@ -78,18 +78,19 @@ def load_config(path) -> dict:
     commands); an unknown key inside these two sections is refused, so a typo cannot silently fall back
     to a default.
     """
-    from .settings import resolve_layers
+    from .settings import DEFAULT_PRESET, resolve_layers
 
     cfg = copy.deepcopy(DEFAULT_CONFIG)
-    user: dict = {}
-    where = "the default config"
+    user, lines, where = {}, {}, "the default config"
     if path is not None:
         from .io.readers import read_mapping
 
-        path = Path(path)
         where = str(path)
-        user, lines = read_mapping(path)  # YAML or JSON (a YAML document)
-        where_of = lambda key: f"{path}:{lines[f'estimator.{key}']}" if f"estimator.{key}" in lines else f"{path}: estimator"  # noqa: E731
+        user, lines = read_mapping(Path(path))  # YAML or JSON (a YAML document)
+
+    def where_of(key):  # the file and line of estimator.<key>, for one-line errors
+        line = lines.get(f"estimator.{key}")
+        return f"{where}:{line}" if line else f"{where}: estimator"
     given = user.get("estimator") or {}
     if not isinstance(given, dict):
         raise InvalidArgumentError(f"{where}: section 'estimator' must be a mapping")
@@ -108,9 +109,8 @@ def load_config(path) -> dict:
         cfg["evaluate"][key].update(value)
     if "keep" in given:
         raise InvalidArgumentError(f"{where}: estimator.keep is a STATE setting (graphdiff init), not one of evaluate")
-    preset = given.get("preset") or "default"
-    cfg["estimator"] = resolve_layers([(dict(given), where_of if path is not None else (lambda key: where))])
-    cfg["estimator_preset"] = preset
+    cfg["estimator"] = resolve_layers([(dict(given), where_of)])
+    cfg["estimator_preset"] = given.get("preset") or DEFAULT_PRESET
     return cfg
 
 
