@@ -40,6 +40,29 @@ def test_tasks_are_verifiable_and_graded():
     assert lens[4] > lens[1]
 
 
+def test_sft_noise_is_systematic_per_cell():
+    """The SFT data's wrong answers follow each family's typical error at the cell's rate; pool and test are clean."""
+    rho = tasks.cell_noise(0.1, 0.7, seed=5)
+    assert len(rho) == len(tasks.SKILLS) * len(tasks.LEVELS)
+    assert np.allclose(sorted(rho.values()), np.linspace(0.1, 0.7, len(rho)))
+    assert rho != tasks.cell_noise(0.1, 0.7, seed=6)  # the order is drawn from the seed
+    clean = tasks.make_splits(train_per_cell=3, test_per_cell=1, sft_per_cell=300, seed=2)
+    noisy = tasks.make_splits(train_per_cell=3, test_per_cell=1, sft_per_cell=300, seed=2, sft_noise=(0.1, 0.7))
+    assert noisy[0] == clean[0] and noisy[1] == clean[1]  # the pool and the held-out set keep right answers
+    for (skill, level), rate in rho.items():
+        pairs = [(a, b) for a, b in zip(clean[2], noisy[2]) if a["skill"] == skill and a["level"] == level]
+        assert all(a["prompt"] == b["prompt"] for a, b in pairs)
+        bad = [(a, b) for a, b in pairs if b["noisy"]]
+        assert abs(len(bad) / len(pairs) - rate) < 0.12, (skill, level, len(bad) / len(pairs), rate)
+        for a, b in pairs:
+            if b["noisy"]:
+                assert b["answer"] == tasks.wrong_answer(a) != a["answer"]
+            else:
+                assert b["answer"] == a["answer"]
+    with pytest.raises(ValueError, match="sft noise"):
+        tasks.cell_noise(0.5, 1.0, seed=0)
+
+
 def test_scheduler_pure_parts():
     a = sch.Scheduler("mopps", 200, 8, 8, seed=3, belief=sch.make_belief("mopps", 200))
     b = sch.Scheduler("greso", 200, 8, 8, seed=3, belief=sch.make_belief("greso", 200))
@@ -113,6 +136,7 @@ def test_two_grpo_steps_with_graphdiff(tmp_path):
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(0.0 <= r["heldout_acc"] <= 1.0 for r in rows)
+    assert all(0.0 <= r["heldout_sampled"] <= 1.0 for r in rows)  # and the sampled pass rate beside it
     for r in rows[1:]:
         assert r["rollouts"] == B * G and r["prompts"] == B
         assert 0 <= r["effective"] <= r["prompts"] and r["effective_rate"] == pytest.approx(r["effective"] / B)

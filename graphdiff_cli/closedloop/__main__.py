@@ -39,7 +39,8 @@ def _graphdiff_exe() -> str:
 def cmd_data(a) -> None:
     from .tasks import make_splits
 
-    train, test, sft = make_splits(a.train_per_cell, a.test_per_cell, a.sft_per_cell, seed=a.seed)
+    train, test, sft = make_splits(a.train_per_cell, a.test_per_cell, a.sft_per_cell, seed=a.seed,
+                                   sft_noise=(a.sft_noise_min, a.sft_noise_max))
     out = Path(a.out)
     _write_jsonl(out / "train.jsonl", train)
     _write_jsonl(out / "test.jsonl", test)
@@ -132,7 +133,8 @@ def cmd_run(a) -> None:
         test = test[:: max(1, len(test) // a.test_limit)][: a.test_limit]
     cfg = RunConfig(scheduler=a.scheduler, seed=a.seed, steps=a.steps, batch_prompts=a.batch_prompts,
                     group_size=a.group_size, pool_factor=a.pool_factor, dapo_oversample=a.dapo_oversample,
-                    alloc_group=a.group_size // 2, learning_rate=a.lr, eval_every=a.eval_every, threads=a.threads)
+                    alloc_group=a.group_size // 2, learning_rate=a.lr, eval_every=a.eval_every,
+                    eval_samples=a.eval_samples, threads=a.threads)
     factory = None
     if a.state:
         from ..estimator import Estimator
@@ -160,6 +162,9 @@ def main(argv=None) -> None:
     d.add_argument("--test-per-cell", type=int, default=24)
     d.add_argument("--sft-per-cell", type=int, default=200)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--sft-noise-min", type=float, default=0.0,
+                   help="systematic wrong-answer rate of the SFT data's least noisy (skill, level) cell")
+    d.add_argument("--sft-noise-max", type=float, default=0.0, help="... and of its noisiest cell")
     d.set_defaults(fn=cmd_data)
 
     g = sub.add_parser("graph", help="embed, build the graph, cluster and init a STATE (graphdiff CLI)")
@@ -199,6 +204,8 @@ def main(argv=None) -> None:
     r.add_argument("--lr", type=float, default=5e-4)
     r.add_argument("--eval-every", type=int, default=5)
     r.add_argument("--test-limit", type=int, default=0, help="evaluate on this many held-out prompts (0 = all)")
+    r.add_argument("--eval-samples", type=int, default=4,
+                   help="also the held-out mean pass rate over this many sampled completions (0 = greedy only)")
     r.add_argument("--threads", type=int, default=1)
     r.set_defaults(fn=cmd_run)
 

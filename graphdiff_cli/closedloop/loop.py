@@ -14,7 +14,9 @@ step T + 1 is made from the estimates after step T - 1 - the same one-step lag f
 Measured per step (``metrics.jsonl``): rollouts, cumulative rollouts, prompts, effective prompts (0 < s <
 n over the prompt's rollouts of the step), mean reward, the trainer step's wall time (generation, reward,
 loss, optimiser), the estimator's wall time (update after the step + the plan before it), and held-out
-greedy exact-match accuracy every ``eval_every`` steps (step 0 = the warm-started policy).
+greedy exact-match accuracy every ``eval_every`` steps (step 0 = the warm-started policy), with the held-out
+mean pass rate of ``eval_samples`` sampled completions per prompt (temperature 1: what GRPO optimises;
+greedy accuracy moves only when a prompt's most likely answer flips).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class RunConfig:
     temperature: float = 1.0
     max_completion_length: int = 8
     eval_every: int = 5
+    eval_samples: int = 4            # also the held-out mean pass rate over this many samples at temperature 1
     threads: int = 1
     extra: dict = field(default_factory=dict)
 
@@ -76,7 +79,7 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from .policy import greedy_accuracy, load_policy
+    from .policy import greedy_accuracy, load_policy, pass_counts
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -162,16 +165,25 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     state = {"cum": 0, "t_begin": None}
     eval_seconds = []
 
-    def evaluate(step):
+    def evaluate(step) -> dict:
+        """Greedy exact-match accuracy and (``eval_samples`` > 0) the mean pass rate of sampled completions
+        (the same seed at every evaluation of every run, so paired runs draw alike)."""
         t0 = time.perf_counter()
         acc, _ = greedy_accuracy(trainer.model, tok, test_rows, max_new_tokens=cfg.max_completion_length)
+        out = {"heldout_acc": acc}
+        if cfg.eval_samples:
+            c = pass_counts(trainer.model, tok, test_rows, n=cfg.eval_samples,
+                            max_new_tokens=cfg.max_completion_length, seed=cfg.seed)
+            out["heldout_sampled"] = float(c.mean() / cfg.eval_samples)
         eval_seconds.append(time.perf_counter() - t0)
-        return acc
+        return out
 
-    acc0 = evaluate(0)
-    metrics_f.write(json.dumps({"step": 0, "rollouts": 0, "cum_rollouts": 0, "heldout_acc": acc0}) + "\n")
+    ev0 = evaluate(0)
+    acc0 = ev0["heldout_acc"]
+    metrics_f.write(json.dumps({"step": 0, "rollouts": 0, "cum_rollouts": 0, **ev0}) + "\n")
     metrics_f.flush()
-    log(f"[{cfg.scheduler} seed {cfg.seed}] step 0 held-out accuracy {acc0:.4f}")
+    log(f"[{cfg.scheduler} seed {cfg.seed}] step 0 held-out accuracy {acc0:.4f} "
+        f"sampled {ev0.get('heldout_sampled', float('nan')):.4f}")
 
     class LoopCallback(TrainerCallback):
         def on_step_begin(self, args, st, control, **kw):
@@ -210,8 +222,9 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
             if kind == "dapo":
                 row["dapo_kept"] = int(dapo_kept.get(step, 0))
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                row["heldout_acc"] = evaluate(step)
+                row.update(evaluate(step))
                 log(f"[{cfg.scheduler} seed {cfg.seed}] step {step} held-out accuracy {row['heldout_acc']:.4f} "
+                    f"sampled {row.get('heldout_sampled', float('nan')):.4f} "
                     f"effective {row['effective_rate']:.2f} step {step_seconds:.1f}s")
             metrics_f.write(json.dumps(row) + "\n")
             metrics_f.flush()
@@ -231,6 +244,8 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     steps = [r for r in rows if r["step"] > 0]
     summary = {"config": asdict(cfg), "steps": len(steps), "rollouts": state["cum"],
                "final_heldout_acc": rows[-1].get("heldout_acc"), "initial_heldout_acc": acc0,
+               "final_heldout_sampled": rows[-1].get("heldout_sampled"),
+               "initial_heldout_sampled": ev0.get("heldout_sampled"),
                "effective_rate": float(np.mean([r["effective_rate"] for r in steps])) if steps else None,
                "mean_step_seconds": float(np.mean([r["step_seconds"] for r in steps])) if steps else None,
                "mean_estimator_seconds": float(np.mean([r["estimator_seconds"] for r in steps])) if steps else None,

@@ -91,7 +91,7 @@ def supervised_warmup(model, tok, rows, steps: int, batch_size: int = 64, lr: fl
         opt.step()
         sched.step()
         if log_every and (t % log_every == 0 or t == steps - 1):
-            log.append({"step": t, "loss": float(loss), "seconds": time.perf_counter() - t0})
+            log.append({"step": t, "loss": float(loss.detach()), "seconds": time.perf_counter() - t0})
     model.eval()
     return log
 

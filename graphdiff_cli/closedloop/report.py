@@ -24,11 +24,19 @@ def load_runs(root) -> dict[str, dict[int, list[dict]]]:
     return out
 
 
-def curve(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(steps, cumulative rollouts, held-out accuracy) at the evaluated steps."""
-    ev = [r for r in rows if "heldout_acc" in r]
+METRICS = {"heldout_acc": "held-out accuracy (greedy, exact match)",
+           "heldout_sampled": "held-out mean pass rate (sampled, temperature 1)"}
+
+
+def curve(rows: list[dict], key: str = "heldout_acc") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, cumulative rollouts, held-out ``key``) at the evaluated steps."""
+    ev = [r for r in rows if key in r]
     return (np.array([r["step"] for r in ev], float), np.array([r["cum_rollouts"] for r in ev], float),
-            np.array([r["heldout_acc"] for r in ev], float))
+            np.array([r[key] for r in ev], float))
+
+
+def has_metric(runs, key: str) -> bool:
+    return all(any(key in r for r in rows) for v in runs.values() for rows in v.values())
 
 
 def first_reach(x: np.ndarray, acc: np.ndarray, level: float) -> float | None:
@@ -45,8 +53,10 @@ def acc_at(xs: np.ndarray, acc: np.ndarray, x: float) -> float:
 def run_stats(rows: list[dict]) -> dict:
     steps = [r for r in rows if r["step"] > 0]
     st, ro, acc = curve(rows)
+    _, _, samp = curve(rows, "heldout_sampled")
+    extra = {"final_sampled": float(samp[-1]), "initial_sampled": float(samp[0])} if samp.size else {}
     return {"final_acc": float(acc[-1]), "mean_acc": float(acc[1:].mean()) if acc.size > 1 else float(acc[-1]),
-            "initial_acc": float(acc[0]), "steps": int(st[-1]), "rollouts": int(ro[-1]),
+            "initial_acc": float(acc[0]), "steps": int(st[-1]), "rollouts": int(ro[-1]), **extra,
             "effective_rate": float(np.mean([r["effective_rate"] for r in steps])),
             "train_reward": float(np.mean([r["mean_reward"] for r in steps])),
             "step_seconds": float(np.mean([r["step_seconds"] for r in steps])),
@@ -69,6 +79,11 @@ def compare(runs, native: str, graphdiff: str, reference: str = "uniform") -> li
         row["native_final_acc"], row["graphdiff_final_acc"] = float(acc_a[-1]), float(acc_b[-1])
         row["native_mean_acc"] = float(acc_a[1:].mean())
         row["graphdiff_mean_acc"] = float(acc_b[1:].mean())
+        _, ra_s, sam_a = curve(a, "heldout_sampled")
+        _, rb_s, sam_b = curve(b, "heldout_sampled")
+        if sam_a.size and sam_b.size:
+            row["native_sampled_at_equal_rollouts"] = acc_at(ra_s, sam_a, budget)
+            row["graphdiff_sampled_at_equal_rollouts"] = acc_at(rb_s, sam_b, budget)
         if seed in runs.get(reference, {}):
             level = float(curve(runs[reference][seed])[2][-1])
             row["reference_final_acc"] = level
@@ -109,14 +124,23 @@ def _ms(vals, nd=3):
 
 
 def _plot(runs, out: Path) -> list[str]:
+    files = []
+    for key in METRICS:
+        if has_metric(runs, key):
+            files += _plot_metric(runs, out, key)
+    return files
+
+
+def _plot_metric(runs, out: Path, key: str) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     files = []
-    for xkey, xlabel, fname in (("step", "training step", "heldout_vs_step.png"),
-                                ("rollouts", "rollouts consumed", "heldout_vs_rollouts.png")):
+    stem = "heldout" if key == "heldout_acc" else key
+    for xkey, xlabel, fname in (("step", "training step", f"{stem}_vs_step.png"),
+                                ("rollouts", "rollouts consumed", f"{stem}_vs_rollouts.png")):
         comps = [c for c in COMPARISONS if c[1] in runs or c[2] in runs]
         if not comps:
             continue
@@ -126,7 +150,7 @@ def _plot(runs, out: Path) -> list[str]:
                                     ("dapo", "tab:green", ":")):
                 if name not in runs:
                     continue
-                cs = [curve(r) for r in runs[name].values()]
+                cs = [curve(r, key) for r in runs[name].values()]
                 xs = cs[0][0] if xkey == "step" else cs[0][1]
                 grid = np.linspace(0, min((c[0] if xkey == "step" else c[1])[-1] for c in cs), 50) \
                     if xkey == "rollouts" else xs
@@ -138,7 +162,7 @@ def _plot(runs, out: Path) -> list[str]:
             ax.set_xlabel(xlabel)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-        axes[0][0].set_ylabel("held-out accuracy (greedy, exact match)")
+        axes[0][0].set_ylabel(METRICS[key])
         fig.tight_layout()
         fig.savefig(out / fname, dpi=110)
         plt.close(fig)
@@ -164,8 +188,8 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
     init = sorted({round(run_stats(r)["initial_acc"], 4) for v in runs.values() for r in v.values()})
     lines += [f"Held-out accuracy at step 0 (the warm-started policy): {', '.join(f'{x:.4f}' for x in init)}.", ""]
     lines += ["## Per scheduler", "", "| scheduler | estimator | seeds | steps | rollouts | final held-out acc | "
-              "mean held-out acc (evals after step 0) | effective-group rate | train reward | step wall s | "
-              "estimator s / step |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "mean held-out acc (evals after step 0) | held-out sampled pass rate, step 0 -> final | effective-group rate | "
+              "train reward | step wall s | estimator s / step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     table = {}
     for name in SCHEDULERS:
         if name not in runs:
@@ -174,11 +198,13 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
         table[name] = st
         lines.append(f"| {name} | {SCHEDULERS[name][2] or '-'} | {len(st)} | {st[0]['steps']} | "
                      f"{_ms([s['rollouts'] for s in st], 0)} | {_ms([s['final_acc'] for s in st])} | "
-                     f"{_ms([s['mean_acc'] for s in st])} | {_ms([s['effective_rate'] for s in st])} | "
+                     f"{_ms([s['mean_acc'] for s in st])} | "
+                     f"{_ms([s.get('initial_sampled') for s in st])} -> {_ms([s.get('final_sampled') for s in st])} | "
+                     f"{_ms([s['effective_rate'] for s in st])} | "
                      f"{_ms([s['train_reward'] for s in st])} | "
                      f"{_ms([s['step_seconds'] for s in st], 2)} | {_ms([s['estimator_seconds'] for s in st], 4)} |")
     lines.append("")
-    all_rows, final_d, mean_d, eq_d, eff_d = [], [], [], [], []
+    all_rows, final_d, mean_d, eq_d, eff_d, samp_d = [], [], [], [], [], []
     lines += ["## Native estimator vs graphdiff, per comparison", "",
               "| comparison | seed | acc at equal rollouts (native / graphdiff) | final acc (native / graphdiff) | "
               "steps to uniform's final acc (native / graphdiff) | rollouts to it (native / graphdiff) |",
@@ -191,6 +217,8 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
             final_d.append(r["graphdiff_final_acc"] - r["native_final_acc"])
             mean_d.append(r["graphdiff_mean_acc"] - r["native_mean_acc"])
             eq_d.append(r["graphdiff_acc_at_equal_rollouts"] - r["native_acc_at_equal_rollouts"])
+            if "graphdiff_sampled_at_equal_rollouts" in r:
+                samp_d.append(r["graphdiff_sampled_at_equal_rollouts"] - r["native_sampled_at_equal_rollouts"])
             eff_d.append(run_stats(runs[gdname][r["seed"]])["effective_rate"]
                          - run_stats(runs[native][r["seed"]])["effective_rate"])
             lines.append(f"| {title} | {r['seed']} | {_fmt(r['native_acc_at_equal_rollouts'])} / "
@@ -202,6 +230,8 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
     lines.append("")
     tests = {"final_acc": sign_test(final_d), "mean_acc": sign_test(mean_d), "acc_at_equal_rollouts": sign_test(eq_d),
              "effective_rate (secondary)": sign_test(eff_d)}
+    if samp_d:
+        tests["sampled_pass_rate_at_equal_rollouts (secondary)"] = sign_test(samp_d)
     lines += ["## Pooled exact sign test over (comparison, seed) pairs (scipy.stats.binomtest, two-sided, ties dropped)",
               "", "| statistic | pairs | graphdiff better | native better | ties | mean difference (gd - native) | p |",
               "|---|---|---|---|---|---|---|"]

@@ -12,6 +12,14 @@ Skills (level 1 = easiest):
 * ``sort``     - the letters of a ``level + 2``-letter string sorted
 * ``count``    - how many times a letter occurs in a string of ``2 level + 3`` letters
 * ``parity``   - even/odd number of 1s in a bit string of ``2 level + 4`` bits
+
+The SFT data may carry *systematic* label noise (``sft_noise``): in each (skill, level) cell a share
+rho_cell of the demonstrations gives the family's typical wrong answer (``wrong_answer``: the smaller
+number, the word unchanged, the letters sorted backwards, the count plus one, the parity flipped, the sum
+plus one) - a warm start that is confidently wrong on some families, as a policy fine-tuned on imperfect
+demonstrations is. The verifier (and so RL) knows the right answer; which families RL can fix, and how
+fast, depends on which prompts the scheduler rolls out. The rates are spread evenly over the cells in an
+order drawn from the seed (``cell_noise``).
 """
 
 from __future__ import annotations
@@ -74,6 +82,54 @@ def make_example(skill: str, level: int, rng: np.random.Generator) -> dict:
     return {"prompt": text, "answer": ans, "skill": skill, "level": int(level), "template": t}
 
 
+def wrong_answer(ex: dict) -> str:
+    """The family's systematic wrong answer for one example (the right one where that error cannot show:
+    a palindrome reversed, a word of one repeated letter sorted)."""
+    skill, text, ans = ex["skill"], ex["prompt"], ex["answer"]
+    if skill == "add":
+        return str(int(ans) + 1)
+    if skill == "compare":
+        a, b = (int(x) for x in _numbers(text))
+        return str(min(a, b))
+    if skill == "reverse":
+        return ans[::-1]  # the word as given
+    if skill == "sort":
+        return ans[::-1]  # descending
+    if skill == "count":
+        return str(int(ans) + 1)
+    if skill == "parity":
+        return {"even": "odd", "odd": "even", "yes": "no", "no": "yes"}[ans]
+    raise ValueError(f"unknown skill {skill!r}")
+
+
+def _numbers(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"\d+", text)
+
+
+def cell_noise(lo: float, hi: float, seed: int, skills=SKILLS, levels=LEVELS) -> dict[tuple[str, int], float]:
+    """rho for each (skill, level): ``lo`` .. ``hi`` evenly spaced, assigned to the cells in a seeded order."""
+    if not 0.0 <= lo <= hi < 1.0:
+        raise ValueError(f"sft noise needs 0 <= lo <= hi < 1 (got {lo}, {hi})")
+    cells = [(s, lv) for s in skills for lv in levels]
+    rates = np.linspace(lo, hi, len(cells)) if len(cells) > 1 else np.array([lo])
+    order = np.random.default_rng(seed).permutation(len(cells))
+    return {cells[i]: float(rates[j]) for j, i in enumerate(order)}
+
+
+def add_noise(rows: list[dict], rho: dict[tuple[str, int], float], seed: int) -> list[dict]:
+    """Copies of ``rows`` whose answer is replaced by ``wrong_answer`` with probability rho of the row's cell
+    (``noisy`` marks them)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in rows:
+        wrong = wrong_answer(r)
+        bad = rng.random() < rho.get((r["skill"], r["level"]), 0.0) and wrong != r["answer"]
+        out.append({**r, "answer": wrong if bad else r["answer"], "noisy": bool(bad)})
+    return out
+
+
 def make_prompts(per_cell: int, seed: int, prefix: str, exclude: set | None = None,
                  skills=SKILLS, levels=LEVELS, distinct: bool = True) -> list[dict]:
     """``per_cell`` prompts for each (skill, level), ids ``{prefix}-{skill}{level}-{j}``.
@@ -101,12 +157,16 @@ def make_prompts(per_cell: int, seed: int, prefix: str, exclude: set | None = No
     return out
 
 
-def make_splits(train_per_cell: int = 100, test_per_cell: int = 24, sft_per_cell: int = 200, seed: int = 0):
-    """(train pool, held-out test, SFT data): disjoint prompt texts, the same families."""
+def make_splits(train_per_cell: int = 100, test_per_cell: int = 24, sft_per_cell: int = 200, seed: int = 0,
+                sft_noise: tuple[float, float] = (0.0, 0.0)):
+    """(train pool, held-out test, SFT data): disjoint prompt texts, the same families; the SFT answers carry
+    the per-cell systematic noise ``sft_noise = (lo, hi)`` (``cell_noise``), the pool and test set none."""
     train = make_prompts(train_per_cell, seed, "tr")
     test = make_prompts(test_per_cell, seed + 1, "te", exclude={r["prompt"] for r in train})
     taken = {r["prompt"] for r in train} | {r["prompt"] for r in test}
     sft = make_prompts(sft_per_cell, seed + 2, "sft", exclude=taken, distinct=False)
+    if sft_noise[1] > 0:
+        sft = add_noise(sft, cell_noise(*sft_noise, seed=seed + 3), seed=seed + 4)
     return train, test, sft
 
 

@@ -34,7 +34,8 @@ rule closedloop_data:
     shell:
         "{params.cl} data --out {params.out} --train-per-cell {params.d[train_per_cell]} "
         "--test-per-cell {params.d[test_per_cell]} --sft-per-cell {params.d[sft_per_cell]} "
-        "--seed {params.d[seed]} > {log} 2>&1"
+        "--seed {params.d[seed]} --sft-noise-min {params.d[sft_noise][0]} --sft-noise-max {params.d[sft_noise][1]} "
+        "> {log} 2>&1"
 
 
 rule closedloop_graph:
@@ -101,7 +102,8 @@ rule closedloop_run:
         "--policy {input.policy} --scheduler {wildcards.scheduler} --seed {wildcards.seed} --out {output} "
         "--steps {params.t[steps]} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
         "--pool-factor {params.t[pool_factor]} --dapo-oversample {params.t[dapo_oversample]} --lr {params.t[lr]} "
-        "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} --threads {threads} > {log} 2>&1"
+        "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} "
+        "--eval-samples {params.t[eval_samples]} --threads {threads} > {log} 2>&1"
 
 
 rule closedloop_report:
