@@ -301,3 +301,23 @@ def test_a_trainer_loop_shell_script(tmp_path):
     col = PREDICT_COLUMNS.index("n_seen")
     n_seen = {ln.split(",")[0]: int(ln.split(",")[col]) for ln in lines[1:]}
     assert {i for i, n in n_seen.items() if n > 0} == seen
+
+
+@pytest.mark.parametrize("bad_id", ["[/bold]x", "[red]mine[/red]", "é" * 200_000, "a\nb"])
+def test_errors_are_plain_text_one_line_and_bounded(state, tmp_path, bad_id):
+    """User text in an error is echoed as text (never read as rich markup), on one line, cut to a sane length;
+    with --json the same line comes on stdout as {"error", "exit_code"}."""
+    out = write_outcomes(tmp_path / "o.jsonl", [{"id": bad_id, "n": 8, "s": 3}])
+    before = tree_hash(state)
+    res = gd("update", "--state", state, "--step", 1, "--outcomes", out, code=1)
+    err = res.stderr
+    assert err.startswith("graphdiff: error: ") and err.count("\n") == 1, err[:300]
+    assert len(err) < 800
+    if len(bad_id) < 100:
+        assert repr(bad_id)[1:-1] in err  # markup-like text kept as it is, not stripped or interpreted
+    else:
+        assert "characters cut" in err
+    res = gd("update", "--state", state, "--step", 1, "--outcomes", out, "--json", code=1)
+    obj = json.loads(res.stdout)
+    assert obj["exit_code"] == 1 and obj["error"] == err[len("graphdiff: error: "):].rstrip("\n")
+    assert tree_hash(state) == before

@@ -102,9 +102,32 @@ def progress(description: str):
         yield update
 
 
+MAX_ERROR_CHARS = 600  # an error line echoes user input (ids, paths, values): cut beyond this
+
+
+def plain_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``message`` as one line of plain text: every run of whitespace (newlines included) one space, and
+    beyond ``limit`` characters the middle cut out (the start says what failed, the end how to fix it)."""
+    line = " ".join(str(message).split())
+    if len(line) > limit:
+        half = limit // 2
+        line = f"{line[:half]} ...[{len(line) - 2 * half} characters cut]... {line[-half:]}"
+    return line
+
+
 def fail(message: str, code: int = EXIT_ERROR) -> None:
-    """Print ``graphdiff: error: ...`` on stderr and exit."""
-    stderr_console().print(f"[bold red]graphdiff: error:[/bold red] {message}", soft_wrap=True)
+    """Print ``graphdiff: error: ...`` on stderr as one line and exit; with --json also ``{"error": ...,
+    "exit_code": ...}`` on stdout, so a pipe into jq gets an object either way.
+
+    The message is printed as text, never parsed as rich markup: an id or path with ``[/bold]`` in it is
+    echoed as it is."""
+    from rich.text import Text
+
+    line = plain_line(message)
+    if OUT.json:
+        sys.stdout.write(json.dumps({"error": line, "exit_code": int(code)}) + "\n")
+        sys.stdout.flush()
+    stderr_console().print(Text.assemble(("graphdiff: error: ", "bold red"), line), soft_wrap=True)
     raise typer.Exit(code)
 
 
