@@ -63,3 +63,78 @@ def test_file_lock_polls_until_the_timeout_and_names_the_holder(tmp_path):
     with pytest.raises(FileNotFoundError):
         with file_lock(tmp_path / "missing" / "lock", busy=str):
             pass
+
+
+# ------------------------------------------------------------------ debris of killed writers (io.debris)
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from graphdiff_cli.io.atomic import atomic_write
+from graphdiff_cli.io.staging import staged_dir
+kind, dest = sys.argv[1], Path(sys.argv[2])
+if kind == "file":
+    with atomic_write(dest) as f:
+        f.write("half a file")
+        f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+else:
+    with staged_dir(dest) as tmp:
+        (tmp / "part").write_text("half a folder")
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _killed_writer(kind: str, dest) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _KILLED_WRITER, kind, str(dest)])
+    assert res.returncode == -signal.SIGKILL
+
+
+def test_debris_of_killed_writers_is_swept_by_the_next_writer(tmp_path):
+    """A real process killed with SIGKILL inside atomic_write / staged_dir leaves its temporary; the next write
+    of the same destination removes it, and nothing else (another destination's, a live writer's, another
+    host's, a user's dotfile)."""
+    from graphdiff_cli.io import debris
+    from graphdiff_cli.io.atomic import atomic_write_text
+
+    pred, art = tmp_path / "pred.jsonl", tmp_path / "graph.zarr"
+    for _ in range(3):
+        _killed_writer("file", pred)
+        _killed_writer("dir", art)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    # each killed writer swept its dead predecessor: one temporary per destination, however many kills
+    assert len(left) == 2 and all(debris.owner(n) for n in left), left
+    assert not pred.exists() and not art.exists()  # nothing half-written under the real names
+    # what must survive the sweep
+    live = tmp_path / f".pred.jsonl.tmp-{debris._HOST}@{os.getpid()}@0000abcd"  # this (live) process
+    remote = tmp_path / f".pred.jsonl.tmp-otherhost@{2 ** 22 + 7}@0000abcd"      # another host's writer
+    other = tmp_path / ".other.jsonl.tmp-x@1@0"
+    user = tmp_path / ".pred.jsonl.notes"
+    for p in (live, remote, other, user):
+        p.write_text("keep")
+    atomic_write_text(pred, "whole\n")
+    assert pred.read_text() == "whole\n"
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert sum(debris.owner(n) is not None and debris.owner(n)[0] == "pred.jsonl" and debris.owner(n)[2] ==
+               debris._HOST and n != live.name for n in left) == 0
+    assert {live.name, remote.name, other.name, user.name} <= set(left)
+    assert len([n for n in left if n.startswith(".graph.zarr.staging-")]) == 1  # not this destination's turn yet
+    with staged_dir(art, durable=False) as tmp:
+        (tmp / "whole").write_text("x")
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".graph.zarr.")]
+    assert sorted(p.name for p in art.iterdir()) == ["whole"]
+
+
+def test_debris_names_round_trip():
+    from graphdiff_cli.io import debris
+
+    n = debris.temp_name("a.b.jsonl", "staging")
+    assert debris.owner(n)[:2] == ("a.b.jsonl", "staging") and debris.owner(n)[3] == os.getpid()
+    assert not debris.is_stale(n)  # made by this live process
+    assert debris.owner(".x.tmp") is None and debris.owner("x.staging-h@1@ab") is None
+    with pytest.raises(ValueError):
+        debris.temp_name("x", "junk")

@@ -1,11 +1,16 @@
-"""Atomic single-file writes: a temporary file in the same folder, fsync, then rename into place."""
+"""Atomic single-file writes: a temporary file in the same folder, fsync, then rename into place.
+
+The temporary is named by ``io.debris`` (host and pid in the name); each write first sweeps the ones of
+the same destination whose writer died.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
+
+from .debris import sweep, temp_name
 
 
 @contextlib.contextmanager
@@ -13,10 +18,9 @@ def atomic_write(path, binary: bool = False, encoding: str = "utf-8"):
     """Yield a file object; on success its content replaces ``path`` atomically, on error nothing changes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; users' files get the usual permissions
+    sweep(path.parent, path.name)
+    tmp = path.parent / temp_name(path.name, "tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to any user file
     try:
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": encoding})) as f:
             yield f

@@ -1,8 +1,8 @@
 """Atomic folder writes: fill a staging folder next to the destination, fsync it, rename it into place.
 
 A reader sees the old folder or the new one, never half of one; a crash (even kill -9) leaves at most
-a staging folder named ``.<name>.staging-<pid>-<random>`` beside the destination, which readers ignore
-and writers of a STATE directory sweep. Single files: see ``io.atomic``.
+a staging folder ``.<name>.staging-<host>@<pid>@<random>`` (``io.debris``) beside the destination, which
+readers ignore and the next writer of the same destination sweeps. Single files: see ``io.atomic``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import uuid
 from pathlib import Path
+
+from .debris import sweep, temp_name
 
 
 def fsync_dir(path: Path) -> None:
@@ -48,7 +49,7 @@ def replace_dir(src: Path, dst: Path) -> None:
     """
     trash = None
     if dst.exists() or dst.is_symlink():
-        trash = dst.parent / f".{dst.name}.old-{uuid.uuid4().hex[:8]}"
+        trash = dst.parent / temp_name(dst.name, "old")
         os.rename(dst, trash)
     os.rename(src, dst)
     fsync_dir(dst.parent)
@@ -69,7 +70,8 @@ def staged_dir(dest, *, replace: bool = True, durable: bool = True):
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = dest.parent / f".{dest.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    sweep(dest.parent, dest.name)  # what killed writers of this destination left
+    staging = dest.parent / temp_name(dest.name, "staging")
     try:
         staging.mkdir()
         yield staging

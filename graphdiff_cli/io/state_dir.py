@@ -41,6 +41,7 @@ from .artifacts import read_artifact
 from .atomic import atomic_write_text
 from .estimator_store import STEP_KIND, CURRENT, read_current, read_model, read_state, save_model, save_step
 from .locks import file_lock
+from .debris import owner
 from .staging import staged_dir
 
 MODEL = "model.zarr"
@@ -88,8 +89,11 @@ def _remove_tree(path: Path) -> None:
 
 
 def _is_top_debris(name: str) -> bool:
-    """Temporary files of io.atomic (".CURRENT.<random>.tmp", ".log.jsonl.<random>.tmp") and trash."""
-    return name.startswith(".trash-") or (name.startswith((f".{CURRENT}.", f".{LOG}.")) and name.endswith(".tmp"))
+    """Temporary files of io.atomic for CURRENT and the log (only writers holding the lock make them, so
+    under the lock every one is dead; also the older ".CURRENT.<random>.tmp" form) and trash."""
+    who = owner(name)
+    return (name.startswith(".trash-") or (who is not None and who[0] in (CURRENT, LOG))
+            or (name.startswith((f".{CURRENT}.", f".{LOG}.")) and name.endswith(".tmp")))
 
 
 class StateDir:
