@@ -18,6 +18,7 @@ runs on copies, and the new state is committed by plain assignments at the end.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -428,10 +429,13 @@ class Estimator:
 
     @classmethod
     def load(cls, path, device: str | None = None) -> "Estimator":
-        """Read a saved estimator, or the current state of a STATE directory."""
-        from .io.estimator_store import read_state
+        """Read a saved estimator, or the current state of a STATE directory (checked as every handoff
+        command checks it: CURRENT, the step it names, the log)."""
+        from .io.estimator_store import CURRENT, read_state
+        from .io.state_dir import StateDir
 
-        return cls.from_state_dict(read_state(path), device=device, copy=False)  # the arrays were just read
+        state = StateDir.open(path).read_state() if (Path(path) / CURRENT).is_file() else read_state(path)
+        return cls.from_state_dict(state, device=device, copy=False)  # the arrays were just read
 
     def __repr__(self) -> str:
         c = self.settings

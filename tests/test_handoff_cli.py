@@ -174,7 +174,8 @@ def test_shared_options_after_the_command_name(state):
     res = gd("status", "--state", state, "-q", "--json")
     assert json.loads(res.stdout)["step"] == 0 and res.stderr == ""
     res = gd("status", "--state", state.parent / "missing", "--json", code=1)
-    assert res.stdout == "" and "graphdiff: error:" in res.stderr
+    assert json.loads(res.stdout) == {"error": res.stderr[len("graphdiff: error: "):].strip(), "exit_code": 1}
+    assert "graphdiff: error:" in res.stderr
 
 
 def test_predict_is_atomic(state, inputs, tmp_path):

@@ -252,6 +252,36 @@ def test_stale_staging_and_temp_files_are_ignored_then_cleaned(state, inputs, tm
                                                                    "00000002.zarr"]
 
 
+@pytest.mark.parametrize("tamper,words", [
+    (lambda st: (st / "CURRENT").write_text('{"step": 2, "path": "steps/00000001.zarr"}\n'), "must name"),
+    (lambda st: (st / "CURRENT").write_text('{"step": 2, "path": "../../../../etc"}\n'), "must name"),
+    (lambda st: (st / "CURRENT").write_text('{"step": 2, "path": "/etc"}\n'), "must name"),
+    (lambda st: (st / "log.jsonl").write_text(""), "the log lists no steps"),
+    (lambda st: (st / "log.jsonl").write_text("".join(
+        line + "\n" for line in (st / "log.jsonl").read_text().splitlines() if '"step": 1,' not in line)),
+     "the log lists steps 0..2 (2 lines)"),
+    (lambda st: (shutil.rmtree(st / "steps/00000002.zarr"),
+                 shutil.copytree(st / "steps/00000001.zarr", st / "steps/00000002.zarr")),
+     "holds step 1 but CURRENT says step 2"),
+])
+def test_a_tampered_current_log_or_step_is_refused_by_every_reader_and_writer(state, inputs, tmp_path, tamper,
+                                                                                 words):
+    """CURRENT must name its own step's folder (nothing outside the STATE is opened through it), the step
+    folder must hold that step, and the log must list every step up to it: else every reader and update refuse."""
+    ids = inputs[2]
+    for t in (1, 2):
+        update(state, t, outcomes(tmp_path, ids, t))
+    tamper(state)
+    before = tree_hash(state)
+    checks = [lambda: Estimator.load(state), lambda: handoff.status(state),
+              lambda: update(state, 3, outcomes(tmp_path, ids, 3)),
+              lambda: handoff.load_current(StateDir.open(state), "cpu")]  # predict, select, allocate
+    for check in checks:
+        with pytest.raises(ArtifactError, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+            check()
+    assert tree_hash(state) == before
+
+
 # --------------------------------------------------------------------------------- retention, rollback
 
 def test_retention_keeps_the_last_states_plus_step_zero(state, inputs, tmp_path):

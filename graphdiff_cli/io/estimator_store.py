@@ -36,6 +36,12 @@ KIND = "estimator-state"
 MODEL_KIND = "estimator-model"
 STEP_KIND = "estimator-step"
 CURRENT = "CURRENT"  # name of the pointer file inside a STATE directory
+STEPS = "steps"      # its folder of step artifacts
+
+
+def step_relpath(step: int) -> str:
+    """Where a STATE directory keeps the state of ``step`` (the only path CURRENT may name)."""
+    return f"{STEPS}/{step:08d}.zarr"
 
 _STATIC = ("config", "step", "graph", "labels")  # what a step never changes (step is an attribute)
 
@@ -117,15 +123,19 @@ def read_current(root) -> tuple[int, str]:
         raise ArtifactError(f"{pointer}: damaged CURRENT pointer ({exc.__class__.__name__})") from None
     if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(rel, str):
         raise ArtifactError(f"{pointer}: damaged CURRENT pointer (step {step!r}, path {rel!r})")
+    if rel != step_relpath(step):  # nothing outside the STATE, nor another step's state, is opened through it
+        raise ArtifactError(f"{pointer}: damaged CURRENT pointer: step {step} must name {step_relpath(step)}, "
+                            f"not {rel[:200]!r} (graphdiff rollback --to a retained step rewrites it)")
     return step, rel
 
 
-def resolve_state_path(path) -> Path:
-    """A saved estimator, or the artifact named by a STATE directory's CURRENT pointer."""
+def resolve_state_path(path) -> tuple[Path, int | None]:
+    """(a saved estimator, None), or (the artifact named by a STATE directory's CURRENT pointer, its step)."""
     path = Path(path)
     if (path / CURRENT).is_file():
-        return path / read_current(path)[1]
-    return path
+        step, rel = read_current(path)
+        return path / rel, step
+    return path, None
 
 
 def read_model(path):
@@ -163,7 +173,8 @@ def read_state(path, model=None) -> dict:
 
     ``model`` is an already-read ``read_model`` tuple to reuse (the handoff reads it once per command).
     """
-    art = read_artifact(resolve_state_path(path), (KIND, STEP_KIND))
+    where, current = resolve_state_path(path)
+    art = read_artifact(where, (KIND, STEP_KIND))
     if art.kind == STEP_KIND:
         if model is None:
             model = read_model(step_model_path(art))
@@ -179,6 +190,9 @@ def read_state(path, model=None) -> dict:
         state = {"config": art.attr("config"), "step": art.attr("step"), "graph": _read_graph(art, n), **arrays}
     if state["config"] is None or state["step"] is None:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks its config or step attribute")
+    if current is not None and state["step"] != current:
+        raise ArtifactError(f"{art.path}: holds step {state['step']!r} but CURRENT says step {current}; the STATE "
+                            "is damaged (graphdiff rollback --to a retained step)")
     missing = [k for k in ("q", "a", "b", "successes", "rollouts", "window_evidence") if k not in state]
     if missing:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks array(s) {', '.join(missing)}")

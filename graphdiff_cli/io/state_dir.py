@@ -39,13 +39,13 @@ from pathlib import Path
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
 from .atomic import atomic_write_text
-from .estimator_store import STEP_KIND, CURRENT, read_current, read_model, read_state, save_model, save_step
+from .estimator_store import (CURRENT, STEP_KIND, STEPS, read_current, read_model, read_state, save_model, save_step,
+                              step_relpath)
 from .locks import file_lock
 from .debris import owner
 from .staging import staged_dir
 
 MODEL = "model.zarr"
-STEPS = "steps"
 LOG = "log.jsonl"
 LOCK = ".lock"
 LAYOUT_VERSION = 1
@@ -69,10 +69,6 @@ def _pause(point: str) -> None:
     deadline = time.monotonic() + 300
     while not os.path.exists(release) and time.monotonic() < deadline:
         time.sleep(0.02)
-
-
-def step_relpath(step: int) -> str:
-    return f"{STEPS}/{step:08d}.zarr"
 
 
 def _now() -> str:
@@ -173,8 +169,24 @@ class StateDir:
         handoff = self.model()[0].attr("handoff") or {}
         return int(handoff.get("keep", DEFAULT_KEEP))
 
+    def current_artifact(self):
+        """The current step's artifact (its stamp; arrays are read on demand), checked to hold that step and
+        to belong to this STATE's model - what ``status`` reports from without reading the arrays."""
+        step, rel = self.current()
+        art = read_artifact(self.root / rel, STEP_KIND)
+        if art.attr("step") != step:
+            raise ArtifactError(f"{art.path}: holds step {art.attr('step')!r} but CURRENT says step {step}; the "
+                                "STATE is damaged (graphdiff rollback --to a retained step)")
+        if art.inputs.get("model") != self.model()[0].content_hash:
+            raise ArtifactError(f"{art.path}: belongs to another model (content hash {art.inputs.get('model')}); "
+                                "the STATE is damaged (graphdiff rollback --to a retained step)")
+        return art
+
     def read_state(self) -> dict:
-        """The estimator state dict at the current step (``Estimator.from_state_dict`` makes it one)."""
+        """The estimator state dict at the current step (``Estimator.from_state_dict`` makes it one), once the
+        log is seen to list every step up to it (CURRENT and the step's own record are checked by
+        ``estimator_store.read_state``): every reader of a STATE goes through here."""
+        self.log_entries()
         return read_state(self.root, model=self.model())
 
     def step_dirs(self) -> dict[int, Path]:
@@ -211,6 +223,11 @@ class StateDir:
                 raise ArtifactError(f"{path}:{line_no}: damaged log line") from None
             if step <= upto:
                 entries.append(e)
+        steps = [int(e["step"]) for e in entries]
+        if steps != list(range(upto + 1)):  # one line per applied step, in order (rollback truncates it)
+            have = f"steps {steps[0]}..{steps[-1]} ({len(steps)} lines)" if steps else "no steps"
+            raise ArtifactError(f"{path}: the log lists {have} but the STATE is at step {upto}; it was damaged or "
+                                "edited (restore it from a backup, or rollback to a step it covers)")
         return entries
 
     # -- writing (callers hold the lock) -----------------------------------------------------------

@@ -206,6 +206,7 @@ def status(state, *, last: int = 10) -> dict:
     sd = StateDir.open(state)
     step, rel = sd.current()
     m_art, ids, w, labels, config = sd.model()
+    sd.current_artifact()  # the step CURRENT names holds that step: status reports what predict would serve
     entries = sd.log_entries(upto=step)
     return {"command": "status", "state": str(sd.root), "step": step, "current": rel, "n_prompts": len(ids),
             "states": int(config["n_states"]), "edges": int(w.nnz // 2), "config": config, "keep": sd.keep,
