@@ -103,6 +103,7 @@ def test_init_usage_errors(tmp_path, inputs):
     folder, _ = inputs
     base = ["init", "--graph", folder / "graph.zarr", "--clusters", folder / "clusters.zarr", "--out", tmp_path / "S"]
     assert "--keep" in gd(*base, "--keep", 0, code=2).stderr
+    assert "concurrent predict" in gd(*base, "--keep", 1, code=2).stderr  # readers need the previous state
     assert "schedule" in gd(*base, "--schedule", "chaotic", code=2).stderr
     assert "no such graph artifact" in gd("init", "--graph", tmp_path / "g.zarr", "--clusters",
                                           folder / "clusters.zarr", "--out", tmp_path / "S", code=1).stderr

@@ -69,7 +69,7 @@ BAD = [
     ("nan.jsonl", '{"id": "a", "n": NaN, "s": 1}\n', 1, "integer"),
     ("nan_reward.jsonl", '{"id": "a", "reward": NaN}\n', 1, "finite"),
     ("nan_id.jsonl", '{"id": NaN, "n": 1, "s": 1}\n', 1, ""),
-    ("text_count.jsonl", '{"id": "a", "n": "eight", "s": 1}\n', 1, "integer"),
+    ("text_count.jsonl", '{"id": "a", "n": "eight", "s": 1}\n', 1, "must be a number"),
     ("bool_count.jsonl", '{"id": "a", "n": true, "s": 1}\n', 1, "integer"),
     ("malformed.jsonl", '{"id": "a", "n": 8, "s": 3}\n{"id": "b", "n": 8,\n', 2, "malformed JSON"),
     ("not_object.jsonl", '[1, 2, 3]\n', 1, "JSON object"),
@@ -86,7 +86,23 @@ BAD = [
     ("long.csv", "id,n,s\na,8,1,9\n", 2, "more fields"),
     ("latin1.jsonl", b'{"id": "a", "n": 1, "s": 1}\n{"id": "\xe9", "n": 1, "s": 1}\n', 2, "UTF-8"),
     ("nul.csv", b"id,n,s\na,1\x00,1\n", 2, "NUL"),
+    ("string_count.jsonl", '{"id": "a", "n": "8", "s": 1}\n', 1, "got the string '8'"),
+    ("string_reward.jsonl", '{"id": "a", "reward": "1.0"}\n', 1, "got the string '1.0'"),
+    # the cap holds for an id's total over the step's rows, not only per row
+    ("cap_total.jsonl", "".join('{"id": "a", "n": %d, "s": 0}\n' % (1 << 39) for _ in range(3)), 3,
+     "implausibly large"),
 ]
+
+
+@pytest.mark.parametrize("ext,content", [
+    (".jsonl", '\ufeff{"id": "a", "n": 8, "s": 3}\n'),
+    (".csv", "\ufeffid,n,s\na,8,3\n"),
+    (".csv", "id,n,s\na,8.0,\"3\"\n"),  # CSV is text: numbers in it are read as numbers
+])
+def test_a_byte_order_mark_and_csv_text_numbers_are_read(tmp_path, ext, content):
+    path = tmp_path / f"o{ext}"
+    path.write_text(content, encoding="utf-8")
+    assert _as_dict(read_outcomes(path)) == {"a": (8, 3)}
 
 
 @pytest.mark.parametrize("name,content,line,words", BAD, ids=[b[0] for b in BAD])

@@ -7,9 +7,12 @@ Two row schemas, fixed by the file's first row (CSV: its header):
   (default 1.0, so binary 0/1 rewards pass through unchanged; JSON true/false count as 1/0).
 
 Rows of one prompt are summed (a prompt rolled out in two groups). Extra columns are ignored. The file
-is JSONL, CSV or Parquet (``io.tables.read_rows``). Everything is checked before anything is returned:
-an unknown id, s > n, a negative or fractional count, NaN, a malformed line, a missing column or an
-empty file raises one ``DataError`` naming the file and the line (Parquet: the row, first row = 1).
+is JSONL, CSV or Parquet (``io.tables.read_rows``; a UTF-8 byte order mark is dropped). Types: in JSONL
+and Parquet counts and rewards are numbers (``"n": "8"`` is refused: a producer that writes numbers as
+strings has a bug worth seeing); in CSV, text by nature, "8" and "8.0" are 8. Everything is checked
+before anything is returned: an unknown id, s > n, a negative or fractional count, NaN, a malformed
+line, a missing column, more than ``MAX_COUNT`` rollouts of one id in the step (summed over its rows)
+or an empty file raises one ``DataError`` naming the file and the line (Parquet: the row, first row = 1).
 """
 
 from __future__ import annotations
@@ -78,19 +81,19 @@ def _schema_of(path: Path, line_no: int, row: dict) -> str:
                     f"rollout)")
 
 
-def _reward(value, path, line_no: int) -> float:
+def _reward(value, path, line_no: int, strict: bool) -> float:
     if isinstance(value, bool):  # JSON true/false and Parquet booleans: binary rewards
         return float(value)
-    return as_float(value, path, line_no, "reward")
+    return as_float(value, path, line_no, "reward", strict=strict)
 
 
-def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float) -> tuple[str, int, int]:
-    """(id, n, s) of one checked row."""
+def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float, strict: bool) -> tuple[str, int, int]:
+    """(id, n, s) of one checked row (``strict``: numbers must not be strings)."""
     pid = as_id(row["id"], path, line_no, "id")
     if schema == "rollouts":
-        return pid, 1, int(_reward(row["reward"], path, line_no) >= threshold)
-    n = as_int(row["n"], path, line_no, "n")
-    s = as_int(row["s"], path, line_no, "s")
+        return pid, 1, int(_reward(row["reward"], path, line_no, strict) >= threshold)
+    n = as_int(row["n"], path, line_no, "n", strict=strict)
+    s = as_int(row["s"], path, line_no, "s", strict=strict)
     if n < 0:
         raise DataError(f"{path}:{line_no}: n = {n} is negative")
     if s < 0:
@@ -127,7 +130,7 @@ def read_outcomes(path, success_threshold: float = 1.0, fmt: str | None = None) 
                 raise DataError(f"{path}:{1 if fmt == 'csv' else line_no}: missing column {c!r} ({schema} rows need "
                                 f"{', '.join(columns)})")
         try:
-            pid, n, s = _parse_row(path, line_no, row, schema, threshold)
+            pid, n, s = _parse_row(path, line_no, row, schema, threshold, strict=fmt != "csv")
         except DataError:
             raise
         except (TypeError, ValueError, OverflowError) as exc:  # a cell the shared parsers do not foresee
@@ -142,6 +145,9 @@ def read_outcomes(path, success_threshold: float = 1.0, fmt: str | None = None) 
         else:
             n_acc[j] += n
             s_acc[j] += s
+            if n_acc[j] > MAX_COUNT:
+                raise DataError(f"{path}:{line_no}: {n_acc[j]} rollouts of id {pid!r} in one step is implausibly "
+                                f"large (more than {MAX_COUNT})")
         n_rows += 1
     if n_rows == 0:
         raise DataError(f"{path}: no outcome rows (an empty file cannot be a training step)")

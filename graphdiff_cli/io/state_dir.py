@@ -332,7 +332,11 @@ def check_lock_timeout(timeout) -> float:
     return float(timeout)
 
 
+MIN_KEEP = 2  # with 1, an update prunes the step a reader may have just found in CURRENT, mid-read
+
+
 def check_keep(keep) -> int:
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise InvalidArgumentError(f"--keep must be an integer >= 1, got {keep!r}")
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < MIN_KEEP:
+        raise InvalidArgumentError(f"--keep must be an integer >= {MIN_KEEP} (with fewer, an update removes the "
+                                   f"state a concurrent predict is reading), got {keep!r}")
     return keep

@@ -53,6 +53,8 @@ def _read_jsonl(path: Path):
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
+            if line_no == 1 and line.startswith("\ufeff"):
+                line = line[1:]  # a UTF-8 byte order mark (some Windows tools write one): not part of the data
             if not line.strip(" \t\r\n"):  # JSON's own whitespace only: U+0085 is no blank line
                 continue
             try:
@@ -67,7 +69,7 @@ def _read_jsonl(path: Path):
 def _read_csv(path: Path):
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with open(path, encoding="utf-8-sig", newline="") as f:  # -sig: a leading byte order mark is dropped
             reader = csv.DictReader(f, delimiter=delimiter)
             if reader.fieldnames is None:
                 return
@@ -131,8 +133,12 @@ def _show(value) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def as_int(value, path, line_no: int, field: str) -> int:
-    """An integer count from a cell ("8", 8, 8.0); NaN, fractions, booleans and text are refused."""
+def as_int(value, path, line_no: int, field: str, strict: bool = False) -> int:
+    """An integer count from a cell ("8", 8, 8.0); NaN, fractions, booleans and text are refused. ``strict``
+    (typed formats: JSON, Parquet): a number written as a string ("8") is refused too."""
+    if strict and isinstance(value, str):
+        raise DataError(f"{path}:{line_no}: {field} must be a number, got the string {_show(value)} (write {field} "
+                        "as a JSON number)")
     if isinstance(value, bool):
         raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}")
     if isinstance(value, int):
@@ -154,8 +160,11 @@ def as_int(value, path, line_no: int, field: str) -> int:
     raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}")
 
 
-def as_float(value, path, line_no: int, field: str) -> float:
-    """A finite number from a cell; NaN, infinities, booleans and text are refused."""
+def as_float(value, path, line_no: int, field: str, strict: bool = False) -> float:
+    """A finite number from a cell; NaN, infinities, booleans and text are refused (``strict``: as ``as_int``)."""
+    if strict and isinstance(value, str):
+        raise DataError(f"{path}:{line_no}: {field} must be a number, got the string {_show(value)} (write {field} "
+                        "as a JSON number)")
     if isinstance(value, bool) or value is None:
         raise DataError(f"{path}:{line_no}: {field} must be a number, got {_show(value)}")
     try:
