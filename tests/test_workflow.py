@@ -109,6 +109,31 @@ def test_dry_run_paper_on_user_files(tmp_path, user_files):
     assert "evaluate_b2_g0.5_wcum.yaml" in out
 
 
+def test_paths_with_a_space_and_a_semicolon_are_quoted_in_every_command(tmp_path):
+    """A user's files in a folder named "my data; touch PWNED": every shell command names them as one quoted
+    word (a dry run prints the commands; shlex reads each path back whole, and no command would run `touch`)."""
+    import shlex
+
+    folder = tmp_path / "my data; touch PWNED"
+    folder.mkdir()
+    prompts, log = folder / "prompts.jsonl", folder / "log.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"What is {i} + {i}?"}) + "\n"
+                               for i in range(12)), encoding="utf-8")
+    log.write_text("".join(json.dumps({"step": 1, "id": f"p{i}", "n": 8, "s": i % 9}) + "\n" for i in range(6)),
+                   encoding="utf-8")
+    override = write_yaml(tmp_path / "mine.yaml", {"source": {"kind": "files", "prompts": str(prompts),
+                                                              "log": str(log)}})
+    res = smk(tmp_path, override, args=["-n", "-p"])
+    out = res.stdout + res.stderr
+    commands = [line for line in out.splitlines() if str(folder) in line  # not the job's "input: ..." lines
+                and not line.strip().startswith(("input:", "output:", "log:", "reason:"))]
+    assert any(" embed " in c for c in commands) and any(" evaluate " in c for c in commands)
+    for c in commands:
+        words = shlex.split(c)
+        assert "touch" not in words and "PWNED" not in words, c
+        assert any(w in (str(prompts), str(log)) or w.startswith(str(folder)) for w in words), c
+
+
 def test_dry_run_oneshot(tmp_path, shared_data):
     override = write_yaml(tmp_path / "here.yaml", {"source": {"oneshot_dir": str(shared_data / "oneshot_rlvr")}})
     counts = job_counts(smk(tmp_path, CONFIGS / "oneshot.yaml", override, args=["-n"]))

@@ -32,10 +32,10 @@ rule closedloop_data:
     conda:
         ENV
     shell:
-        "{params.cl} data --out {params.out} --train-per-cell {params.d[train_per_cell]} "
+        "{params.cl} data --out {params.out:q} --train-per-cell {params.d[train_per_cell]} "
         "--test-per-cell {params.d[test_per_cell]} --sft-per-cell {params.d[sft_per_cell]} "
         "--seed {params.d[seed]} --sft-noise-min {params.d[sft_noise][0]} --sft-noise-max {params.d[sft_noise][1]} "
-        "> {log} 2>&1"
+        "> {log:q} 2>&1"
 
 
 rule closedloop_graph:
@@ -54,8 +54,8 @@ rule closedloop_graph:
         ENV
     threads: 2
     shell:
-        "OMP_NUM_THREADS={threads} {params.cl} graph --data {params.data} --out {output} --k-nn {params.g[k_nn]} "
-        "--states {params.g[states]} --cluster-seed {params.g[cluster_seed]} --preset {params.g[preset]} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.cl} graph --data {params.data:q} --out {output:q} --k-nn {params.g[k_nn]} "
+        "--states {params.g[states]} --cluster-seed {params.g[cluster_seed]} --preset {params.g[preset]} > {log:q} 2>&1"
 
 
 rule closedloop_sft:
@@ -75,10 +75,10 @@ rule closedloop_sft:
         ENV
     threads: CL_THREADS
     shell:
-        "OMP_NUM_THREADS={threads} {params.cl} sft --data {params.data} --out {output} --seed {wildcards.seed} "
+        "OMP_NUM_THREADS={threads} {params.cl} sft --data {params.data:q} --out {output:q} --seed {wildcards.seed} "
         "--steps {params.p[sft_steps]} --batch-size {params.p[sft_batch_size]} --lr {params.p[sft_lr]} "
         "--hidden {params.p[hidden]} --layers {params.p[layers]} --heads {params.p[heads]} "
-        "--threads {threads} > {log} 2>&1"
+        "--threads {threads} > {log:q} 2>&1"
 
 
 rule closedloop_run:
@@ -98,12 +98,12 @@ rule closedloop_run:
         ENV
     threads: CL_THREADS
     shell:
-        "OMP_NUM_THREADS={threads} {params.cl} run --data {params.data} --state {input.graph}/STATE "
-        "--policy {input.policy} --scheduler {wildcards.scheduler} --seed {wildcards.seed} --out {output} "
+        "OMP_NUM_THREADS={threads} {params.cl} run --data {params.data:q} --state {input.graph:q}/STATE "
+        "--policy {input.policy:q} --scheduler {wildcards.scheduler} --seed {wildcards.seed} --out {output:q} "
         "--steps {params.t[steps]} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
         "--pool-factor {params.t[pool_factor]} --dapo-oversample {params.t[dapo_oversample]} --lr {params.t[lr]} "
         "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} "
-        "--eval-samples {params.t[eval_samples]} --threads {threads} > {log} 2>&1"
+        "--eval-samples {params.t[eval_samples]} --threads {threads} > {log:q} 2>&1"
 
 
 rule closedloop_report:
@@ -123,4 +123,4 @@ rule closedloop_report:
     conda:
         ENV
     shell:
-        "{params.cl} report --runs {params.runs} --out {params.out} --sft {params.sft} > {log} 2>&1"
+        "{params.cl} report --runs {params.runs:q} --out {params.out:q} --sft {params.sft:q} > {log:q} 2>&1"

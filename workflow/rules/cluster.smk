@@ -17,5 +17,5 @@ rule cluster:
     resources:
         **cpu_resources("cluster"),
     shell:
-        "OMP_NUM_THREADS={threads} {params.gd} cluster {input} --out {output} --states {wildcards.states} "
-        "--seed {wildcards.seed} 2> {log}"
+        "OMP_NUM_THREADS={threads} {params.gd} cluster {input:q} --out {output:q} --states {wildcards.states} "
+        "--seed {wildcards.seed} 2> {log:q}"

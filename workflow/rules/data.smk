@@ -49,7 +49,7 @@ if SRC["kind"] == "simulate":
         resources:
             **cpu_resources("data"),
         shell:
-            "{params.gd} simulate --out-prompts {output.prompts} --out-log {output.log} {params.args} 2> {log}"
+            "{params.gd} simulate --out-prompts {output.prompts:q} --out-log {output.log:q} {params.args} 2> {log:q}"
 
 
 if SRC["kind"] == "oneshot":

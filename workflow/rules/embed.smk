@@ -37,7 +37,7 @@ if SHARDS == 1:
         resources:
             **gpu_resources("embed"),
         shell:
-            "OMP_NUM_THREADS={threads} {params.gd} embed {input} --out {output} {params.args} 2> {log}"
+            "OMP_NUM_THREADS={threads} {params.gd} embed {input:q} --out {output:q} {params.args} 2> {log:q}"
 
 else:
 
@@ -57,8 +57,8 @@ else:
         resources:
             **gpu_resources("embed"),
         shell:
-            "OMP_NUM_THREADS={threads} {params.gd} embed {input} --out {output} --shard {wildcards.i}/{wildcards.n} "
-            "{params.args} 2> {log}"
+            "OMP_NUM_THREADS={threads} {params.gd} embed {input:q} --out {output:q} --shard {wildcards.i}/{wildcards.n} "
+            "{params.args} 2> {log:q}"
 
     rule merge_embeddings:
         input:
@@ -75,4 +75,4 @@ else:
         resources:
             **cpu_resources("embed"),
         shell:
-            "{params.gd} merge-embeddings {input} --out {output} 2> {log}"
+            "{params.gd} merge-embeddings {input:q} --out {output:q} 2> {log:q}"

@@ -20,8 +20,8 @@ rule init_state:
     resources:
         **cpu_resources("estimate"),
     shell:
-        "OMP_NUM_THREADS={threads} {params.gd} init --graph {input.graph} --clusters {input.clusters} "
-        "--out {output} {params.args} 2> {log}"
+        "OMP_NUM_THREADS={threads} {params.gd} init --graph {input.graph:q} --clusters {input.clusters:q} "
+        "--out {output:q} {params.args} 2> {log:q}"
 
 
 rule split_log:
@@ -61,7 +61,7 @@ rule replay:
     resources:
         **gpu_resources("estimate"),
     shell:
-        "(OMP_NUM_THREADS={threads} {params.gd} init --graph {input.graph} --clusters {input.clusters} "
-        "--out {output.state} {params.args} "
-        "&& OMP_NUM_THREADS={threads} {params.gd} watch --state {output.state} --inbox {input.inbox} --once "
-        "--predictions {output.predictions} --group-size {params.group_size} --json > {output.summary}) 2> {log}"
+        "(OMP_NUM_THREADS={threads} {params.gd} init --graph {input.graph:q} --clusters {input.clusters:q} "
+        "--out {output.state:q} {params.args} "
+        "&& OMP_NUM_THREADS={threads} {params.gd} watch --state {output.state:q} --inbox {input.inbox:q} --once "
+        "--predictions {output.predictions:q} --group-size {params.group_size} --json > {output.summary:q}) 2> {log:q}"

@@ -19,5 +19,5 @@ rule build_graph:
     resources:
         **gpu_resources("graph"),
     shell:
-        "OMP_NUM_THREADS={threads} {params.gd} build-graph {input} --out {output} --k-nn {wildcards.k_nn} "
-        "--device {params.device} --index {params.index} 2> {log}"
+        "OMP_NUM_THREADS={threads} {params.gd} build-graph {input:q} --out {output:q} --k-nn {wildcards.k_nn} "
+        "--device {params.device} --index {params.index} 2> {log:q}"

@@ -22,8 +22,8 @@ rule grid_point:
     resources:
         **gpu_resources("evaluate"),
     shell:
-        "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log} --graph {input.graph} "
-        "--clusters {input.clusters} --config {input.config} --methods graphdiff --out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log:q} --graph {input.graph:q} "
+        "--clusters {input.clusters:q} --config {input.config:q} --methods graphdiff --out {output:q} 2> {log:q}"
 
 
 rule grid_baselines:
@@ -36,16 +36,16 @@ rule grid_baselines:
     params:
         gd=GD,
         methods=",".join(GRID["baselines"]),
-        embeddings=lambda wildcards, input: f"--embeddings {input.embeddings}" if "embeddings" in input.keys() else "",
+        embeddings=lambda wildcards, input: f"--embeddings {shlex.quote(str(input.embeddings))}" if "embeddings" in input.keys() else "",
     conda:
         ENV
     threads: THREADS["grid"]
     resources:
         **cpu_resources("evaluate"),
     shell:
-        "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log} --graph {input.graph} "
-        "--clusters {input.clusters} --config {input.config} {params.embeddings} --methods {params.methods} "
-        "--out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log:q} --graph {input.graph:q} "
+        "--clusters {input.clusters:q} --config {input.config:q} {params.embeddings} --methods {params.methods} "
+        "--out {output:q} 2> {log:q}"
 
 
 rule grid_table:

@@ -45,6 +45,6 @@ rule report:
     resources:
         **gpu_resources("evaluate"),
     shell:
-        "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log} --graph {input.graph} "
-        "--clusters {input.clusters} --embeddings {input.embeddings} --config {input.config} "
-        "--methods {params.methods} {params.counterfactual} --out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log:q} --graph {input.graph:q} "
+        "--clusters {input.clusters:q} --embeddings {input.embeddings:q} --config {input.config:q} "
+        "--methods {params.methods} {params.counterfactual} --out {output:q} 2> {log:q}"
