@@ -9,7 +9,14 @@ Every artifact is a Zarr v3 group whose root attribute ``graphdiff`` is a stamp:
 Zarr makes single files atomic, never a whole group, so a group is written into a staging folder next to
 its destination and renamed into place: a reader sees the old artifact or the new one, never half of
 one. Readers check the kind and format version and turn anything unreadable into one ``ArtifactError``.
-The format is specified in docs/artifact-format.md.
+
+Verified reads: the stamp also holds ``checksums`` - a CRC-32 of every chunk row of every array, taken
+of the *decoded* values - and ``attrs_hash``, a hash of the other attributes (an estimator's config).
+Every read of an array recomputes its chunks' CRCs and every open the attributes' hash, so a chunk that
+is missing (Zarr would return its fill value), truncated, flipped or copied from another artifact, or a
+hand-edited attribute, is refused in one line instead of read as silently wrong numbers. Artifacts
+written before checksums existed have neither and are read unverified (same format version: the fields
+are additions an older reader ignores). The format is specified in docs/artifact-format.md.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,6 +93,11 @@ class Artifact:
     def content_hash(self) -> str:
         return self.stamp["content_hash"]
 
+    @property
+    def verified(self) -> bool:
+        """Whether this artifact carries checksums (written by a graphdiff that verifies reads)."""
+        return "checksums" in self.stamp
+
     def array(self, name: str) -> np.ndarray:
         """The whole array; text arrays come back as numpy object arrays of ``str``.
 
@@ -96,17 +109,52 @@ class Artifact:
             z = self.group[name]
             if z.ndim == 0 or z.dtype.kind not in "biuf" or z.shape[0] <= z.chunks[0]:
                 arr = np.asarray(z[...])
-                return arr.astype(object) if arr.dtype.kind in "UT" else arr
-            out = np.empty(z.shape, dtype=z.dtype)
-            step = z.chunks[0]
-            for start in range(0, z.shape[0], step):
-                out[start:start + step] = z[start:start + step]
-            return out
+                out = arr.astype(object) if arr.dtype.kind in "UT" else arr
+            else:
+                out = np.empty(z.shape, dtype=z.dtype)
+                step = z.chunks[0]
+                for start in range(0, z.shape[0], step):
+                    out[start:start + step] = z[start:start + step]
         except Exception as exc:  # noqa: BLE001 - a missing or corrupt chunk is a damaged artifact
-            raise ArtifactError(f"{self.path}: array {name!r} is missing or damaged ({exc.__class__.__name__})") from exc
+            raise ArtifactError(f"{self.path}: array {name!r} is missing or damaged ({exc.__class__.__name__}); "
+                                f"{_FIX}") from exc
+        sums = self.stamp.get("checksums", {}).get("arrays", {}).get(name)
+        if sums is not None and chunk_checksums(out, sums["rows"]) != sums["crc32"]:
+            bad = [i for i, (a, b) in enumerate(zip(chunk_checksums(out, sums["rows"]), sums["crc32"])) if a != b]
+            rows = sums["rows"]
+            where = ", ".join(f"rows {i * rows}..{(i + 1) * rows - 1}" for i in bad[:3]) if rows else "its value"
+            raise ArtifactError(f"{self.path}: array {name!r} is damaged ({where} do not match the checksum written "
+                                f"with it: a missing, altered or swapped chunk); {_FIX}")
+        return out
 
     def attr(self, name: str, default=None):
         return self.group.attrs.get(name, default)
+
+
+_FIX = ("rollback a STATE to an intact step (graphdiff rollback --to), or re-create the artifact with the "
+        "command that made it")
+
+
+def chunk_checksums(arr: np.ndarray, rows: int) -> list[int]:
+    """CRC-32 (zlib) of the decoded values of ``arr`` in slabs of ``rows`` rows along the first axis (0: the
+    whole array as one). Text arrays: of the UTF-8 of their strings joined by U+001F."""
+    arr = np.asarray(arr)
+    if arr.dtype.kind in "OUT":
+        def crc(a):
+            return zlib.crc32("\x1f".join(str(v) for v in a.reshape(-1)).encode("utf-8"))
+    else:
+        def crc(a):
+            a = np.ascontiguousarray(a)
+            return zlib.crc32(memoryview(a).cast("B")) if a.size else 0
+    if arr.ndim == 0 or rows <= 0:
+        return [crc(arr)]
+    return [crc(arr[start:start + rows]) for start in range(0, arr.shape[0], rows)] or [0]
+
+
+def attrs_hash(attrs: dict) -> str:
+    """Hash of an artifact's attributes other than the stamp (their canonical JSON)."""
+    body = {k: v for k, v in attrs.items() if k != STAMP_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: dict | None = None,
@@ -124,13 +172,17 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
     path = Path(path)
     with staged_dir(path, replace=True, durable=durable) as staging:
         group = zarr.open_group(LocalStore(staging), mode="w")
+        checksums = {}
         for name, arr in arrays.items():
             arr = np.asarray(arr)
             if arr.dtype.kind in "UOT":  # text (prompt ids): Zarr v3 variable-length strings
                 z = group.create_array(name, shape=arr.shape, dtype=str, chunks=_chunks(arr, itemsize=64))
                 z[...] = arr.astype(object)
+                checksums[name] = {"rows": 0, "crc32": chunk_checksums(arr, 0)}
             else:  # one chunk row at a time: zarr would encode every chunk at once (see Artifact.array)
                 chunks = _chunks(arr)
+                rows = chunks[0] if arr.ndim else 0
+                checksums[name] = {"rows": int(rows), "crc32": chunk_checksums(arr, rows)}
                 z = group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks)
                 if arr.ndim == 0:
                     z[...] = arr
@@ -145,6 +197,8 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
             "params": _jsonable(params or {}),
             "inputs": _jsonable(inputs or {}),
             "content_hash": content_hash or hash_arrays(*arrays.values(), extra=kind),
+            "checksums": {"algorithm": "crc32 of decoded chunk rows", "arrays": checksums},
+            "attrs_hash": attrs_hash(_jsonable(attrs or {})),
         }
         group.attrs.update({STAMP_KEY: stamp, **_jsonable(attrs or {})})
     return path
@@ -204,4 +258,7 @@ def read_artifact(path, kind: str | tuple[str, ...]) -> Artifact:
     if version != FORMAT_VERSION:
         raise ArtifactError(f"{path}: {stamp['kind']} artifact has format version {version}; this graphdiff "
                             f"reads version {FORMAT_VERSION}: re-create it with this version")
+    if "attrs_hash" in stamp and attrs_hash(dict(group.attrs)) != stamp["attrs_hash"]:
+        raise ArtifactError(f"{path}: the attributes in its zarr.json were altered after it was written (they no "
+                            f"longer match their hash); {_FIX}")
     return Artifact(path=path, stamp=stamp, group=group)

@@ -1,0 +1,146 @@
+"""Verified reads: a damaged artifact or STATE is refused in one line by every reader, never read as silently
+wrong estimates (the tamper matrix of the integrity issue, on real Zarr files of a real STATE)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _handoff_fixtures import make_inputs, step_rows, tree_hash, write_outcomes
+from graphdiff_cli.errors import ArtifactError
+from graphdiff_cli.estimator import Estimator
+from graphdiff_cli.io.artifacts import read_artifact, write_artifact
+from graphdiff_cli.io.readers import read_graph
+from graphdiff_cli.io.state_dir import StateDir
+from graphdiff_cli.stages import handoff
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("integrity-inputs")
+    graph, clusters, ids = make_inputs(folder, n=40)
+    return graph, clusters, ids
+
+
+@pytest.fixture
+def state(tmp_path, inputs):
+    graph, clusters, ids = inputs
+    out = tmp_path / "STATE"
+    handoff.init_state(graph, clusters, out, device="cpu", keep=3, durable=False)
+    for t in (1, 2):
+        handoff.update_state(out, t, write_outcomes(tmp_path / f"o{t}.jsonl", step_rows(ids, t)), durable=False)
+    return out
+
+
+def _chunks(array_dir: Path) -> list[Path]:
+    return sorted(p for p in (array_dir / "c").rglob("*") if p.is_file())
+
+
+def _delete_chunk(rel):
+    return lambda st: _chunks(st / rel)[0].unlink()
+
+
+def _flip_byte(rel):
+    def tamper(st):
+        p = _chunks(st / rel)[0]
+        b = bytearray(p.read_bytes())
+        b[len(b) // 2] ^= 0x10
+        p.write_bytes(bytes(b))
+    return tamper
+
+
+def _edit_beta(st):
+    meta = st / "model.zarr" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["attributes"]["config"]["beta"] = 3.0
+    meta.write_text(json.dumps(doc))
+
+
+def _swap_step_chunk(array):
+    def tamper(st):  # the previous step's chunk copied over the current one's: a valid chunk, wrong content
+        src, dst = _chunks(st / "steps/00000001.zarr" / array)[0], _chunks(st / "steps/00000002.zarr" / array)[0]
+        shutil.copyfile(src, dst)
+    return tamper
+
+
+TAMPERS = {
+    "step q chunk deleted": _delete_chunk("steps/00000002.zarr/q"),
+    "step successes chunk deleted": _delete_chunk("steps/00000002.zarr/successes"),
+    "step q chunk from the previous step": _swap_step_chunk("q"),
+    "step q byte flipped": _flip_byte("steps/00000002.zarr/q"),
+    "model graph_data chunk deleted": _delete_chunk("model.zarr/graph_data"),
+    "model labels chunk deleted": _delete_chunk("model.zarr/labels"),
+    "model labels byte flipped": _flip_byte("model.zarr/labels"),
+    "model config.beta edited": _edit_beta,
+}
+
+
+@pytest.mark.parametrize("name", list(TAMPERS))
+def test_a_damaged_state_is_refused_by_every_reader_and_update(state, inputs, tmp_path, name):
+    ids = inputs[2]
+    TAMPERS[name](state)
+    before = tree_hash(state)
+    readers = {"Estimator.load": lambda: Estimator.load(state),
+               "predict/select/allocate": lambda: handoff.load_current(StateDir.open(state), "cpu"),
+               "update": lambda: handoff.update_state(state, 3, write_outcomes(tmp_path / "o3.jsonl",
+                                                                               step_rows(ids, 3)), durable=False)}
+    for reader, read in readers.items():
+        with pytest.raises(ArtifactError) as err:
+            read()
+        msg = str(err.value)
+        assert "\n" not in msg and ("damaged" in msg or "altered" in msg), (reader, msg)
+        assert "rollback" in msg or "re-create" in msg, msg  # the line says how to fix it
+    assert tree_hash(state) == before  # nothing written on top of a damaged state
+
+
+def test_rollback_to_an_intact_step_recovers(state, inputs, tmp_path):
+    _delete_chunk("steps/00000002.zarr/q")(state)
+    with pytest.raises(ArtifactError):
+        Estimator.load(state)
+    handoff.rollback(state, 1)
+    assert Estimator.load(state).step_ == 1
+
+
+def test_a_graph_artifact_with_a_deleted_data_chunk_is_refused_by_init(inputs, tmp_path):
+    graph, clusters, _ = inputs
+    g = tmp_path / "graph.zarr"
+    shutil.copytree(graph, g)
+    _chunks(g / "data")[0].unlink()
+    with pytest.raises(ArtifactError, match=r"array 'data' is damaged"):
+        read_graph(g)
+    with pytest.raises(ArtifactError):
+        handoff.init_state(g, clusters, tmp_path / "S", device="cpu", durable=False)
+    assert not (tmp_path / "S").exists()
+
+
+def test_checksums_cover_every_chunk_row_and_text_and_scalars(tmp_path):
+    q = np.arange(5_000_000, dtype=np.float32).reshape(-1, 10)  # 20 MB: two chunk rows
+    ids = np.array([f"p{i}" for i in range(7)], dtype=object)
+    write_artifact(tmp_path / "a.zarr", "test", {"q": q, "ids": ids, "x": np.float64(2.5)}, attrs={"config": {"k": 1}})
+    art = read_artifact(tmp_path / "a.zarr", "test")
+    assert art.verified and len(art.stamp["checksums"]["arrays"]["q"]["crc32"]) == 2
+    assert np.array_equal(art.array("q"), q) and list(art.array("ids")) == list(ids) and art.array("x") == 2.5
+    second = _chunks(tmp_path / "a.zarr" / "q")[1]
+    second.unlink()  # the second chunk row only: the error names its rows
+    with pytest.raises(ArtifactError, match=r"array 'q' is damaged \(rows 419430\.\.838859"):
+        read_artifact(tmp_path / "a.zarr", "test").array("q")
+    meta = tmp_path / "a.zarr" / "ids" / "zarr.json"
+    assert meta.is_file()
+    (_chunks(tmp_path / "a.zarr" / "ids")[0]).unlink()
+    with pytest.raises(ArtifactError, match="array 'ids' is damaged"):
+        read_artifact(tmp_path / "a.zarr", "test").array("ids")
+
+
+def test_artifacts_written_before_checksums_are_read_unverified(tmp_path):
+    """An artifact of an older graphdiff (no checksums, no attrs_hash in its stamp) still opens and reads."""
+    write_artifact(tmp_path / "old.zarr", "test", {"q": np.ones((4, 3), np.float32)}, attrs={"config": {"k": 1}})
+    meta = tmp_path / "old.zarr" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    del doc["attributes"]["graphdiff"]["checksums"], doc["attributes"]["graphdiff"]["attrs_hash"]
+    meta.write_text(json.dumps(doc))
+    art = read_artifact(tmp_path / "old.zarr", "test")
+    assert not art.verified and art.array("q").sum() == 12
