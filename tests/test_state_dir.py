@@ -414,3 +414,24 @@ def test_multi_chunk_arrays_round_trip_slab_by_slab(tmp_path):
         got = art.array(name)
         assert got.shape == want.shape and got.dtype == want.dtype, name
         assert np.array_equal(got, want), name
+
+
+def test_the_log_is_appended_and_a_torn_append_is_skipped_then_dropped(state, inputs, tmp_path):
+    """Each update appends one line (the lines before it stay byte for byte); an append cut short by a crash
+    (a last line without its newline, above CURRENT) is skipped by readers and dropped by the next update."""
+    ids = inputs[2]
+    update(state, 1, outcomes(tmp_path, ids, 1))
+    log = state / "log.jsonl"
+    before = log.read_bytes()
+    inode = log.stat().st_ino
+    update(state, 2, outcomes(tmp_path, ids, 2))
+    after = log.read_bytes()
+    assert after.startswith(before) and after.count(b"\n") == before.count(b"\n") + 1
+    assert log.stat().st_ino == inode  # appended in place, not rewritten
+    with open(log, "ab") as f:
+        f.write(b'{"step": 3, "outcomes_hash": "abc", "sta')  # a kill -9 inside the next update's append
+    assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1, 2]
+    assert handoff.status(state)["step"] == 2 and Estimator.load(state).step_ == 2
+    update(state, 3, outcomes(tmp_path, ids, 3))
+    text = log.read_text()
+    assert text.endswith("\n") and [json.loads(x)["step"] for x in text.splitlines()] == [0, 1, 2, 3]

@@ -20,8 +20,10 @@ Invariants, which make every write crash-safe (kill -9 at any moment leaves the 
    artifact; pruning keeps the previous state (with keep >= 2), so a reader racing one update still
    finds the state its CURRENT named.
 
-An update writes, in order: the step artifact (staging folder + rename), the log (atomic rewrite),
-CURRENT (atomic replace), then prunes states older than the last ``keep`` (step 0 is always kept).
+An update writes, in order: the step artifact (staging folder + rename), the log (one line appended and
+fsynced; rewritten atomically only when debris above CURRENT must go), CURRENT (atomic replace), then
+prunes states older than the last ``keep`` (step 0 is always kept). A reader that meets an append cut
+short (a last line without its newline) skips it: it is above CURRENT.
 """
 
 from __future__ import annotations
@@ -207,13 +209,24 @@ class StateDir:
 
     def log_entries(self, upto: int | None = None) -> list[dict]:
         """The log's lines for steps <= ``upto`` (default: the current step), in order."""
+        return self._read_log(upto)[0]
+
+    def _read_log(self, upto: int | None = None) -> tuple[list[dict], bool]:
+        """(the log's entries for steps <= ``upto``, whether the file holds exactly those lines).
+
+        Lines above ``upto`` are debris of a crashed update (invariant 2), and so is a last line without its
+        newline that does not parse (an append cut short): both are skipped, and the file is then not exact.
+        """
         if upto is None:
             upto = self.current_step
         path = self.root / LOG
         if not path.is_file():
             raise ArtifactError(f"{path}: the STATE directory has no log")
-        entries = []
-        for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        text = path.read_text(encoding="utf-8")
+        lines = text.split("\n")
+        torn = lines.pop() if lines else ""  # the text after the last newline: "" when the file ends in one
+        entries, exact = [], not torn.strip()
+        for line_no, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
@@ -223,12 +236,24 @@ class StateDir:
                 raise ArtifactError(f"{path}:{line_no}: damaged log line") from None
             if step <= upto:
                 entries.append(e)
+            else:
+                exact = False
         steps = [int(e["step"]) for e in entries]
         if steps != list(range(upto + 1)):  # one line per applied step, in order (rollback truncates it)
             have = f"steps {steps[0]}..{steps[-1]} ({len(steps)} lines)" if steps else "no steps"
             raise ArtifactError(f"{path}: the log lists {have} but the STATE is at step {upto}; it was damaged or "
                                 "edited (restore it from a backup, or rollback to a step it covers)")
-        return entries
+        return entries, exact
+
+    def _append_log(self, entry: dict, durable: bool) -> None:
+        """Append one line to the log (O_APPEND, then fsync): a step's cost does not grow with the run."""
+        fd = os.open(self.root / LOG, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8"))
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     # -- writing (callers hold the lock) -----------------------------------------------------------
 
@@ -277,8 +302,12 @@ class StateDir:
         save_step(state, self.root / rel, self.root / MODEL, m_art.content_hash,
                   inputs={"outcomes": entry.get("outcomes_hash")}, durable=durable)
         _pause("artifact")
-        entries = self.log_entries(upto=cur) + [{**entry, "step": t, "state": rel, "applied_at": _now()}]
-        atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
+        entries, exact = self._read_log(upto=cur)
+        new = {**entry, "step": t, "state": rel, "applied_at": _now()}
+        if exact:  # the usual case: one line appended
+            self._append_log(new, durable)
+        else:  # debris of a crashed update above CURRENT (or a torn last line): rewrite without it, atomically
+            atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries + [new]))
         _pause("log")
         atomic_write_text(self.root / CURRENT, json.dumps({"step": t, "path": rel}) + "\n")
         _pause("current")
