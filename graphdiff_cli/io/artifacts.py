@@ -10,7 +10,7 @@ Zarr makes single files atomic, never a whole group, so a group is written into 
 its destination and renamed into place: a reader sees the old artifact or the new one, never half of
 one. Readers check the kind and format version and turn anything unreadable into one ``ArtifactError``.
 
-Verified reads: the stamp also holds ``checksums`` - a CRC-32 of every chunk row of every array, taken
+Verified reads: the stamp also holds ``checksums`` - a CRC-32C of every chunk row of every array, taken
 of the *decoded* values - and ``attrs_hash``, a hash of the other attributes (an estimator's config).
 Every read of an array recomputes its chunks' CRCs and every open the attributes' hash, so a chunk that
 is missing (Zarr would return its fill value), truncated, flipped or copied from another artifact, or a
@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -118,9 +117,14 @@ class Artifact:
         except Exception as exc:  # noqa: BLE001 - a missing or corrupt chunk is a damaged artifact
             raise ArtifactError(f"{self.path}: array {name!r} is missing or damaged ({exc.__class__.__name__}); "
                                 f"{_FIX}") from exc
-        sums = self.stamp.get("checksums", {}).get("arrays", {}).get(name)
-        if sums is not None and chunk_checksums(out, sums["rows"]) != sums["crc32"]:
-            bad = [i for i, (a, b) in enumerate(zip(chunk_checksums(out, sums["rows"]), sums["crc32"])) if a != b]
+        checks = self.stamp.get("checksums", {})
+        sums = checks.get("arrays", {}).get(name)
+        if sums is not None and checks.get("algorithm") != CHECKSUM:
+            raise ArtifactError(f"{self.path}: checksums of an unknown kind ({checks.get('algorithm')!r}); re-create "
+                                "the artifact with this graphdiff")
+        got = chunk_checksums(out, sums["rows"]) if sums is not None else None
+        if sums is not None and got != sums["crc"]:
+            bad = [i for i, (a, b) in enumerate(zip(got, sums["crc"])) if a != b] or [len(got)]
             rows = sums["rows"]
             where = ", ".join(f"rows {i * rows}..{(i + 1) * rows - 1}" for i in bad[:3]) if rows else "its value"
             raise ArtifactError(f"{self.path}: array {name!r} is damaged ({where} do not match the checksum written "
@@ -135,17 +139,24 @@ _FIX = ("rollback a STATE to an intact step (graphdiff rollback --to), or re-cre
         "command that made it")
 
 
+CHECKSUM = "crc32c of decoded chunk rows"
+
+
 def chunk_checksums(arr: np.ndarray, rows: int) -> list[int]:
-    """CRC-32 (zlib) of the decoded values of ``arr`` in slabs of ``rows`` rows along the first axis (0: the
-    whole array as one). Text arrays: of the UTF-8 of their strings joined by U+001F."""
+    """CRC-32C (google_crc32c: the CPU's CRC instruction, about 5 GB/s) of the decoded values of ``arr`` in
+    slabs of ``rows`` rows along the first axis (0: the whole array as one). Text arrays: of the UTF-8 of
+    their strings joined by U+001F."""
+    import google_crc32c
+
     arr = np.asarray(arr)
     if arr.dtype.kind in "OUT":
         def crc(a):
-            return zlib.crc32("\x1f".join(str(v) for v in a.reshape(-1)).encode("utf-8"))
+            return google_crc32c.value("\x1f".join(str(v) for v in a.reshape(-1)).encode("utf-8"))
     else:
         def crc(a):
-            a = np.ascontiguousarray(a)
-            return zlib.crc32(memoryview(a).cast("B")) if a.size else 0
+            a = np.ascontiguousarray(a).reshape(-1).view(np.uint8)  # row slabs of a C array: views, no copy
+            a.flags.writeable = False  # the C extension takes read-only buffers only
+            return google_crc32c.value(a) if a.size else 0
     if arr.ndim == 0 or rows <= 0:
         return [crc(arr)]
     return [crc(arr[start:start + rows]) for start in range(0, arr.shape[0], rows)] or [0]
@@ -178,11 +189,11 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
             if arr.dtype.kind in "UOT":  # text (prompt ids): Zarr v3 variable-length strings
                 z = group.create_array(name, shape=arr.shape, dtype=str, chunks=_chunks(arr, itemsize=64))
                 z[...] = arr.astype(object)
-                checksums[name] = {"rows": 0, "crc32": chunk_checksums(arr, 0)}
+                checksums[name] = {"rows": 0, "crc": chunk_checksums(arr, 0)}
             else:  # one chunk row at a time: zarr would encode every chunk at once (see Artifact.array)
                 chunks = _chunks(arr)
                 rows = chunks[0] if arr.ndim else 0
-                checksums[name] = {"rows": int(rows), "crc32": chunk_checksums(arr, rows)}
+                checksums[name] = {"rows": int(rows), "crc": chunk_checksums(arr, rows)}
                 z = group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks)
                 if arr.ndim == 0:
                     z[...] = arr
@@ -197,7 +208,7 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
             "params": _jsonable(params or {}),
             "inputs": _jsonable(inputs or {}),
             "content_hash": content_hash or hash_arrays(*arrays.values(), extra=kind),
-            "checksums": {"algorithm": "crc32 of decoded chunk rows", "arrays": checksums},
+            "checksums": {"algorithm": CHECKSUM, "arrays": checksums},
             "attrs_hash": attrs_hash(_jsonable(attrs or {})),
         }
         group.attrs.update({STAMP_KEY: stamp, **_jsonable(attrs or {})})
