@@ -163,3 +163,12 @@ def test_two_grpo_steps_with_graphdiff(tmp_path):
     res = write_report(tmp_path / "runs", tmp_path / "report")
     assert res["runs"] == 1
     assert (tmp_path / "report" / "report.md").read_text().count("gd-thompson") >= 1
+
+
+def test_the_task_family_can_be_narrowed_to_some_skills():
+    train, test, sft = tasks.make_splits(train_per_cell=3, test_per_cell=1, sft_per_cell=2, seed=0,
+                                         skills=["compare", "sort"], sft_noise=(0.1, 0.7))
+    assert {r["skill"] for r in train + test + sft} == {"compare", "sort"}
+    assert len(train) == 3 * 2 * len(tasks.LEVELS)
+    with pytest.raises(ValueError, match="skills must be some of"):
+        tasks.make_splits(skills=["juggle"])

@@ -40,7 +40,8 @@ def cmd_data(a) -> None:
     from .tasks import make_splits
 
     train, test, sft = make_splits(a.train_per_cell, a.test_per_cell, a.sft_per_cell, seed=a.seed,
-                                   sft_noise=(a.sft_noise_min, a.sft_noise_max))
+                                   sft_noise=(a.sft_noise_min, a.sft_noise_max),
+                                   skills=[x for x in a.skills.split(",") if x])
     out = Path(a.out)
     _write_jsonl(out / "train.jsonl", train)
     _write_jsonl(out / "test.jsonl", test)
@@ -165,6 +166,8 @@ def main(argv=None) -> None:
     d.add_argument("--sft-noise-min", type=float, default=0.0,
                    help="systematic wrong-answer rate of the SFT data's least noisy (skill, level) cell")
     d.add_argument("--sft-noise-max", type=float, default=0.0, help="... and of its noisiest cell")
+    d.add_argument("--skills", default="add,compare,reverse,sort,count,parity",
+                   help="comma-separated skills of the task family (tasks.SKILLS), each at every level")
     d.set_defaults(fn=cmd_data)
 
     g = sub.add_parser("graph", help="embed, build the graph, cluster and init a STATE (graphdiff CLI)")

@@ -158,15 +158,20 @@ def make_prompts(per_cell: int, seed: int, prefix: str, exclude: set | None = No
 
 
 def make_splits(train_per_cell: int = 100, test_per_cell: int = 24, sft_per_cell: int = 200, seed: int = 0,
-                sft_noise: tuple[float, float] = (0.0, 0.0)):
-    """(train pool, held-out test, SFT data): disjoint prompt texts, the same families; the SFT answers carry
-    the per-cell systematic noise ``sft_noise = (lo, hi)`` (``cell_noise``), the pool and test set none."""
-    train = make_prompts(train_per_cell, seed, "tr")
-    test = make_prompts(test_per_cell, seed + 1, "te", exclude={r["prompt"] for r in train})
+                sft_noise: tuple[float, float] = (0.0, 0.0), skills=SKILLS):
+    """(train pool, held-out test, SFT data) of ``skills`` x every level: disjoint prompt texts, the same
+    families; the SFT answers carry the per-cell systematic noise ``sft_noise = (lo, hi)`` (``cell_noise``),
+    the pool and test set none."""
+    skills = tuple(skills)
+    unknown = [s for s in skills if s not in SKILLS]
+    if unknown or not skills:
+        raise ValueError(f"skills must be some of {', '.join(SKILLS)} (got {', '.join(skills) or 'none'})")
+    train = make_prompts(train_per_cell, seed, "tr", skills=skills)
+    test = make_prompts(test_per_cell, seed + 1, "te", exclude={r["prompt"] for r in train}, skills=skills)
     taken = {r["prompt"] for r in train} | {r["prompt"] for r in test}
-    sft = make_prompts(sft_per_cell, seed + 2, "sft", exclude=taken, distinct=False)
+    sft = make_prompts(sft_per_cell, seed + 2, "sft", exclude=taken, distinct=False, skills=skills)
     if sft_noise[1] > 0:
-        sft = add_noise(sft, cell_noise(*sft_noise, seed=seed + 3), seed=seed + 4)
+        sft = add_noise(sft, cell_noise(*sft_noise, seed=seed + 3, skills=skills), seed=seed + 4)
     return train, test, sft
 
 

@@ -28,6 +28,7 @@ rule closedloop_data:
     params:
         cl=CL_MAIN,
         d=CL["data"],
+        skills=",".join(CL["data"].get("skills", ["add", "compare", "reverse", "sort", "count", "parity"])),
         out=lambda w, output: _cl_os.path.dirname(output.train),
     conda:
         ENV
@@ -35,6 +36,7 @@ rule closedloop_data:
         "{params.cl} data --out {params.out:q} --train-per-cell {params.d[train_per_cell]} "
         "--test-per-cell {params.d[test_per_cell]} --sft-per-cell {params.d[sft_per_cell]} "
         "--seed {params.d[seed]} --sft-noise-min {params.d[sft_noise][0]} --sft-noise-max {params.d[sft_noise][1]} "
+        "--skills {params.skills} "
         "> {log:q} 2>&1"
 
 
