@@ -85,13 +85,33 @@ def compare(runs, native: str, graphdiff: str, reference: str = "uniform") -> li
             row["native_sampled_at_equal_rollouts"] = acc_at(ra_s, sam_a, budget)
             row["graphdiff_sampled_at_equal_rollouts"] = acc_at(rb_s, sam_b, budget)
         if seed in runs.get(reference, {}):
-            level = float(curve(runs[reference][seed])[2][-1])
-            row["reference_final_acc"] = level
-            for tag, (s_, r_, acc_) in (("native", (sa, ra, acc_a)), ("graphdiff", (sb, rb, acc_b))):
-                row[f"{tag}_steps_to_reference"] = first_reach(s_, acc_, level)
-                row[f"{tag}_rollouts_to_reference"] = first_reach(r_, acc_, level)
+            for key, suffix in (("heldout_acc", ""), ("heldout_sampled", "_sampled")):
+                ref_steps, _, ref_acc = curve(runs[reference][seed], key)
+                if not ref_acc.size:
+                    continue
+                level = float(ref_acc[-1])
+                row[f"reference_final{suffix or '_acc'}"] = level
+                if level <= ref_acc[0] + 1e-12:  # the reference did not improve: "reaching" it means nothing
+                    row[f"reference_improved{suffix}"] = False
+                    continue
+                row[f"reference_improved{suffix}"] = True
+                row[f"reference_steps_to_final{suffix}"] = first_reach(ref_steps, ref_acc, level)
+                for tag, run_rows in (("native", a), ("graphdiff", b)):
+                    s_, r_, acc_ = curve(run_rows, key)
+                    row[f"{tag}_steps_to_reference{suffix}"] = first_reach(s_, acc_, level)
+                    row[f"{tag}_rollouts_to_reference{suffix}"] = first_reach(r_, acc_, level)
         out.append(row)
     return out
+
+
+def steps_ratio(row: dict, suffix: str = "") -> float | None:
+    """graphdiff's steps to the reference's final level / the reference's own steps to it (None: undefined,
+    never reached counts as the run's length + 1 eval, i.e. above 1)."""
+    ref = row.get(f"reference_steps_to_final{suffix}")
+    if not ref:
+        return None
+    gd = row.get(f"graphdiff_steps_to_reference{suffix}")
+    return None if gd is None else gd / ref
 
 
 def sign_test(diffs) -> dict:
@@ -121,6 +141,49 @@ def _ms(vals, nd=3):
     if len(v) == 1:
         return f"{v[0]:.{nd}f}"
     return f"{np.mean(v):.{nd}f} ± {np.std(v, ddof=1):.{nd}f}"
+
+
+def _targets(table: dict, rows: list[dict], tests: dict) -> list[dict]:
+    """The closed-loop issue's three targets, each with what was measured and whether it is met."""
+    out = []
+    t = tests["acc_at_equal_rollouts"]
+    if t["pairs"]:
+        share = t["graphdiff_better"] / t["pairs"]
+        out.append({"target": "graphdiff beats the native estimator on held-out accuracy at equal rollouts in >= 80% "
+                              "of (scheduler, seed) pairs, sign test p < 0.05",
+                    "measured": f"{t['graphdiff_better']} of {t['pairs']} ({share:.0%}), p = {_fmt(t['p_value'], 3)}",
+                    "met": bool(share >= 0.8 and (t["p_value"] or 1.0) < 0.05)})
+    for suffix, what in (("", "held-out accuracy"), ("_sampled", "sampled pass rate")):
+        sel = [r for r in rows if r["graphdiff"] == "gd-thompson"]
+        ratios = [steps_ratio(r, suffix) for r in sel]
+        undefined = [r for r in sel if r.get(f"reference_improved{suffix}") is False]
+        if not sel:
+            continue
+        if undefined:
+            measured, met = f"uniform's {what} did not rise in {len(undefined)} of {len(sel)} seeds: undefined", None
+        else:
+            shown = ", ".join("never" if x is None else f"{x:.2f}" for x in ratios)
+            met = all(x is not None and x <= 0.7 for x in ratios)
+            measured = f"per seed {shown} (graphdiff's steps / uniform's)"
+        out.append({"target": f"target selection with graphdiff reaches uniform's final {what} in <= 0.7x its steps",
+                    "measured": measured, "met": met})
+    shares = [s["estimator_seconds"] / s["step_seconds"] for name, st in table.items() if name.startswith("gd-")
+              for s in st if s["step_seconds"]]
+    if shares:
+        out.append({"target": "the estimator's overhead < 5% of a training step's wall time",
+                    "measured": f"{min(shares):.1%} to {max(shares):.1%} of the step (graphdiff runs)",
+                    "met": max(shares) < 0.05})
+    return out
+
+
+def _reach(row: dict, suffix: str) -> str:
+    if row.get(f"reference_improved{suffix}") is False:
+        return "uniform did not improve"
+    if f"reference_steps_to_final{suffix}" not in row:
+        return "-"
+    return " / ".join(_fmt(row.get(f"{t}_steps_to_reference{suffix}"), 0) if row.get(f"{t}_steps_to_reference{suffix}")
+                      is not None else "never" for t in ("native", "graphdiff")) + \
+        f" / {_fmt(row[f'reference_steps_to_final{suffix}'], 0)}"
 
 
 def _plot(runs, out: Path) -> list[str]:
@@ -207,8 +270,9 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
     all_rows, final_d, mean_d, eq_d, eff_d, samp_d = [], [], [], [], [], []
     lines += ["## Native estimator vs graphdiff, per comparison", "",
               "| comparison | seed | acc at equal rollouts (native / graphdiff) | final acc (native / graphdiff) | "
-              "steps to uniform's final acc (native / graphdiff) | rollouts to it (native / graphdiff) |",
-              "|---|---|---|---|---|---|"]
+              "steps to uniform's final acc (native / graphdiff / uniform) | sampled pass rate at equal rollouts "
+              "(native / graphdiff) | steps to uniform's final sampled rate (native / graphdiff / uniform) |",
+              "|---|---|---|---|---|---|---|"]
     for title, native, gdname in COMPARISONS:
         rows = compare(runs, native, gdname)
         for r in rows:
@@ -223,10 +287,9 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
                          - run_stats(runs[native][r["seed"]])["effective_rate"])
             lines.append(f"| {title} | {r['seed']} | {_fmt(r['native_acc_at_equal_rollouts'])} / "
                          f"{_fmt(r['graphdiff_acc_at_equal_rollouts'])} | {_fmt(r['native_final_acc'])} / "
-                         f"{_fmt(r['graphdiff_final_acc'])} | {_fmt(r.get('native_steps_to_reference'), 0)} / "
-                         f"{_fmt(r.get('graphdiff_steps_to_reference'), 0)} | "
-                         f"{_fmt(r.get('native_rollouts_to_reference'), 0)} / "
-                         f"{_fmt(r.get('graphdiff_rollouts_to_reference'), 0)} |")
+                         f"{_fmt(r['graphdiff_final_acc'])} | {_reach(r, '')} | "
+                         f"{_fmt(r.get('native_sampled_at_equal_rollouts'))} / "
+                         f"{_fmt(r.get('graphdiff_sampled_at_equal_rollouts'))} | {_reach(r, '_sampled')} |")
     lines.append("")
     tests = {"final_acc": sign_test(final_d), "mean_acc": sign_test(mean_d), "acc_at_equal_rollouts": sign_test(eq_d),
              "effective_rate (secondary)": sign_test(eff_d)}
@@ -239,10 +302,15 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
         lines.append(f"| {k} | {t['pairs']} | {t['graphdiff_better']} | {t['native_better']} | {t['ties']} | "
                      f"{_fmt(t['mean_difference'], 4)} | {_fmt(t['p_value'], 4)} |")
     lines.append("")
+    targets = _targets(table, all_rows, tests)
+    lines += ["## The issue's targets", "", "| target | measured | met |", "|---|---|---|"]
+    for t in targets:
+        lines.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no' if t['met'] is False else '-'} |")
+    lines.append("")
     plots = _plot(runs, out)
     lines += [f"![{p}]({p})" for p in plots]
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    metrics = {"schedulers": table, "comparisons": all_rows, "sign_tests": tests, "plots": plots,
+    metrics = {"schedulers": table, "comparisons": all_rows, "sign_tests": tests, "targets": targets, "plots": plots,
                "references": [r for r in REFERENCES if r in runs]}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
     return {"report": str(out / "report.md"), "runs": sum(len(v) for v in runs.values()), "sign_tests": tests}
