@@ -144,3 +144,45 @@ def test_artifacts_written_before_checksums_are_read_unverified(tmp_path):
     meta.write_text(json.dumps(doc))
     art = read_artifact(tmp_path / "old.zarr", "test")
     assert not art.verified and art.array("q").sum() == 12
+
+
+# ------------------------------------------------------------------------------ graphdiff verify
+
+def _verify(path, code):
+    from typer.testing import CliRunner
+
+    from graphdiff_cli.cli.app import app
+
+    res = CliRunner().invoke(app, ["verify", str(path), "--json"])
+    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr)
+    return json.loads(res.stdout)
+
+
+def test_verify_says_intact_or_lists_every_problem_one_line_each(state, inputs, tmp_path):
+    graph = inputs[0]
+    ok = _verify(state, 0)
+    assert ok["intact"] and ok["kind"] == "STATE" and ok["problems"] == []
+    assert {"model.zarr", "log.jsonl", "steps/00000000.zarr", "steps/00000002.zarr"} <= set(ok["checked"])
+    assert _verify(graph, 0)["kind"] == "graph"
+    before = tree_hash(state)
+    # two damages at once: both reported, each on one line, and verify writes nothing
+    _delete_chunk("steps/00000001.zarr/q")(state)
+    _edit_beta(state)
+    bad = _verify(state, 1)
+    assert not bad["intact"] and len(bad["problems"]) == 2, bad["problems"]
+    assert any("model.zarr" in p and "altered" in p for p in bad["problems"])
+    assert any("00000001.zarr" in p and "'q' is damaged" in p for p in bad["problems"])
+    assert all("\n" not in p for p in bad["problems"])
+    assert tree_hash(state) != before  # (the tampering) ...
+    after = tree_hash(state)
+    _verify(state, 1)
+    assert tree_hash(state) == after  # ... but verify itself changed nothing
+
+
+def test_verify_refuses_a_path_that_is_nothing(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphdiff_cli.cli.app import app
+
+    res = CliRunner().invoke(app, ["verify", str(tmp_path / "nope")])
+    assert res.exit_code == 1 and "no such STATE directory or artifact" in res.stderr

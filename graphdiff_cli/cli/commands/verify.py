@@ -1,0 +1,24 @@
+"""``graphdiff verify``: is a STATE directory (or an artifact) intact? One line per problem; exit 1 if not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..common import EXIT_ERROR, command, emit
+
+
+@command("verify")
+def verify(path: Path = typer.Argument(..., help="A STATE directory, or any graphdiff artifact (*.zarr).")):
+    """Check a STATE's whole lineage (CURRENT, model, log, every retained step, every array against its
+    checksums) or an artifact; print each problem on one line; exit 0 when intact, 1 when not."""
+    from ...stages.verify import verify as run_verify
+
+    res = run_verify(path)
+    lines = [f"{res['kind']} {res['path']}: " + ("intact" if res["intact"] else f"{len(res['problems'])} problem(s)")
+             + f" ({len(res['checked'])} part(s) checked)"]
+    lines += [f"problem: {p}" for p in res["problems"]] + [f"notice: {n}" for n in res["notices"]]
+    emit(res, "\n".join(lines))
+    if not res["intact"]:
+        raise typer.Exit(EXIT_ERROR)
