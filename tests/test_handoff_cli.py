@@ -323,3 +323,20 @@ def test_errors_are_plain_text_one_line_and_bounded(state, tmp_path, bad_id):
     obj = json.loads(res.stdout)
     assert obj["exit_code"] == 1 and obj["error"] == err[len("graphdiff: error: "):].rstrip("\n")
     assert tree_hash(state) == before
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["status", "--stat", "x"], "No such option: --stat"),
+    (["update", "--state", "S", "--step", "two", "--outcomes", "o.jsonl"], "Invalid value for '--step'"),
+    (["update", "--state", "S"], "Missing option '--step'"),
+    (["nosuch"], "No such command 'nosuch'"),
+])
+def test_usage_errors_of_the_real_command_are_one_line(argv, words):
+    """The console script (not CliRunner): click's usage errors come as the same one line as every other error,
+    exit 2, with the command's --help named; with --json also as an error object on stdout."""
+    res = subprocess.run([GRAPHDIFF, *argv], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res
+    assert res.stderr.startswith("graphdiff: error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert words in res.stderr and "--help)" in res.stderr and res.stdout == ""
+    res = subprocess.run([GRAPHDIFF, *argv, "--json"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and json.loads(res.stdout)["exit_code"] == 2 and words in json.loads(res.stdout)["error"]

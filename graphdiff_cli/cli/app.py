@@ -58,5 +58,29 @@ def _release_freed_memory() -> None:
 
 
 def main() -> None:
+    """The console script: runs the app, and turns click's usage errors (an unknown option, a missing or
+    malformed value) into the same one line as every other error (``graphdiff: error: ...``, exit 2)
+    instead of a usage block and a boxed panel."""
+    import sys
+
+    from typer.exceptions import TyperException
+
+    from .common import EXIT_USAGE, fail
+
     _release_freed_memory()
-    app()
+    try:
+        code = app(standalone_mode=False)
+    except TyperException as exc:  # typer's click: a usage error (unknown option, bad value, missing argument)
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "graphdiff"
+        OUT.json = OUT.json or "--json" in sys.argv[1:]
+        try:
+            fail(f"{exc.format_message()} (see {where} --help)", getattr(exc, "exit_code", EXIT_USAGE))
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+    except typer.Abort:
+        try:
+            fail("interrupted", 130)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
