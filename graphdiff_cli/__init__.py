@@ -6,8 +6,11 @@ The Python API:
     est = Estimator(graph, labels, n_states=K)            # the default preset; preset="paper" for the paper's
     est.update(ids, n, s); p = est.predict()
 
-``Estimator`` and ``EstimatorSettings`` are imported on first use, so ``import graphdiff_cli.core`` stays
-free of the facade and its dependencies.
+    W, ids = load_graph("graph.zarr")                    # a graph artifact (or a STATE) as a scipy CSR matrix
+    nodes = prompt_index("STATE").nodes(["p1", "p7"])    # prompt ids -> node indices (unknown ids refused)
+
+``Estimator``, ``EstimatorSettings``, ``load_graph`` and ``prompt_index`` are imported on first use, so
+``import graphdiff_cli.core`` stays free of the facade and its dependencies.
 """
 
 from ._version import __version__  # noqa: E402,F401
@@ -31,12 +34,18 @@ def __getattr__(name):  # PEP 562: the facade on first use
         from .settings import EstimatorSettings
 
         return EstimatorSettings
+    if name in ("load_graph", "prompt_index"):
+        from .io import lookup
+
+        return getattr(lookup, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "Estimator",
     "EstimatorSettings",
+    "load_graph",
+    "prompt_index",
     "GraphdiffError",
     "InvalidArgumentError",
     "DataError",

@@ -186,3 +186,22 @@ def test_verify_refuses_a_path_that_is_nothing(tmp_path):
 
     res = CliRunner().invoke(app, ["verify", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "no such STATE directory or artifact" in res.stderr
+
+
+def test_public_helpers_map_ids_and_load_the_graph(state, inputs):
+    """graphdiff_cli.prompt_index / load_graph: the in-process API for ids <-> nodes and the graph as CSR."""
+    import scipy.sparse as sp
+
+    import graphdiff_cli as gd
+    from graphdiff_cli.errors import DataError
+
+    graph, clusters, ids = inputs
+    for where in (state, graph, clusters):
+        index = gd.prompt_index(where)
+        assert index.ids == ids and list(index.nodes([ids[3], ids[0]])) == [3, 0] and index.get("nope") is None
+        with pytest.raises(DataError, match="unknown prompt id 'nope'"):
+            index.nodes(["nope"])
+    w, gids = gd.load_graph(graph)
+    w2, sids = gd.load_graph(state)
+    assert sp.issparse(w) and w.format == "csr" and gids == sids == ids
+    assert (w != w.T).nnz == 0 and (w != w2).nnz == 0 and w.shape == (len(ids), len(ids))

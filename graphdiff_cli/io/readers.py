@@ -335,3 +335,4 @@ def read_mapping(path) -> tuple[dict, dict[str, int]]:
                 for kk, _ in v_node.value:
                     lines[f"{k_node.value}.{kk.value}"] = kk.start_mark.line + 1
     return data, lines
+
