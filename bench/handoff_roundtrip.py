@@ -9,8 +9,11 @@ then times, as a trainer would run them, the real CLI processes
     graphdiff predict --state STATE --out predictions.<fmt>           (every prompt)
 
 and reports each one's wall time (process start and imports included) and its own split into load,
-inference and write (from --json). Prints one JSON object (and writes it to --out if given).
-Not run by the tests.
+inference and write (from --json). Then the resident handoff on the same STATE, in this process
+(``stages.handoff.Handoff``, what ``graphdiff watch`` and the trainer integrations use): the STATE read
+once, then per step update + predictions of the next candidate pool only (``--batch`` ids), each step
+timed from outcomes file in to predictions file out, with the ratio to the two-process round trip of the
+same run. Prints one JSON object (and writes it to --out if given). Not run by the tests.
 
     .venv/bin/python bench/handoff_roundtrip.py --n 150000 --k 320 --deg 40 --batch 256 --max-iters 50
 """
@@ -97,6 +100,45 @@ def run(*args) -> tuple[dict, float]:
     return res, wall
 
 
+def resident_steps(state, work, ids, labels, p_state, rng, args) -> dict:
+    """The resident handoff (one Handoff object, this process): per step, outcomes in -> update -> predictions
+    of the next pool (args.batch ids) out; the first read of the STATE timed apart."""
+    import statistics
+
+    from graphdiff_cli.stages.handoff import Handoff
+
+    import torch  # noqa: F401 - the resident process imported it long ago
+
+    t0 = time.perf_counter()
+    h = Handoff(state, device="cpu")
+    h.estimator()
+    first_load_s = time.perf_counter() - t0
+    start = h.sd.current_step
+    per_step = []
+    for t in range(start + 1, start + 1 + args.resident_steps):
+        batch = rng.choice(args.n, size=args.batch, replace=False)
+        s = rng.binomial(args.rollouts, p_state[labels[batch]])
+        outcomes = work / f"resident{t}.jsonl"
+        outcomes.write_text("".join(json.dumps({"id": ids[i], "n": args.rollouts, "s": int(si)}) + "\n"
+                                    for i, si in zip(batch, s)))
+        pool = work / f"pool{t}.txt"
+        pool.write_text("".join(ids[i] + "\n" for i in rng.choice(args.n, size=args.batch, replace=False)))
+        t1 = time.perf_counter()
+        upd = h.update(t, outcomes)
+        t2 = time.perf_counter()
+        pred = h.predict(work / f"resident_pred{t}.{args.format}", ids_file=pool)
+        t3 = time.perf_counter()
+        per_step.append({"step": t, "wall_s": t3 - t1, "update_s": t2 - t1, "predict_s": t3 - t2,
+                         "rows": pred["rows"], "iterations": upd["iterations"],
+                         "inference_s": upd["timings"]["inference_s"], "write_s": upd["timings"]["write_s"]})
+    t4 = time.perf_counter()
+    full = h.predict(work / f"resident_all.{args.format}")
+    full_s = time.perf_counter() - t4
+    return {"first_load_s": first_load_s, "steps": per_step, "loads": h.loads,
+            "step_wall_s_median": statistics.median(x["wall_s"] for x in per_step),
+            "predict_all_prompts_s": full_s, "predict_all_rows": full["rows"]}
+
+
 def du_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
 
@@ -113,6 +155,8 @@ def main():
     ap.add_argument("--steps", type=int, default=2, help="updates applied; the last one is the one reported "
                     "(step 1 after init starts from q = A; later steps are the steady state)")
     ap.add_argument("--format", default="jsonl", choices=["jsonl", "csv", "parquet"])
+    ap.add_argument("--resident-steps", type=int, default=5, help="steps through the resident handoff after the "
+                    "CLI ones (0: skip)")
     ap.add_argument("--workdir", default=None, help="Keep the files here (default: a temporary folder).")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -141,6 +185,7 @@ def main():
             steps.append({"step": t, "wall_s": upd_wall, "iterations": upd["iterations"],
                           "peak_rss_mb": upd["peak_rss_mb"], **upd["timings"]})
         pred, pred_wall = run("predict", "--state", state, "--out", work / f"predictions.{args.format}")
+        resident = resident_steps(state, work, ids, labels, p_state, rng, args) if args.resident_steps else None
         result = {
             "benchmark": "handoff_roundtrip",
             "date": date.today().isoformat(),
@@ -158,6 +203,8 @@ def main():
             "q_float32_plus_graph_mb": (args.n * args.k * 4 + w.data.nbytes + w.indices.nbytes + w.indptr.nbytes)
             / 2**20,
             "round_trip_wall_s": upd_wall + pred_wall,
+            "resident": resident,
+            "resident_over_round_trip": (resident["step_wall_s_median"] / (upd_wall + pred_wall)) if resident else None,
             "disk_mb": {"model": du_mb(state / "model.zarr"), "step": du_mb(state / "steps" / f"{args.steps:08d}.zarr"),
                         "predictions": (work / f"predictions.{args.format}").stat().st_size / 2**20},
         }

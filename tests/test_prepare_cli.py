@@ -52,7 +52,9 @@ def assert_refused(res, out: Path, code: int, *needles: str):
     assert len(lines) == 1 and lines[0].startswith("graphdiff: error:"), res.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
-    assert res.stdout == ""
+    # nothing on stdout, or with --json the same error as one object
+    assert res.stdout == "" or json.loads(res.stdout) == {"error": lines[0][len("graphdiff: error: "):],
+                                                          "exit_code": code}, res.stdout
     assert not out.exists()
     assert not [p for p in out.parent.iterdir() if ".staging-" in p.name or ".old-" in p.name]
 

@@ -435,3 +435,65 @@ def test_the_log_is_appended_and_a_torn_append_is_skipped_then_dropped(state, in
     update(state, 3, outcomes(tmp_path, ids, 3))
     text = log.read_text()
     assert text.endswith("\n") and [json.loads(x)["step"] for x in text.splitlines()] == [0, 1, 2, 3]
+
+
+# --------------------------------------------------------------------------- resident handoff (Handoff)
+
+def test_resident_handoff_reads_the_state_once_and_matches_separate_updates(tmp_path, inputs):
+    """One Handoff over several steps: the STATE is read once, and every step's state and predictions are those
+    of separate update_state/predict calls (fresh processes' worth of reloading) on a twin STATE."""
+    graph, clusters, ids = inputs
+    a, b = tmp_path / "A", tmp_path / "B"
+    for s_ in (a, b):
+        handoff.init_state(graph, clusters, s_, device="cpu", keep=3, durable=False)
+    h = handoff.Handoff(a, device="cpu", durable=False)
+    for t in range(1, 5):
+        o = outcomes(tmp_path, ids, t)
+        res = h.update(t, o)
+        update(b, t, o)
+        pa, pb = h.predict(tmp_path / f"a{t}.csv"), handoff.predict(b, tmp_path / f"b{t}.csv")
+        assert res["step"] == t and pa["step"] == pb["step"] == t
+        assert (tmp_path / f"a{t}.csv").read_text() == (tmp_path / f"b{t}.csv").read_text()
+    assert h.loads == 1
+    sa, sb = Estimator.load(a).state_dict(), Estimator.load(b).state_dict()
+    for k in ("q", "a", "b", "successes", "rollouts"):
+        assert np.array_equal(np.asarray(sa[k]), np.asarray(sb[k])), k
+
+
+def test_resident_handoff_reloads_when_another_writer_moves_current(state, inputs, tmp_path):
+    ids = inputs[2]
+    h = handoff.Handoff(state, device="cpu", durable=False)
+    h.update(1, outcomes(tmp_path, ids, 1))
+    h.update(2, outcomes(tmp_path, ids, 2))
+    assert h.loads == 1
+    handoff.rollback(state, 1)                      # another process rolls back ...
+    update(state, 2, outcomes(tmp_path, ids, 2))    # ... and re-applies step 2 itself
+    with pytest.raises(StateError, match="step 2 is already applied"):
+        h.update(2, outcomes(tmp_path, ids, 2))
+    res = h.update(3, outcomes(tmp_path, ids, 3))   # the in-memory step 2 is not trusted: read again
+    assert res["step"] == 3 and h.loads == 2
+    ref = reference(inputs)
+    for t in (1, 2, 3):
+        apply_ref(ref, ids, t)
+    np.testing.assert_allclose(Estimator.load(state).predict(), ref.predict(), rtol=1e-6, atol=1e-9)
+
+
+def test_resident_handoff_forgets_its_estimator_when_a_commit_fails(state, inputs, tmp_path, monkeypatch):
+    ids = inputs[2]
+    h = handoff.Handoff(state, device="cpu", durable=False)
+    h.update(1, outcomes(tmp_path, ids, 1))
+
+    def disk_full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(h.sd, "commit_step", disk_full)
+    with pytest.raises(OSError):
+        h.update(2, outcomes(tmp_path, ids, 2))   # the estimator in memory ran step 2; the STATE did not
+    monkeypatch.undo()
+    assert StateDir.open(state).current_step == 1
+    h.update(2, outcomes(tmp_path, ids, 2))       # so it is read again, not reused one step ahead
+    ref = reference(inputs)
+    for t in (1, 2):
+        apply_ref(ref, ids, t)
+    np.testing.assert_allclose(Estimator.load(state).predict(), ref.predict(), rtol=1e-6, atol=1e-9)
+    assert h.loads == 2

@@ -356,3 +356,18 @@ def test_python_loop_example_drives_a_watcher_in_lockstep(state):
     assert applied_steps(state) == [0, 1, 2]
     inbox = state.parent / f"{state.name}.inbox"
     assert sorted(p.name for p in inbox.glob("step-*")) == ["step-000001.jsonl", "step-000002.jsonl"]
+
+
+def test_watch_keeps_the_estimator_in_memory_and_predicts_only_the_pool_named(state, inbox, inputs, tmp_path):
+    """Across steps the watcher reads the STATE once (the estimator stays resident) and ends where separate
+    updates end; --predict-ids writes only the trainer's next pool, read again at every step."""
+    for t in range(1, STEPS + 1):
+        drop(inputs, inbox, t)
+    pool = tmp_path / "pool.txt"
+    pool.write_text(f"{inputs['ids'][5]}\n{inputs['ids'][2]}\n")
+    res = watch(state, inbox, once=True, predictions=tmp_path / "pred-{step}.csv", predict_ids=pool,
+                durable=False)
+    assert res["n_applied"] == STEPS and res["state_loads"] == 1
+    assert_same_as_reference(state, inputs)
+    rows = (tmp_path / f"pred-{STEPS:06d}.csv").read_text().splitlines()
+    assert rows[0].startswith("id,p,") and [r.split(",")[0] for r in rows[1:]] == [inputs["ids"][5], inputs["ids"][2]]

@@ -105,58 +105,153 @@ def _step_refusal(root, step: int, cur: int) -> StateError:
                       f"the next update must be step {cur + 1}")
 
 
+class Handoff:
+    """The step handoff with the estimator kept in memory across steps (``watch``, the Python and trainer
+    integrations); ``update_state`` and ``predict`` are one-step uses of it.
+
+    Each ``update`` is exactly ``graphdiff update``: the same checks and refusals before anything is
+    written, the same lock, the same all-or-nothing commit of the STATE's next version. Between steps the
+    estimator stays in memory; it is read again from the STATE when ``CURRENT`` is no longer the file this
+    object last wrote or read (another writer - an update, a rollback, a second watcher - moved it: its
+    inode changes with every atomic replace) or when a step failed midway (the in-memory estimator may be
+    ahead of the STATE). ``predict`` writes the estimates of all prompts or only of the ids asked for.
+    """
+
+    def __init__(self, state, *, device: str | None = None, durable: bool = True):
+        self.sd = StateDir.open(state)
+        self.device, self.durable = device, durable
+        self.est = None
+        self._current_sig = None  # (step, inode, mtime_ns) of the CURRENT that self.est is
+        self._index = None
+        self.loads = 0  # how many times the STATE was read (1 when nobody else writes)
+
+    @property
+    def index(self):
+        if self._index is None:  # model.zarr never changes after init
+            self._index = self.sd.id_index()
+        return self._index
+
+    def _signature(self):
+        """Which CURRENT file is in place: every atomic replace makes a new inode."""
+        from ..io.estimator_store import CURRENT
+
+        st = (self.sd.root / CURRENT).stat()
+        return (st.st_ino, st.st_mtime_ns)
+
+    def estimator(self):
+        """The estimator at the STATE's current step: the one in memory, unless CURRENT moved under it."""
+        before = self._signature()
+        if self.est is not None and before == self._current_sig:
+            return self.est
+        self.est = load_current(self.sd, self.device)
+        self.loads += 1
+        # a CURRENT replaced while we read: keep the estimator (it is a whole step's) but look again next time
+        self._current_sig = before if self._signature() == before else None
+        return self.est
+
+    def update(self, step: int, outcomes, *, success_threshold: float = 1.0, lock_timeout: float = 600.0,
+               progress: Progress = _noop) -> dict:
+        """Apply training step ``step`` (= current + 1) with the outcomes file; see docs/handoff.md."""
+        from ..io.outcomes import check_threshold, read_outcomes
+
+        t0 = time.perf_counter()
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise InvalidArgumentError(f"--step must be an integer >= 1 (step 0 is init), got {step!r}")
+        check_threshold(success_threshold)
+        check_lock_timeout(lock_timeout)
+        sd = self.sd
+        cur = sd.current_step
+        if step != cur + 1:  # fail fast, before parsing; checked again under the lock
+            raise _step_refusal(sd.root, step, cur)
+        progress(0, 4)
+        t_import = _import_torch()
+        t1 = time.perf_counter()
+        index = self.index
+        t_model = time.perf_counter() - t1
+        parsed = read_outcomes(outcomes, success_threshold=success_threshold)
+        nodes = parsed.node_indices(index)
+        outcomes_hash = hash_file(outcomes)
+        t_parse = time.perf_counter()
+        progress(1, 4)
+        with sd.locked(lock_timeout):
+            t_locked = time.perf_counter()
+            cur = sd.current_step
+            if step != cur + 1:  # another writer moved on while we waited
+                raise _step_refusal(sd.root, step, cur)
+            est = self.estimator()
+            if est.step_ != cur:
+                raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
+            t_load = time.perf_counter()
+            progress(2, 4)
+            try:
+                stats = est.update(nodes, parsed.n, parsed.s)
+                t_infer = time.perf_counter()
+                progress(3, 4)
+                elbo = stats["elbo"]
+                entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": outcomes_hash,
+                         "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
+                         "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
+                         "success_threshold": float(success_threshold), "iterations": stats["iterations"],
+                         "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
+                         "inference_s": round(t_infer - t_load, 4)}
+                pruned = sd.commit_step(est.state_dict(copy=False), entry, durable=self.durable)
+            except BaseException:
+                self.est = None  # ahead of (or torn from) the STATE: read it again next time
+                raise
+            self._current_sig = self._signature()
+            t_write = time.perf_counter()
+            progress(4, 4)
+        return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
+                "retained": sd.retained_steps(), "loads": self.loads,
+                "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
+                            "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,
+                            "inference_s": t_infer - t_load, "write_s": t_write - t_infer,
+                            "total_s": time.perf_counter() - t0}}
+
+    def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8,
+                progress: Progress = _noop) -> dict:
+        """Write every prompt's (or ``ids_file``'s) estimates at the current step to ``out``, atomically."""
+        from ..core.beta import check_group_size
+        from ..io.readers import id_file_nodes
+        from ..io.tables import detect_format, write_rows
+
+        t0 = time.perf_counter()
+        group_size = check_group_size(group_size, "--group-size")
+        fmt = detect_format(out, fmt)
+        progress(0, 3)
+        t_import = _import_torch()
+        t1 = time.perf_counter()
+        all_ids = self.index.ids
+        if ids_file is not None:
+            ids, rows = id_file_nodes(ids_file, self.index, unique=False)
+        else:
+            ids, rows = all_ids, np.arange(len(all_ids), dtype=np.int64)
+        est = self.estimator()
+        t_load = time.perf_counter()
+        progress(1, 3)
+        res = est.estimates(rows, group_size=group_size)
+        t_infer = time.perf_counter()
+        progress(2, 3)
+        cols = {"id": list(ids), **{c: np.asarray(res[c]).tolist() for c in PREDICT_COLUMNS[1:]}}
+        records = (dict(zip(PREDICT_COLUMNS, vals)) for vals in zip(*(cols[c] for c in PREDICT_COLUMNS)))
+        write_rows(out, records, fmt, PREDICT_COLUMNS)  # streamed: one row dict at a time
+        t_write = time.perf_counter()
+        progress(3, 3)
+        p = np.asarray(res["p"])
+        return {"command": "predict", "state": str(self.sd.root), "step": est.step_, "out": str(out), "format": fmt,
+                "rows": len(ids), "group_size": group_size, "columns": PREDICT_COLUMNS,
+                "p_mean": float(p.mean()) if p.size else None,
+                "timings": {"import_s": t_import, "load_s": t_load - t1, "inference_s": t_infer - t_load,
+                            "write_s": t_write - t_infer, "total_s": time.perf_counter() - t0}}
+
+
 def update_state(state, step: int, outcomes, *, success_threshold: float = 1.0, lock_timeout: float = 600.0,
                  device: str | None = None, progress: Progress = _noop, durable: bool = True) -> dict:
     """Apply training step ``step`` (= current + 1) with the outcomes file; see docs/handoff.md."""
-    from ..io.outcomes import check_threshold, read_outcomes
-
-    t0 = time.perf_counter()
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise InvalidArgumentError(f"--step must be an integer >= 1 (step 0 is init), got {step!r}")
-    check_threshold(success_threshold)
-    check_lock_timeout(lock_timeout)
-    sd = StateDir.open(state)
-    cur = sd.current_step
-    if step != cur + 1:  # fail fast, before parsing; checked again under the lock
-        raise _step_refusal(sd.root, step, cur)
-    progress(0, 4)
-    t_import = _import_torch()
-    t1 = time.perf_counter()
-    index = sd.id_index()  # model.zarr never changes after init: safe to read before the lock
-    t_model = time.perf_counter() - t1
-    parsed = read_outcomes(outcomes, success_threshold=success_threshold)
-    nodes = parsed.node_indices(index)
-    outcomes_hash = hash_file(outcomes)
-    t_parse = time.perf_counter()
-    progress(1, 4)
-    with sd.locked(lock_timeout):
-        t_locked = time.perf_counter()
-        cur = sd.current_step
-        if step != cur + 1:  # another writer moved on while we waited
-            raise _step_refusal(sd.root, step, cur)
-        est = load_current(sd, device)
-        if est.step_ != cur:
-            raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
-        t_load = time.perf_counter()
-        progress(2, 4)
-        stats = est.update(nodes, parsed.n, parsed.s)
-        t_infer = time.perf_counter()
-        progress(3, 4)
-        elbo = stats["elbo"]
-        entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": outcomes_hash,
-                 "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
-                 "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
-                 "success_threshold": float(success_threshold), "iterations": stats["iterations"],
-                 "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
-                 "inference_s": round(t_infer - t_load, 4)}
-        pruned = sd.commit_step(est.state_dict(copy=False), entry, durable=durable)
-        t_write = time.perf_counter()
-        progress(4, 4)
-    return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
-            "retained": sd.retained_steps(),
-            "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model, "lock_wait_s": t_locked - t_parse,
-                        "load_s": t_model + t_load - t_locked, "inference_s": t_infer - t_load,
-                        "write_s": t_write - t_infer, "total_s": time.perf_counter() - t0}}
+    res = Handoff(state, device=device, durable=durable).update(
+        step, outcomes, success_threshold=success_threshold, lock_timeout=lock_timeout, progress=progress)
+    res.pop("loads")
+    return res
 
 
 # ------------------------------------------------------------------------------------------ predict
@@ -164,39 +259,8 @@ def update_state(state, step: int, outcomes, *, success_threshold: float = 1.0, 
 def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8, device: str | None = None,
             progress: Progress = _noop) -> dict:
     """Write every prompt's (or ``ids_file``'s) estimates at the current step to ``out``, atomically."""
-    from ..core.beta import check_group_size
-    from ..io.readers import id_file_nodes
-    from ..io.tables import detect_format, write_rows
-
-    t0 = time.perf_counter()
-    group_size = check_group_size(group_size, "--group-size")
-    fmt = detect_format(out, fmt)
-    sd = StateDir.open(state)
-    progress(0, 3)
-    t_import = _import_torch()
-    t1 = time.perf_counter()
-    all_ids = sd.ids
-    if ids_file is not None:
-        ids, rows = id_file_nodes(ids_file, sd.id_index(), unique=False)
-    else:
-        ids, rows = all_ids, np.arange(len(all_ids), dtype=np.int64)
-    est = load_current(sd, device)
-    t_load = time.perf_counter()
-    progress(1, 3)
-    res = est.estimates(rows, group_size=group_size)
-    t_infer = time.perf_counter()
-    progress(2, 3)
-    cols = {"id": list(ids), **{c: np.asarray(res[c]).tolist() for c in PREDICT_COLUMNS[1:]}}
-    records = (dict(zip(PREDICT_COLUMNS, vals)) for vals in zip(*(cols[c] for c in PREDICT_COLUMNS)))
-    write_rows(out, records, fmt, PREDICT_COLUMNS)  # streamed: one row dict at a time
-    t_write = time.perf_counter()
-    progress(3, 3)
-    p = np.asarray(res["p"])
-    return {"command": "predict", "state": str(sd.root), "step": est.step_, "out": str(out), "format": fmt,
-            "rows": len(ids), "group_size": group_size, "columns": PREDICT_COLUMNS,
-            "p_mean": float(p.mean()) if p.size else None,
-            "timings": {"import_s": t_import, "load_s": t_load - t1, "inference_s": t_infer - t_load,
-                        "write_s": t_write - t_infer, "total_s": time.perf_counter() - t0}}
+    return Handoff(state, device=device).predict(out, ids_file=ids_file, fmt=fmt, group_size=group_size,
+                                                  progress=progress)
 
 
 # ------------------------------------------------------------------------------------ status, rollback

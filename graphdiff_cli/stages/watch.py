@@ -126,14 +126,16 @@ class _Watcher:
     """One run of the watcher (the state of its loop); ``watch`` is the public entry point."""
 
     def __init__(self, state, inbox, *, complete, predictions, group_size, success_threshold, lock_timeout,
-                 device, durable, listener):
-        from ..io.state_dir import StateDir
+                 device, durable, listener, predict_ids=None):
+        from .handoff import Handoff
 
-        self.sd = StateDir.open(state)
+        self.handoff = Handoff(state, device=device, durable=durable)  # the estimator stays in memory
+        self.sd = self.handoff.sd
         self.state, self.inbox = Path(state), Path(inbox)
         self.complete, self.predictions, self.group_size = complete, predictions, group_size
         self.success_threshold, self.lock_timeout = success_threshold, lock_timeout
         self.device, self.durable, self.listener = device, durable, listener
+        self.predict_ids = predict_ids
         self.applied: list[dict] = []
         self.conflicts: dict[str, dict] = {}
         self.predicted_steps: list[int] = []
@@ -162,11 +164,9 @@ class _Watcher:
             self._apply(nxt, path)
 
     def _apply(self, step: int, path: Path) -> None:
-        from .handoff import update_state
-
         try:
-            res = update_state(self.state, step, path, success_threshold=self.success_threshold,
-                               lock_timeout=self.lock_timeout, device=self.device, durable=self.durable)
+            res = self.handoff.update(step, path, success_threshold=self.success_threshold,
+                                      lock_timeout=self.lock_timeout)
         except StateError:
             # Another writer (a second watcher on another inbox, a manual update or rollback) moved the
             # STATE while we read the inbox: CURRENT is the truth, so look again rather than guess.
@@ -187,11 +187,9 @@ class _Watcher:
             self.write_predictions(step)
 
     def write_predictions(self, step: int) -> None:
-        from .handoff import predict
-
         out = predictions_path(self.predictions, step)
         out.parent.mkdir(parents=True, exist_ok=True)
-        res = predict(self.state, out, group_size=self.group_size, device=self.device)
+        res = self.handoff.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
         if res["step"] != step:  # another writer moved CURRENT between the update and the predict
             self.listener({"event": "moved", "step": step, "current": res["step"]})
         self.predicted_steps.append(res["step"])
@@ -256,12 +254,15 @@ def _signature(p: Path) -> tuple:
 def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=None, group_size: int = 8,
           success_threshold: float = 1.0, lock_timeout: float = 600.0, complete: str = "rename",
           until_step: int | None = None, device: str | None = None, durable: bool = True,
-          stop: Callable[[], bool] = lambda: False, listener: Listener = _quiet) -> dict:
+          predict_ids=None, stop: Callable[[], bool] = lambda: False, listener: Listener = _quiet) -> dict:
     """Apply the inbox's step files to ``state`` in step order, exactly once; see the module docstring.
 
     ``once``: one pass (apply every step that is ready, then return). Otherwise look again every
     ``poll`` seconds until ``stop()`` is true or the STATE reaches ``until_step``. ``predictions``: a
-    table written after each applied step (and at start), ``{step}`` in it naming one file per step.
+    table written after each applied step (and at start), ``{step}`` in it naming one file per step;
+    ``predict_ids``: a file of the ids to write there (the trainer's next candidate pool; default: every
+    prompt). The estimator stays in memory between steps (``handoff.Handoff``): the STATE is read once,
+    and again only when another writer moved it.
     """
     import math
 
@@ -289,7 +290,7 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
     t0 = time.perf_counter()
     w = _Watcher(state, inbox, complete=complete, predictions=predictions, group_size=group_size,
                  success_threshold=success_threshold, lock_timeout=lock_timeout, device=device, durable=durable,
-                 listener=listener)
+                 listener=listener, predict_ids=predict_ids)
     start_step = w.sd.current_step
     with inbox_lock(inbox):
         w.ensure_predictions()
@@ -318,4 +319,4 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
             "incomplete": scan.incomplete, "duplicates": scan.duplicates, "invalid": scan.invalid,
             "conflicts": list(w.conflicts.values()),
             "predictions": None if predictions is None else str(predictions_path(predictions, cur)),
-            "stopped": reason, "timings": {"total_s": time.perf_counter() - t0}}
+            "stopped": reason, "state_loads": w.handoff.loads, "timings": {"total_s": time.perf_counter() - t0}}

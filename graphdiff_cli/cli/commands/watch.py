@@ -50,6 +50,9 @@ def watch(
     complete: str = typer.Option("rename", "--complete", help="When a step file is complete: 'rename' (once it "
                                  "exists under its name: write elsewhere, then rename into place) or 'done' "
                                  "(once a marker <file>.done exists beside it)."),
+    predict_ids: Optional[Path] = typer.Option(None, "--predict-ids", help="Write predictions only for the ids in "
+                                               "this file (one per line, or a table with an id column), read "
+                                               "again at every step: the trainer's next candidate pool."),
     until_step: Optional[int] = typer.Option(None, "--until-step", help="Exit once the STATE reaches this step."),
     group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance."),
     success_threshold: float = typer.Option(1.0, "--success-threshold", help="A rollout with reward >= this "
@@ -81,7 +84,8 @@ def watch(
     try:
         res = run_watch(state, inbox, once=once, poll=poll, predictions=predictions, group_size=group_size,
                         success_threshold=success_threshold, lock_timeout=lock_timeout, complete=complete,
-                        until_step=until_step, stop=lambda: bool(stopping), listener=listener)
+                        until_step=until_step, predict_ids=predict_ids, stop=lambda: bool(stopping),
+                        listener=listener)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
