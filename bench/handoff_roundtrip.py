@@ -205,7 +205,8 @@ def main():
             "round_trip_wall_s": upd_wall + pred_wall,
             "resident": resident,
             "resident_over_round_trip": (resident["step_wall_s_median"] / (upd_wall + pred_wall)) if resident else None,
-            "disk_mb": {"model": du_mb(state / "model.zarr"), "step": du_mb(state / "steps" / f"{args.steps:08d}.zarr"),
+            "disk_mb": {"model": du_mb(state / "model.zarr"),
+                        "step": du_mb(max((state / "steps").glob("*.zarr"))),  # the latest step's state
                         "predictions": (work / f"predictions.{args.format}").stat().st_size / 2**20},
         }
     finally:
