@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import pytest
 
 from graphdiff_cli.errors import StateError
@@ -138,3 +139,27 @@ def test_debris_names_round_trip():
     assert debris.owner(".x.tmp") is None and debris.owner("x.staging-h@1@ab") is None
     with pytest.raises(ValueError):
         debris.temp_name("x", "junk")
+
+
+def test_a_replace_cut_between_its_renames_is_restored_not_swept(tmp_path):
+    """Killed after renaming the old version aside and before renaming the new one in: the destination is
+    missing and the old folder is the only intact copy; the next writer puts it back before anything else."""
+    from graphdiff_cli.io import debris
+
+    dest = tmp_path / "art.zarr"
+    dead = f".art.zarr.old-{debris._HOST}@{2 ** 22 + 11}@0000abcd"  # a pid that is not running
+    (tmp_path / dead).mkdir()
+    (tmp_path / dead / "x").write_text("previous version")
+    with pytest.raises(RuntimeError):
+        with staged_dir(dest, durable=False):
+            assert (dest / "x").read_text() == "previous version"  # restored before the new write began
+            raise RuntimeError("the new write fails too")
+    assert (dest / "x").read_text() == "previous version" and not (tmp_path / dead).exists()
+
+
+def test_checksums_of_a_non_native_byte_order_array_read_back(tmp_path):
+    from graphdiff_cli.io.artifacts import read_artifact, write_artifact
+
+    a = np.arange(12, dtype=">f8").reshape(4, 3)
+    write_artifact(tmp_path / "b.zarr", "test", {"a": a}, durable=False)
+    assert np.array_equal(read_artifact(tmp_path / "b.zarr", "test").array("a"), a)

@@ -420,8 +420,9 @@ def test_subprocess_json_is_one_object_and_errors_one_line(graph40, tmp_path):
     bad = write_jsonl(tmp_path / "dup.jsonl", [{"id": 1, "prompt": "a"}, {"id": "1", "prompt": "b"}])
     out2 = tmp_path / "e.zarr"
     proc = run_cli("--json", "embed", bad, "--out", out2)
-    assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == [f"graphdiff: error: {bad}:2: duplicate id '1' (first on line 1)"]
+    message = f"{bad}:2: duplicate id '1' (first on line 1)"
+    assert proc.returncode == 1 and json.loads(proc.stdout) == {"error": message, "exit_code": 1}  # one object
+    assert proc.stderr.strip().splitlines() == [f"graphdiff: error: {message}"]
     assert not out2.exists()
 
 

@@ -497,3 +497,20 @@ def test_resident_handoff_forgets_its_estimator_when_a_commit_fails(state, input
         apply_ref(ref, ids, t)
     np.testing.assert_allclose(Estimator.load(state).predict(), ref.predict(), rtol=1e-6, atol=1e-9)
     assert h.loads == 2
+
+
+def test_a_state_made_with_keep_1_still_updates_and_keeps_two(tmp_path, inputs):
+    """--keep 1 is refused now; a STATE an older graphdiff made with it keeps 2 instead of failing after CURRENT."""
+    graph, clusters, ids = inputs
+    st = tmp_path / "K1"
+    handoff.init_state(graph, clusters, st, device="cpu", keep=2, durable=False)
+    meta = st / "model.zarr" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["attributes"]["handoff"]["keep"] = 1
+    from graphdiff_cli.io.artifacts import attrs_hash
+
+    doc["attributes"]["graphdiff"]["attrs_hash"] = attrs_hash(doc["attributes"])  # as the old version wrote it
+    meta.write_text(json.dumps(doc))
+    for t in (1, 2, 3):
+        update(st, t, outcomes(tmp_path, ids, t))
+    assert StateDir.open(st).keep == 2 and StateDir.open(st).retained_steps() == [0, 2, 3]

@@ -73,6 +73,8 @@ def main() -> None:
     except TyperException as exc:  # typer's click: a usage error (unknown option, bad value, missing argument)
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path if ctx is not None else "graphdiff"
+        if not exc.format_message().strip():  # `graphdiff` alone: the help was printed, nothing failed
+            sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
         OUT.json = OUT.json or "--json" in sys.argv[1:]
         try:
             fail(f"{exc.format_message()} (see {where} --help)", getattr(exc, "exit_code", EXIT_USAGE))

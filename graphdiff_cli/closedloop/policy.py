@@ -101,13 +101,14 @@ def generate(model, tok, prompts: list[str], num_samples: int = 1, greedy: bool 
     """Completions (decoded, specials dropped) for each prompt: ``num_samples`` each."""
     import torch
 
-    torch.manual_seed(seed)
     out: list[list[str]] = []
     was_training = model.training
     model.eval()
     flat = [p for p in prompts for _ in range(num_samples)]
     texts: list[str] = []
-    with torch.no_grad():
+    # the caller's RNG (GRPO's sampling) is left as it was: evaluation draws from a forked one
+    with torch.random.fork_rng(), torch.no_grad():
+        torch.manual_seed(seed)
         for i in range(0, len(flat), batch_size):
             chunk = flat[i:i + batch_size]
             enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -162,7 +162,7 @@ def make_splits(train_per_cell: int = 100, test_per_cell: int = 24, sft_per_cell
     """(train pool, held-out test, SFT data) of ``skills`` x every level: disjoint prompt texts, the same
     families; the SFT answers carry the per-cell systematic noise ``sft_noise = (lo, hi)`` (``cell_noise``),
     the pool and test set none."""
-    skills = tuple(skills)
+    skills = tuple(dict.fromkeys(skills))  # in order, each once
     unknown = [s for s in skills if s not in SKILLS]
     if unknown or not skills:
         raise ValueError(f"skills must be some of {', '.join(SKILLS)} (got {', '.join(skills) or 'none'})")

@@ -19,7 +19,17 @@ import uuid
 from pathlib import Path
 
 KINDS = ("tmp", "staging", "old")
-_HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname() or "host")
+def _host_token() -> str:
+    """The host name plus this process's pid namespace (a container sharing the host's name has its own
+    pids: a pid is only meaningful inside its namespace)."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname() or "host")
+    try:
+        return f"{host}-ns{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return host
+
+
+_HOST = _host_token()
 _NAME = re.compile(r"^\.(?P<dest>.+)\.(?P<kind>tmp|staging|old)-(?P<host>[A-Za-z0-9_.-]+)@(?P<pid>\d+)@[0-9a-f]+$")
 
 

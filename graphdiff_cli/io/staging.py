@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .debris import sweep, temp_name
+from .debris import is_stale, owner, sweep, temp_name
 
 
 def fsync_dir(path: Path) -> None:
@@ -57,6 +57,25 @@ def replace_dir(src: Path, dst: Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
+def _restore_replaced(dest: Path) -> None:
+    """A writer killed between ``replace_dir``'s two renames left ``dest`` missing and the previous version
+    under its ``old`` name: put that back before anything else (it is the only intact copy)."""
+    if dest.exists() or dest.is_symlink():
+        return
+    try:
+        names = os.listdir(dest.parent)
+    except OSError:
+        return
+    for name in sorted(names):
+        who = owner(name)
+        if who and who[0] == dest.name and who[1] == "old" and is_stale(name, dest.name):
+            try:
+                os.rename(dest.parent / name, dest)
+            except OSError:
+                continue
+            return
+
+
 @contextlib.contextmanager
 def staged_dir(dest, *, replace: bool = True, durable: bool = True):
     """Yield a new empty staging folder beside ``dest``; when the block ends without an exception,
@@ -70,6 +89,7 @@ def staged_dir(dest, *, replace: bool = True, durable: bool = True):
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _restore_replaced(dest)
     sweep(dest.parent, dest.name)  # what killed writers of this destination left
     staging = dest.parent / temp_name(dest.name, "staging")
     try:

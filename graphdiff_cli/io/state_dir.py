@@ -169,7 +169,8 @@ class StateDir:
     @property
     def keep(self) -> int:
         handoff = self.model()[0].attr("handoff") or {}
-        return int(handoff.get("keep", DEFAULT_KEEP))
+        # a STATE made when --keep 1 was allowed keeps 2: fewer removes what a concurrent reader opens
+        return max(int(handoff.get("keep", DEFAULT_KEEP)), MIN_KEEP)
 
     def current_artifact(self):
         """The current step's artifact (its stamp; arrays are read on demand), checked to hold that step and
@@ -225,7 +226,14 @@ class StateDir:
         text = path.read_text(encoding="utf-8")
         lines = text.split("\n")
         torn = lines.pop() if lines else ""  # the text after the last newline: "" when the file ends in one
-        entries, exact = [], not torn.strip()
+        exact = not torn.strip()
+        if torn.strip():
+            try:  # a whole entry that only lacks its newline (a hand edit) still counts; else an append cut short
+                if int(json.loads(torn)["step"]) <= upto:
+                    lines.append(torn)
+            except (ValueError, KeyError, TypeError):
+                pass
+        entries = []
         for line_no, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -247,11 +255,20 @@ class StateDir:
 
     def _append_log(self, entry: dict, durable: bool) -> None:
         """Append one line to the log (O_APPEND, then fsync): a step's cost does not grow with the run."""
+        data = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
         fd = os.open(self.root / LOG, os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8"))
-            if durable:
-                os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                done = 0
+                while done < len(data):  # a short write (disk full, quota) is continued or raises
+                    done += os.write(fd, data[done:])
+                if durable:
+                    os.fsync(fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)  # no torn line left behind when we can help it
+                raise
         finally:
             os.close(fd)
 

@@ -135,8 +135,9 @@ class Handoff:
         """Which CURRENT file is in place: every atomic replace makes a new inode."""
         from ..io.estimator_store import CURRENT
 
-        st = (self.sd.root / CURRENT).stat()
-        return (st.st_ino, st.st_mtime_ns)
+        path = self.sd.root / CURRENT
+        st = path.stat()
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, path.read_bytes())
 
     def estimator(self):
         """The estimator at the STATE's current step: the one in memory, unless CURRENT moved under it."""

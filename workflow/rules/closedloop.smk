@@ -29,13 +29,14 @@ rule closedloop_data:
         cl=CL_MAIN,
         d=CL["data"],
         skills=",".join(CL["data"].get("skills", ["add", "compare", "reverse", "sort", "count", "parity"])),
+        noise=CL["data"].get("sft_noise", [0.0, 0.0]),
         out=lambda w, output: _cl_os.path.dirname(output.train),
     conda:
         ENV
     shell:
         "{params.cl} data --out {params.out:q} --train-per-cell {params.d[train_per_cell]} "
         "--test-per-cell {params.d[test_per_cell]} --sft-per-cell {params.d[sft_per_cell]} "
-        "--seed {params.d[seed]} --sft-noise-min {params.d[sft_noise][0]} --sft-noise-max {params.d[sft_noise][1]} "
+        "--seed {params.d[seed]} --sft-noise-min {params.noise[0]} --sft-noise-max {params.noise[1]} "
         "--skills {params.skills} "
         "> {log:q} 2>&1"
 
@@ -95,6 +96,7 @@ rule closedloop_run:
     params:
         cl=CL_MAIN,
         t=CL["train"],
+        eval_samples=CL["train"].get("eval_samples", 4),
         data=lambda w, input: _cl_os.path.dirname(input.train),
     conda:
         ENV
@@ -105,7 +107,7 @@ rule closedloop_run:
         "--steps {params.t[steps]} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
         "--pool-factor {params.t[pool_factor]} --dapo-oversample {params.t[dapo_oversample]} --lr {params.t[lr]} "
         "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} "
-        "--eval-samples {params.t[eval_samples]} --threads {threads} > {log:q} 2>&1"
+        "--eval-samples {params.eval_samples} --threads {threads} > {log:q} 2>&1"
 
 
 rule closedloop_report:
