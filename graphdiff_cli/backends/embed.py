@@ -99,7 +99,7 @@ def _load(target: str, local: bool, device: str):
         hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
         raise BackendError(
             f"embedding model {target!r} is not in the local Hugging Face cache ({hf_home}) and graphdiff never "
-            f"downloads: download it on a machine with network (huggingface-cli download {target}) and pass "
+            f"downloads: download it on a machine with network (hf download {target}) and pass "
             f"--model /local/path, or set HF_HOME to a cache that holds it") from None
     model.eval()
     return model
