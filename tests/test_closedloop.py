@@ -137,6 +137,10 @@ def test_two_grpo_steps_with_graphdiff(tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(0.0 <= r["heldout_acc"] <= 1.0 for r in rows)
     assert all(0.0 <= r["heldout_sampled"] <= 1.0 for r in rows)  # and the sampled pass rate beside it
+    for r in rows:  # per (skill, level) cell too
+        cells = r["heldout_acc_by_cell"]
+        assert set(cells) <= {f"{s}{lv}" for s in tasks.SKILLS for lv in tasks.LEVELS} and cells
+        assert all(0.0 <= v <= 1.0 for v in cells.values())
     for r in rows[1:]:
         assert r["rollouts"] == B * G and r["prompts"] == B
         assert 0 <= r["effective"] <= r["prompts"] and r["effective_rate"] == pytest.approx(r["effective"] / B)

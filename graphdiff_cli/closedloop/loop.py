@@ -16,7 +16,7 @@ n over the prompt's rollouts of the step), mean reward, the trainer step's wall 
 loss, optimiser), the estimator's wall time (update after the step + the plan before it), and held-out
 greedy exact-match accuracy every ``eval_every`` steps (step 0 = the warm-started policy), with the held-out
 mean pass rate of ``eval_samples`` sampled completions per prompt (temperature 1: what GRPO optimises;
-greedy accuracy moves only when a prompt's most likely answer flips).
+greedy accuracy moves only when a prompt's most likely answer flips), both also per (skill, level) cell.
 """
 
 from __future__ import annotations
@@ -63,6 +63,14 @@ class RunConfig:
         if kind == "dapo":
             return int(round(self.dapo_oversample * self.batch_prompts)) * self.group_size
         return self.batch_prompts * self.group_size
+
+
+def _by_cell(rows: list[dict], values) -> dict[str, float]:
+    """Mean of ``values`` per (skill, level) cell of the rows, keyed "compare2" (where a scheduler's gains are)."""
+    acc: dict[str, list[float]] = {}
+    for r, v in zip(rows, np.asarray(values, dtype=float)):
+        acc.setdefault(f"{r.get('skill', '?')}{r.get('level', '')}", []).append(float(v))
+    return {k: round(float(np.mean(v)), 4) for k, v in sorted(acc.items())}
 
 
 def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_dir, out_dir,
@@ -169,12 +177,13 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
         """Greedy exact-match accuracy and (``eval_samples`` > 0) the mean pass rate of sampled completions
         (the same seed at every evaluation of every run, so paired runs draw alike)."""
         t0 = time.perf_counter()
-        acc, _ = greedy_accuracy(trainer.model, tok, test_rows, max_new_tokens=cfg.max_completion_length)
-        out = {"heldout_acc": acc}
+        acc, ok = greedy_accuracy(trainer.model, tok, test_rows, max_new_tokens=cfg.max_completion_length)
+        out = {"heldout_acc": acc, "heldout_acc_by_cell": _by_cell(test_rows, ok)}
         if cfg.eval_samples:
             c = pass_counts(trainer.model, tok, test_rows, n=cfg.eval_samples,
                             max_new_tokens=cfg.max_completion_length, seed=cfg.seed)
             out["heldout_sampled"] = float(c.mean() / cfg.eval_samples)
+            out["heldout_sampled_by_cell"] = _by_cell(test_rows, c / cfg.eval_samples)
         eval_seconds.append(time.perf_counter() - t0)
         return out
 
