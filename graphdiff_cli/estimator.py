@@ -18,7 +18,6 @@ runs on copies, and the new state is committed by plain assignments at the end.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -431,10 +430,10 @@ class Estimator:
     def load(cls, path, device: str | None = None) -> "Estimator":
         """Read a saved estimator, or the current state of a STATE directory (checked as every handoff
         command checks it: CURRENT, the step it names, the log)."""
-        from .io.estimator_store import CURRENT, read_state
+        from .io.estimator_store import is_state_dir, read_state
         from .io.state_dir import StateDir
 
-        state = StateDir.open(path).read_state() if (Path(path) / CURRENT).is_file() else read_state(path)
+        state = StateDir.open(path).read_state() if is_state_dir(path) else read_state(path)
         return cls.from_state_dict(state, device=device, copy=False)  # the arrays were just read
 
     def __repr__(self) -> str:

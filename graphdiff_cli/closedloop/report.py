@@ -105,8 +105,8 @@ def compare(runs, native: str, graphdiff: str, reference: str = "uniform") -> li
 
 
 def steps_ratio(row: dict, suffix: str = "") -> float | None:
-    """graphdiff's steps to the reference's final level / the reference's own steps to it (None: undefined,
-    never reached counts as the run's length + 1 eval, i.e. above 1)."""
+    """graphdiff's steps to the reference's final level / the reference's own steps to it (None: undefined, or
+    graphdiff never reached it)."""
     ref = row.get(f"reference_steps_to_final{suffix}")
     if not ref:
         return None

@@ -129,10 +129,15 @@ def read_current(root) -> tuple[int, str]:
     return step, rel
 
 
+def is_state_dir(path) -> bool:
+    """Whether ``path`` is a STATE directory (it has a CURRENT pointer) rather than a saved estimator."""
+    return (Path(path) / CURRENT).is_file()
+
+
 def resolve_state_path(path) -> tuple[Path, int | None]:
     """(a saved estimator, None), or (the artifact named by a STATE directory's CURRENT pointer, its step)."""
     path = Path(path)
-    if (path / CURRENT).is_file():
+    if is_state_dir(path):
         step, rel = read_current(path)
         return path / rel, step
     return path, None
@@ -167,6 +172,17 @@ def read_step_arrays(step_art) -> dict:
     return {name: step_art.array(name) for name in names}
 
 
+def check_step_artifact(art, step: int | None, model_art=None, *, said_by: str = "CURRENT says") -> None:
+    """Refuse an ``estimator-step`` artifact that does not hold ``step`` (when given) or does not belong to the
+    model artifact ``model_art`` (when given): the one check of a step's identity, for every reader."""
+    if step is not None and art.attr("step") != step:
+        raise ArtifactError(f"{art.path}: holds step {art.attr('step')!r} but {said_by} step {step}; the STATE is "
+                            "damaged (graphdiff rollback --to a retained step)")
+    if model_art is not None and art.inputs.get("model") != model_art.content_hash:
+        raise ArtifactError(f"{art.path}: belongs to a model with content hash {art.inputs.get('model')}, but "
+                            f"{model_art.path} has {model_art.content_hash}")
+
+
 def read_state(path, model=None) -> dict:
     """An estimator's state dict from a standalone artifact, a step artifact (with its model) or a STATE
     directory (``Estimator.from_state_dict`` makes the estimator; the arrays are fresh, so it may own them).
@@ -179,9 +195,7 @@ def read_state(path, model=None) -> dict:
         if model is None:
             model = read_model(step_model_path(art))
         m_art, _ids, graph, labels, config = model
-        if art.inputs.get("model") != m_art.content_hash:
-            raise ArtifactError(f"{art.path}: belongs to a model with content hash {art.inputs.get('model')}, "
-                                f"but {m_art.path} has {m_art.content_hash}")
+        check_step_artifact(art, current, m_art)
         state = {"config": config, "step": art.attr("step"), "graph": graph, "labels": labels,
                  **read_step_arrays(art)}
     else:
@@ -190,9 +204,6 @@ def read_state(path, model=None) -> dict:
         state = {"config": art.attr("config"), "step": art.attr("step"), "graph": _read_graph(art, n), **arrays}
     if state["config"] is None or state["step"] is None:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks its config or step attribute")
-    if current is not None and state["step"] != current:
-        raise ArtifactError(f"{art.path}: holds step {state['step']!r} but CURRENT says step {current}; the STATE "
-                            "is damaged (graphdiff rollback --to a retained step)")
     missing = [k for k in ("q", "a", "b", "successes", "rollouts", "window_evidence") if k not in state]
     if missing:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks array(s) {', '.join(missing)}")

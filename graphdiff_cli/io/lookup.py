@@ -6,20 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from .artifacts import read_artifact
-from .estimator_store import CURRENT
+from .estimator_store import is_state_dir
 from .readers import IdIndex, read_graph
 from .state_dir import StateDir
-
-
-def _is_state(path: Path) -> bool:
-    return (path / CURRENT).is_file()
 
 
 def load_graph(path):
     """``(W, ids)``: the similarity graph of a graph artifact or of a STATE directory as a symmetric
     ``scipy.sparse.csr_matrix`` (row/column i = prompt ``ids[i]``), checked like every graphdiff read."""
     path = Path(path)
-    if _is_state(path):
+    if is_state_dir(path):
         _art, ids, w, _labels, _config = StateDir.open(path).model()
         return w, list(ids)
     g = read_graph(path)
@@ -31,7 +27,7 @@ def prompt_index(path) -> IdIndex:
     an ``IdIndex``: ``index.nodes(ids)`` -> node indices (an unknown id is refused in one line),
     ``index.ids[i]`` -> the id of node i, ``index.get(id)`` -> its node or None."""
     path = Path(path)
-    if _is_state(path):
+    if is_state_dir(path):
         return StateDir.open(path).id_index()
     art = read_artifact(path, ("embeddings", "graph", "clusters"))
     return IdIndex([str(x) for x in art.array("ids")], f"the prompts of {path}")

@@ -41,8 +41,8 @@ from pathlib import Path
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
 from .atomic import atomic_write_text
-from .estimator_store import (CURRENT, STEP_KIND, STEPS, read_current, read_model, read_state, save_model, save_step,
-                              step_relpath)
+from .estimator_store import (CURRENT, STEP_KIND, STEPS, check_step_artifact, read_current, read_model, read_state,
+                              save_model, save_step, step_relpath)
 from .locks import file_lock
 from .debris import owner
 from .staging import staged_dir
@@ -177,12 +177,7 @@ class StateDir:
         to belong to this STATE's model - what ``status`` reports from without reading the arrays."""
         step, rel = self.current()
         art = read_artifact(self.root / rel, STEP_KIND)
-        if art.attr("step") != step:
-            raise ArtifactError(f"{art.path}: holds step {art.attr('step')!r} but CURRENT says step {step}; the "
-                                "STATE is damaged (graphdiff rollback --to a retained step)")
-        if art.inputs.get("model") != self.model()[0].content_hash:
-            raise ArtifactError(f"{art.path}: belongs to another model (content hash {art.inputs.get('model')}); "
-                                "the STATE is damaged (graphdiff rollback --to a retained step)")
+        check_step_artifact(art, step, self.model()[0])
         return art
 
     def read_state(self) -> dict:
@@ -355,8 +350,7 @@ class StateDir:
             raise StateError(f"{self.root}: the state of step {to} was pruned; retained steps: {kept} "
                              "(init --keep sets how many are kept)")
         art = read_artifact(dirs[to], STEP_KIND)  # refuse to point CURRENT at a damaged state
-        if art.attr("step") != to:
-            raise ArtifactError(f"{dirs[to]}: holds step {art.attr('step')!r}, expected step {to}")
+        check_step_artifact(art, to, said_by="its name says")
         if to == cur:
             return []
         self.clean_debris()

@@ -203,7 +203,7 @@ class Handoff:
             t_write = time.perf_counter()
             progress(4, 4)
         return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
-                "retained": sd.retained_steps(), "loads": self.loads,
+                "retained": sd.retained_steps(),
                 "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
                             "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,
                             "inference_s": t_infer - t_load, "write_s": t_write - t_infer,
@@ -249,10 +249,8 @@ class Handoff:
 def update_state(state, step: int, outcomes, *, success_threshold: float = 1.0, lock_timeout: float = 600.0,
                  device: str | None = None, progress: Progress = _noop, durable: bool = True) -> dict:
     """Apply training step ``step`` (= current + 1) with the outcomes file; see docs/handoff.md."""
-    res = Handoff(state, device=device, durable=durable).update(
+    return Handoff(state, device=device, durable=durable).update(
         step, outcomes, success_threshold=success_threshold, lock_timeout=lock_timeout, progress=progress)
-    res.pop("loads")
-    return res
 
 
 # ------------------------------------------------------------------------------------------ predict

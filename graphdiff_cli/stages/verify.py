@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import ArtifactError
 from ..io.artifacts import STAMP_KEY, read_artifact
-from ..io.estimator_store import CURRENT, MODEL_KIND, STEP_KIND
+from ..io.estimator_store import MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir
 from ..io.state_dir import MODEL, StateDir
 
 
@@ -53,7 +53,7 @@ def verify(path) -> dict:
     problems: list[str] = []
     notices: list[str] = []
     checked: list[str] = []
-    if (path / CURRENT).exists() or (path / MODEL).exists():
+    if is_state_dir(path) or (path / MODEL).exists():
         kind = "STATE"
         sd = StateDir(path)
         step = None
@@ -82,10 +82,10 @@ def verify(path) -> dict:
             notices += n
             checked.append(rel)
             if art is not None:
-                if art.attr("step") != t:
-                    problems.append(f"{folder}: holds step {art.attr('step')!r}, expected step {t}")
-                if model is not None and art.inputs.get("model") != model.content_hash:
-                    problems.append(f"{folder}: belongs to another model (content hash {art.inputs.get('model')})")
+                try:
+                    check_step_artifact(art, t, model, said_by="its name says")
+                except ArtifactError as exc:
+                    problems.append(str(exc))
         if step is not None and step not in sd.step_dirs():
             problems.append(f"{path}: CURRENT names step {step}, whose state folder is missing")
     else:
