@@ -112,3 +112,32 @@ def test_math_variant_on_the_real_training_split():
     lv = np.array([r["level"] or 3 for r in rows])[sim.id]
     by_level = [sim.p_true[lv == lvl].mean() for lvl in S.LEVELS]
     assert np.all(np.diff(by_level) < 0)
+
+
+def test_a_shift_moves_one_topic_from_its_step_and_changes_nothing_before(sim):
+    shifted = S.simulate(n_prompts=500, steps=40, batch_size=50, rollouts=8, seed=7,
+                         shifts=[S.Shift.parse("21:algebra:+2"), S.Shift(31, "geometry", -1.5)])
+    assert shifted.prompts == sim.prompts
+    np.testing.assert_array_equal(shifted.id, sim.id)  # same batches: a shift draws no random numbers
+    col = {u: j for j, u in enumerate(sim.topics)}
+    diff = shifted.ability - sim.ability
+    np.testing.assert_allclose(diff[:20], 0.0)
+    np.testing.assert_allclose(diff[20:, col["algebra"]], 2.0)
+    np.testing.assert_allclose(diff[20:30, col["geometry"]], 0.0)
+    np.testing.assert_allclose(diff[30:, col["geometry"]], -1.5)
+    others = [j for u, j in col.items() if u not in ("algebra", "geometry")]
+    np.testing.assert_allclose(diff[:, others], 0.0)
+    before = sim.step <= 20
+    np.testing.assert_array_equal(shifted.s[before], sim.s[before])
+    alg = np.array([sim.prompts[i]["topic"] == "algebra" for i in sim.id])
+    after = sim.step >= 21
+    assert (shifted.p_true[after & alg] > sim.p_true[after & alg]).all()
+    assert shifted.params["shifts"] == [[21, "algebra", 2.0], [31, "geometry", -1.5]]
+
+
+@pytest.mark.parametrize("text, match", [("21:algebra", "STEP:TOPIC:DELTA"), ("x:algebra:1", "integer step"),
+                                         ("21:algebra:nan", "finite"), ("21:poetry:1", "unknown topic"),
+                                         ("0:algebra:1", r"\[1, 40\]"), ("41:algebra:1", r"\[1, 40\]")])
+def test_bad_shifts_are_refused_in_one_line(text, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        S.simulate(n_prompts=500, steps=40, batch_size=50, rollouts=8, seed=7, shifts=[S.Shift.parse(text)])

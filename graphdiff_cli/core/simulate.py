@@ -7,7 +7,9 @@ The policy's ability on topic u after a fraction x = t / (T - 1) of training (t 
 so topics improve by different amounts and at different speeds (gain_u, tau_u below, jittered per
 seed). The probability that one rollout of prompt i at step t succeeds is
     p_it = sigmoid(a_u(i)(x_t) - d_i),
-and its group of n rollouts succeeds s_it ~ Binomial(n, p_it) times. Batches of B prompts are drawn
+and its group of n rollouts succeeds s_it ~ Binomial(n, p_it) times. A ``Shift`` (step T, topic u, delta)
+moves a_u by delta from step T on: a jump (a skill the policy suddenly acquires, delta > 0) or a decay
+(one it forgets while training on something else, delta < 0), the moving policy estimators must follow. Batches of B prompts are drawn
 epoch-wise without replacement (a fresh permutation each epoch, the last partial batch dropped as
 verl's ``drop_last`` does). Everything is drawn from one ``numpy.random.default_rng(seed)``, so a seed
 fixes the prompts, the difficulties, the batches and the outcomes.
@@ -47,6 +49,46 @@ MATH_SUBJECTS = {
     "Precalculus": (0.6, 0.8, 0.6),
 }
 UNKNOWN_LEVEL = 3  # MATH has two rows labelled "Level ?": they get the middle level's difficulty
+
+
+@dataclass(frozen=True)
+class Shift:
+    """From step ``step`` (1-based, as in the log) on, the ability on ``topic`` is moved by ``delta``
+    logits: > 0 a jump (the policy acquires the skill), < 0 a decay (it forgets it)."""
+
+    step: int
+    topic: str
+    delta: float
+
+    @classmethod
+    def parse(cls, text: str) -> "Shift":
+        """'STEP:TOPIC:DELTA', e.g. '50:algebra:+2' or '50:Number Theory:-1.5'."""
+        parts = str(text).split(":")
+        if len(parts) != 3:
+            raise InvalidArgumentError(f"a shift is STEP:TOPIC:DELTA (e.g. 50:algebra:+2), got {text!r}")
+        try:
+            step, delta = int(parts[0]), float(parts[2])
+        except ValueError:
+            raise InvalidArgumentError(f"a shift is STEP:TOPIC:DELTA with an integer step and a number delta, "
+                                       f"got {text!r}") from None
+        if not np.isfinite(delta):
+            raise InvalidArgumentError(f"a shift's delta must be finite, got {text!r}")
+        return cls(step, parts[1].strip(), delta)
+
+
+def apply_shifts(ability: np.ndarray, topics: list[str], shifts) -> np.ndarray:
+    """``ability`` (T x topics, row t = step t + 1) with every shift applied from its step on."""
+    out = np.array(ability, dtype=np.float64, copy=True)
+    steps = out.shape[0]
+    for sh in shifts:
+        if sh.topic not in topics:
+            raise InvalidArgumentError(f"shift {sh.step}:{sh.topic}:{sh.delta:+g}: unknown topic {sh.topic!r}; "
+                                       f"topics are {', '.join(topics)}")
+        if not 1 <= sh.step <= steps:
+            raise InvalidArgumentError(f"shift {sh.step}:{sh.topic}:{sh.delta:+g}: the step must lie in "
+                                       f"[1, {steps}]")
+        out[sh.step - 1:, topics.index(sh.topic)] += sh.delta
+    return out
 
 
 @dataclass
@@ -216,13 +258,13 @@ def epoch_batches(n_prompts: int, steps: int, batch_size: int, rng: np.random.Ge
     return np.stack(out[:steps])
 
 
-def _trajectory(topic_idx, difficulty, table, steps, batch_size, rollouts, rng):
+def _trajectory(topic_idx, difficulty, table, steps, batch_size, rollouts, rng, shifts=()):
     gains = np.array([v[1] for v in table.values()], dtype=np.float64)
     taus = np.array([v[2] for v in table.values()], dtype=np.float64)
     # seeded jitter: the same design, a slightly different policy per seed
     gains = gains * rng.uniform(0.85, 1.15, size=gains.size)
     taus = taus * rng.uniform(0.85, 1.15, size=taus.size)
-    ability = ability_curves(steps, gains, taus)
+    ability = apply_shifts(ability_curves(steps, gains, taus), list(table), shifts)  # draws nothing
     batches = epoch_batches(topic_idx.size, steps, batch_size, rng)
     step = np.repeat(np.arange(1, steps + 1), batch_size)
     ids = batches.reshape(-1)
@@ -234,8 +276,10 @@ def _trajectory(topic_idx, difficulty, table, steps, batch_size, rollouts, rng):
 
 
 def simulate(n_prompts: int = 2000, steps: int = 100, batch_size: int = 128, rollouts: int = 8,
-             seed: int = 0) -> Simulation:
-    """A trajectory over templated prompts: topics and levels assigned round-robin (balanced)."""
+             seed: int = 0, shifts=()) -> Simulation:
+    """A trajectory over templated prompts: topics and levels assigned round-robin (balanced). ``shifts``
+    (``Shift``s) move topics' abilities mid-run; they draw no random numbers, so the same seed gives the
+    same prompts, batches and, until the first shift, outcomes."""
     _check_sizes(n_prompts, steps, batch_size, rollouts)
     rng = np.random.default_rng(seed)
     names = list(TOPICS)
@@ -254,14 +298,16 @@ def simulate(n_prompts: int = 2000, steps: int = 100, batch_size: int = 128, rol
         texts.add(text)
         prompts.append({"id": f"sim-{i:05d}", "prompt": text, "topic": names[topic_idx[i]],
                         "level": int(level[i]), "difficulty": float(difficulty[i])})
-    st, ids, n, s, p, ability = _trajectory(topic_idx, difficulty, TOPICS, steps, batch_size, rollouts, rng)
+    st, ids, n, s, p, ability = _trajectory(topic_idx, difficulty, TOPICS, steps, batch_size, rollouts, rng,
+                                            shifts)
     return Simulation(prompts, st, ids, n, s, p, names, ability,
                       params={"kind": "templates", "prompts": n_prompts, "steps": steps,
-                              "batch_size": batch_size, "rollouts": rollouts, "seed": seed})
+                              "batch_size": batch_size, "rollouts": rollouts, "seed": seed,
+                              "shifts": [[sh.step, sh.topic, sh.delta] for sh in shifts]})
 
 
 def simulate_math(rows: list[dict], epochs: int = 3, batch_size: int = 256, rollouts: int = 8, seed: int = 0,
-                  steps: int | None = None, id_field: str = "unique_id") -> Simulation:
+                  steps: int | None = None, id_field: str = "unique_id", shifts=()) -> Simulation:
     """A trajectory over MATH problems: difficulty follows each row's real ``subject`` and ``level``.
 
     ``rows`` are MATH training rows (``id_field``, "problem", "subject", "level"; level may be None).
@@ -296,7 +342,9 @@ def simulate_math(rows: list[dict], epochs: int = 3, batch_size: int = 256, roll
     difficulty = offsets[topic_idx] + LEVEL_SLOPE * (level - 3) + ITEM_SIGMA * rng.standard_normal(n_prompts)
     for pr, d in zip(prompts, difficulty):
         pr["difficulty"] = float(d)
-    st, ids, n, s, p, ability = _trajectory(topic_idx, difficulty, MATH_SUBJECTS, steps, batch_size, rollouts, rng)
+    st, ids, n, s, p, ability = _trajectory(topic_idx, difficulty, MATH_SUBJECTS, steps, batch_size, rollouts, rng,
+                                            shifts)
     return Simulation(prompts, st, ids, n, s, p, names, ability,
                       params={"kind": "math", "prompts": n_prompts, "steps": steps, "batch_size": batch_size,
-                              "rollouts": rollouts, "seed": seed, "epochs": epochs})
+                              "rollouts": rollouts, "seed": seed, "epochs": epochs,
+                              "shifts": [[sh.step, sh.topic, sh.delta] for sh in shifts]})

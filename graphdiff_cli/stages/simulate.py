@@ -8,19 +8,23 @@ from ..errors import DataError, InvalidArgumentError
 
 
 def simulate(out_prompts, out_log, *, prompts: int | None = None, steps: int | None = None,
-             batch_size: int | None = None, rollouts: int = 8, seed: int = 0, math=None, epochs: int = 3) -> dict:
+             batch_size: int | None = None, rollouts: int = 8, seed: int = 0, math=None, epochs: int = 3,
+             shifts=()) -> dict:
     """Write a simulated trajectory: prompts (id, prompt, topic, level) and a log (step, id, n, s, p_true).
 
     Templates (default 2,000 prompts, 100 steps of 128); with ``math`` a MATH JSONL/CSV/Parquet file
     (unique_id, problem, subject, level) whose rows become the prompts (all of them, or a seeded subset
     of ``prompts`` rows in file order), ``epochs`` passes of 256-prompt batches unless ``steps`` is given.
+    ``shifts``: 'STEP:TOPIC:DELTA' strings (or ``core.simulate.Shift``s), a topic's ability moved mid-run.
     """
     from ..core import simulate as S
     from ..io.tables import write_rows
 
+    shifts = [sh if isinstance(sh, S.Shift) else S.Shift.parse(sh) for sh in shifts]
     if math is None:
         sim = S.simulate(n_prompts=2000 if prompts is None else prompts, steps=100 if steps is None else steps,
-                         batch_size=128 if batch_size is None else batch_size, rollouts=rollouts, seed=seed)
+                         batch_size=128 if batch_size is None else batch_size, rollouts=rollouts, seed=seed,
+                         shifts=shifts)
     else:
         from ..io.tables import read_rows
 
@@ -33,7 +37,7 @@ def simulate(out_prompts, out_log, *, prompts: int | None = None, steps: int | N
             keep = np.sort(np.random.default_rng(seed).choice(len(rows), size=prompts, replace=False))
             rows = [rows[i] for i in keep]
         sim = S.simulate_math(rows, epochs=epochs, batch_size=256 if batch_size is None else batch_size,
-                              rollouts=rollouts, seed=seed, steps=steps)
+                              rollouts=rollouts, seed=seed, steps=steps, shifts=shifts)
     write_rows(out_prompts, [{k: p[k] for k in ("id", "prompt", "topic", "level")} for p in sim.prompts],
                columns=["id", "prompt", "topic", "level"])
     log_rows = sim.log_rows()

@@ -25,12 +25,15 @@ def simulate(
     math: Optional[Path] = typer.Option(None, "--math", help="MATH rows (unique_id, problem, subject, level): "
                                         "difficulty follows the real subject and level."),
     epochs: int = typer.Option(3, "--epochs", help="With --math and no --steps: passes over the prompts."),
+    shift: list[str] = typer.Option([], "--shift", help="STEP:TOPIC:DELTA: from STEP on, the policy's ability on "
+                                    "TOPIC moves by DELTA logits (+ a jump, - a decay); repeatable."),
 ):
     """Simulate a policy that improves unevenly across topics; outcomes are Binomial(n, p_true)."""
     from ...stages.simulate import simulate as run_simulate
 
     res = run_simulate(out_prompts, out_log, prompts=prompts, steps=steps, batch_size=batch_size,
-                       rollouts=rollouts, seed=seed, math=math, epochs=epochs)
+                       rollouts=rollouts, seed=seed, math=math, epochs=epochs,
+                       shifts=shift)
     mr = res["mean_rate"]
     last = "–" if mr["last_third"] is None else f"{mr['last_third']:.3f}"
     emit(res, f"{res['prompts']:,} prompts, {res['steps']} steps, {res['rows']:,} rows (mean success "
