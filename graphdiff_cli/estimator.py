@@ -106,6 +106,15 @@ class Estimator:
         # belief_strength="auto": per value of the same grid, the summed log-likelihood of each observed
         # group under the belief it would have given just before the group's outcomes arrived
         self.belief_loglik_ = np.zeros(bl.KAPPA_GRID.size)
+        # label_propagation: the harmonic field of the forgotten counts (None until first needed)
+        self.lp_field_: np.ndarray | None = None
+        self._components: np.ndarray | None = None
+        # choices made jointly online (label_propagation or time_forgetting "auto"): the summed absolute
+        # error of every (time forgetting, propagation weight, kappa) in play; time_forgetting "auto" keeps
+        # the forgotten counts (successes, rollouts) under every delta of bl.TIME_GRID
+        self.mix_errors_ = np.zeros((self._times_in_play().size, self._weights_in_play().size,
+                                     self._kappas_in_play().size))
+        self.time_counts_ = np.zeros((bl.TIME_GRID.size, 2, n)) if self.settings.time_forgetting == "auto" else None
         self.step_ = 0
         # per-step evidence (sum q s, sum q f) of the last window - 1 steps (windowed variant only)
         self._window_evidence = np.zeros((0, 2, k))
@@ -141,11 +150,57 @@ class Estimator:
         return self._q.detach().cpu().numpy().copy()
 
     @property
+    def _joint(self) -> bool:
+        """Whether choices are made jointly online (label_propagation or time_forgetting "auto")."""
+        return self.settings.label_propagation == "auto" or self.settings.time_forgetting == "auto"
+
+    def _choice(self) -> tuple[int, int, int]:
+        """(time, weight, kappa) indices in use, into the *_in_play arrays."""
+        start = int(np.flatnonzero(bl.PROPAGATION_GRID == bl.PROPAGATION_START)[0]) \
+            if self.settings.label_propagation == "auto" else 0
+        return bl.choose_mix(self.mix_errors_, start)
+
+    @property
     def kappa_(self) -> float:
-        """The prior strength in use: the configured number, or the prequential choice ("auto")."""
-        if self.settings.prior_strength == "auto":
+        """The prior strength in use: the configured number, or the prequential choice ("auto"; chosen
+        together with label propagation's weight and the time forgetting when either is "auto" too)."""
+        c = self.settings
+        if c.prior_strength == "auto":
+            if self._joint and c.mixing != "gamma":
+                return float(bl.KAPPA_GRID[self._choice()[2]])
             return bl.choose_prior_strength(self.kappa_errors_)
-        return float(self.settings.prior_strength)
+        return float(c.prior_strength)
+    def _kappas_in_play(self) -> np.ndarray:
+        """The kappas label_propagation="auto" scores each weight with: the grid when kappa is chosen
+        online too, else the one kappa in use (under gamma mixing kappa plays no part: one column)."""
+        c = self.settings
+        if c.prior_strength == "auto" and c.mixing != "gamma":
+            return bl.KAPPA_GRID
+        return np.array([4.0 if c.prior_strength == "auto" else float(c.prior_strength)])
+
+    def _weights_in_play(self) -> np.ndarray:
+        w = self.settings.label_propagation
+        return bl.PROPAGATION_GRID if w == "auto" else np.array([0.0 if w is None else float(w)])
+
+    def _times_in_play(self) -> np.ndarray:
+        d = self.settings.time_forgetting
+        return bl.TIME_GRID if d == "auto" else np.array([float(d)])
+
+    @property
+    def propagation_(self) -> float | None:
+        """Label propagation's weight in the graph's estimate: the configured number, the online choice
+        ("auto"), or None when label_propagation is off."""
+        w = self.settings.label_propagation
+        if w == "auto":
+            return float(bl.PROPAGATION_GRID[self._choice()[1]])
+        return None if w is None else float(w)
+
+    @property
+    def time_forgetting_(self) -> float:
+        """The per-step forgetting of prompts' own counts in use: the configured number or the online choice."""
+        if self.settings.time_forgetting == "auto":
+            return float(bl.TIME_GRID[self._choice()[0]])
+        return float(self.settings.time_forgetting)
 
     @property
     def nu_(self) -> float | None:
@@ -200,12 +255,16 @@ class Estimator:
         c = self.settings
         score_kappa = c.prior_strength == "auto" and c.mixing != "gamma"
         score_belief = c.belief_strength == "auto"
-        if (score_kappa or score_belief) and len(obs):
+        mix_errors = self.mix_errors_
+        if (score_kappa or score_belief or self._joint) and len(obs):
             # score every value of the grid by what it said about these prompts before their outcomes
-            p_graph = self._graph_estimate(obs.ids, p_then)
+            states, propagated = self._graph_parts(obs.ids, p_then)
+            p_graph = self._combine(states, propagated)
+        rate = obs.s / np.maximum(obs.n, 1)
+        no_u = np.zeros(len(obs))  # u only shapes the variance, which is not scored
+        if self._joint and len(obs):
+            mix_errors = mix_errors + self._candidate_errors(obs.ids, p_then, propagated, rate)
         if score_kappa and len(obs):
-            rate = obs.s / obs.n
-            no_u = np.zeros_like(p_graph)  # u only shapes the variance, which is not scored
             kappa_errors = kappa_errors + [np.abs(self._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum()
                                            for k in bl.KAPPA_GRID]
         if score_belief and len(obs):
@@ -225,7 +284,7 @@ class Estimator:
                               max_iters=self.settings.max_iters, tol=self.settings.tol)
             dirty = None
         try:
-            self._commit(res, obs, p_then, kappa_errors, belief_loglik, dirty)
+            self._commit(res, obs, p_then, kappa_errors, belief_loglik, dirty, mix_errors)
         except BaseException:
             res.undo()
             raise
@@ -241,16 +300,43 @@ class Estimator:
             "seconds": time.perf_counter() - t0,
         }
 
-    def _commit(self, res, obs, p_then, kappa_errors, belief_loglik, dirty) -> None:
+    def _candidate_errors(self, rows, p_model, propagated, rate) -> np.ndarray:
+        """Absolute errors, summed over these prompts, of the p-hat each (time forgetting, propagation
+        weight, kappa) in play would have given them before their outcomes (the propagated estimate is the
+        one of the counts in use: one harmonic field per step)."""
+        weights, kappas = self._weights_in_play(), self._kappas_in_play()
+        out = np.zeros((self._times_in_play().size, weights.size, kappas.size))
+        no_u = np.zeros(rows.size)
+        for i in range(out.shape[0]):
+            counts = None if self.time_counts_ is None else (self.time_counts_[i, 0], self.time_counts_[i, 1])
+            states = self._states_estimate(rows, p_model, counts)
+            for j, wt in enumerate(weights):
+                m = states if propagated is None else (1.0 - wt) * states + wt * propagated
+                out[i, j] = [np.abs(self._mix(rows, m, no_u, k, counts)[0] - rate).sum() for k in kappas]
+        return out
+
+    def _commit(self, res, obs, p_then, kappa_errors, belief_loglik, dirty, mix_errors) -> None:
         """Make the step's results the estimator's state (everything is computed before any assignment)."""
         successes = self.successes_.copy()
         rollouts = self.rollouts_.copy()
         successes[obs.ids] += obs.s.astype(np.int64)
         rollouts[obs.ids] += obs.n.astype(np.int64)
         lam = self.settings.prompt_forgetting
-        succ_d, roll_d = self.successes_decayed_.copy(), self.rollouts_decayed_.copy()
-        succ_d[obs.ids] = lam * succ_d[obs.ids] + obs.s
-        roll_d[obs.ids] = lam * roll_d[obs.ids] + obs.n
+
+        def forget(succ, roll, delta):  # delta at every step, then lambda at the visit, then the visit's counts
+            succ, roll = delta * succ, delta * roll  # fresh arrays
+            succ[obs.ids] = lam * succ[obs.ids] + obs.s
+            roll[obs.ids] = lam * roll[obs.ids] + obs.n
+            return succ, roll
+
+        time_counts = self.time_counts_
+        if time_counts is not None:
+            time_counts = np.stack([np.stack(forget(time_counts[i, 0], time_counts[i, 1], d))
+                                    for i, d in enumerate(bl.TIME_GRID)])
+            i = bl.choose_mix(mix_errors)[0]  # the time forgetting in use after this step
+            succ_d, roll_d = time_counts[i, 0].copy(), time_counts[i, 1].copy()
+        else:
+            succ_d, roll_d = forget(self.successes_decayed_, self.rollouts_decayed_, float(self.settings.time_forgetting))
         off_d = self.offset_decayed_.copy()
         off_d[obs.ids] = lam * off_d[obs.ids] + (obs.s - obs.n * p_then)
         rho = self.settings.state_forgetting
@@ -261,7 +347,11 @@ class Estimator:
             keep = self.settings.window - 1
             window_ev = np.concatenate([window_ev, np.stack(res.evidence)[None]])[-keep:] if keep else \
                 window_ev[:0]
+        lp_field = None
+        if self.settings.label_propagation is not None:
+            lp_field = self._harmonic(succ_d, roll_d, global_counts, x0=self.lp_field_)
         self._q, self.a_, self.b_ = res.q, res.a, res.b
+        self.lp_field_, self.mix_errors_, self.time_counts_ = lp_field, mix_errors, time_counts
         self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
         self.successes_decayed_, self.rollouts_decayed_, self.offset_decayed_ = succ_d, roll_d, off_d
         self.state_evidence_, self.global_counts_ = state_ev, global_counts
@@ -326,9 +416,11 @@ class Estimator:
         return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "mean": mean,
                 "variance": var, "n_seen": self.rollouts_[rows], "p_zero_variance": pzv}
 
-    def _mix(self, rows: np.ndarray, p_graph: np.ndarray, u: np.ndarray, kappa: float):
-        """(p-hat, variance of the belief) from the graph's estimate and the prompts' own evidence."""
+    def _mix(self, rows: np.ndarray, p_graph: np.ndarray, u: np.ndarray, kappa: float, counts=None):
+        """(p-hat, variance of the belief) from the graph's estimate and the prompts' own evidence
+        (``counts``: (successes, rollouts) forgotten otherwise than the ones in use, for scoring)."""
         c = self.settings
+        succ_d, roll_d = (self.successes_decayed_, self.rollouts_decayed_) if counts is None else counts
         roll = self.rollouts_[rows]
         if c.mixing == "gamma":
             p = mf.mix_with_history(p_graph, self.successes_[rows].astype(np.float64), roll.astype(np.float64),
@@ -336,28 +428,59 @@ class Estimator:
             weight = np.where(roll > 0, c.gamma, 1.0)
             return p, weight * weight * u
         if c.mixing == "offset":
-            roll_d = self.rollouts_decayed_[rows]
+            roll_d = roll_d[rows]
             p = np.clip(p_graph + self.offset_decayed_[rows] / (kappa + roll_d), 0.0, 1.0)
             return p, np.where(roll > 0, p * (1.0 - p) / (kappa + roll_d + 1.0), u)
-        return bl.mix_by_evidence(p_graph, u, self.successes_decayed_[rows], self.rollouts_decayed_[rows], kappa)
+        return bl.mix_by_evidence(p_graph, u, succ_d[rows], roll_d[rows], kappa)
+
+    def _harmonic(self, successes, rollouts, global_counts, x0=None) -> np.ndarray:
+        """Label propagation's field for these forgotten counts; a component without evidence gets the
+        observed global rate (s + 1) / (n + 2)."""
+        from scipy.sparse.csgraph import connected_components
+
+        if self._components is None:
+            self._components = connected_components(self._spec.graph, directed=False)[1]
+        gs, gn = global_counts
+        return bl.harmonic_field(self._spec.graph, successes, rollouts, (gs + 1.0) / (gn + 2.0), self._components,
+                                 x0=x0)
 
     def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
+        """The graph's estimate m_i that the mixing combines with the prompt's own outcomes."""
+        return self._combine(*self._graph_parts(rows, p_model))
+
+    def _combine(self, states: np.ndarray, propagated: np.ndarray | None) -> np.ndarray:
+        w = self.propagation_
+        return states if propagated is None else (1.0 - w) * states + w * propagated
+
+    def _graph_parts(self, rows: np.ndarray, p_model: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the states' estimate, label propagation's estimate or None when it is off) for ``rows``."""
+        states = self._states_estimate(rows, p_model)
+        if self.settings.label_propagation is None:
+            return states, None
+        if self.lp_field_ is None:  # a fresh estimator, or a state saved before label propagation existed
+            self.lp_field_ = self._harmonic(self.successes_decayed_, self.rollouts_decayed_, self.global_counts_)
+        w = self._spec.graph
+        sub = w[rows]
+        degree = np.asarray(sub.sum(axis=1), dtype=np.float64).reshape(-1)
+        return states, bl.propagated_estimate(sub, degree, self.lp_field_, self.lp_field_[rows])
+
+    def _states_estimate(self, rows: np.ndarray, p_model: np.ndarray, counts=None) -> np.ndarray:
         """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
         neighbours of ``rows`` are read, so a batch costs O(batch x degree x K), not O(N K))."""
+        succ_d, roll_d = (self.successes_decayed_, self.rollouts_decayed_) if counts is None else counts
         tau = self.settings.neighbor_smoothing
         if tau is None or rows.size == 0:
             return p_model
         n = self.n_nodes
         if rows.size == n and np.array_equal(rows, np.arange(n)):  # every prompt (predict): W as it is
-            return bl.neighbor_shift(p_model, self._spec.graph, p_model, self.successes_decayed_,
-                                     self.rollouts_decayed_, tau)
+            return bl.neighbor_shift(p_model, self._spec.graph, p_model, succ_d, roll_d, tau)
         sub = self._spec.graph[rows]
         cols, local = np.unique(sub.indices, return_inverse=True)
         if cols.size == 0:
             return p_model
         sub = type(sub)((sub.data, local.reshape(-1), sub.indptr), shape=(rows.size, cols.size))
         p_nb = self._model_prediction(cols)[0]
-        return bl.neighbor_shift(p_model, sub, p_nb, self.successes_decayed_[cols], self.rollouts_decayed_[cols], tau)
+        return bl.neighbor_shift(p_model, sub, p_nb, succ_d[cols], roll_d[cols], tau)
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -385,6 +508,9 @@ class Estimator:
             "offset_decayed": self.offset_decayed_.copy(),
             "kappa_errors": self.kappa_errors_.copy(),
             "belief_loglik": self.belief_loglik_.copy(),
+            "lp_field": np.zeros(0) if self.lp_field_ is None else self.lp_field_.copy(),
+            "mix_errors": self.mix_errors_.copy(),
+            "time_counts": np.zeros((0, 2, self.n_nodes)) if self.time_counts_ is None else self.time_counts_.copy(),
             "dirty": np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy(),
             "at_fixed_point": np.array(self._dirty is not None),
         }
@@ -409,6 +535,16 @@ class Estimator:
                      "kappa_errors", "belief_loglik"):
             if name in state:  # absent in states written before these options existed
                 setattr(est, name + "_", np.asarray(state[name], dtype=np.float64).copy())
+        if "lp_field" in state and np.asarray(state["lp_field"]).size == est.n_nodes:
+            est.lp_field_ = np.asarray(state["lp_field"], dtype=np.float64).copy()
+        if "mix_errors" in state and np.asarray(state["mix_errors"]).shape == est.mix_errors_.shape:
+            est.mix_errors_ = np.asarray(state["mix_errors"], dtype=np.float64).copy()
+        if est.time_counts_ is not None:
+            tc = np.asarray(state.get("time_counts", np.zeros(0)), dtype=np.float64)
+            if tc.shape != est.time_counts_.shape:
+                raise DataError(f"saved time_counts has shape {tc.shape}, expected {est.time_counts_.shape} "
+                                "(time_forgetting 'auto' needs the counts under every delta)")
+            est.time_counts_ = tc.copy()
         if "successes_decayed" not in state:
             est.successes_decayed_ = est.successes_.astype(np.float64)
             est.rollouts_decayed_ = est.rollouts_.astype(np.float64)

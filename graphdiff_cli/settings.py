@@ -71,6 +71,9 @@ class EstimatorSettings(BaseModel):
         "mixing's own belief (Appendix E)."))
     prompt_forgetting: float = Field(1.0, gt=0, le=1, description=(
         "lambda in (0, 1]: a prompt's own counts decay by this at each of its visits (1 = keep all)."))
+    time_forgetting: Union[Annotated[float, Field(gt=0, le=1)], Literal["auto"]] = Field(1.0, description=(
+        "delta in (0, 1]: a prompt's own counts also decay by this at every step, visited or not (1 = only "
+        "per visit), or 'auto' (chosen online among 1, 0.97, 0.9 by prequential absolute error)."))
     state_forgetting: float = Field(1.0, gt=0, le=1, description=(
         "rho in (0, 1]: state-level evidence decays by this at every step (1 = cumulative)."))
     state_prior: Literal[STATE_PRIORS] = Field("uniform", description=(
@@ -79,6 +82,10 @@ class EstimatorSettings(BaseModel):
     neighbor_smoothing: Optional[float] = Field(None, gt=0, description=(
         "tau, in rollouts: the graph's estimate adds the mutual neighbours' offsets from their own model "
         "predictions; null = off."))
+    label_propagation: Optional[Union[Annotated[float, Field(ge=0, le=1)], Literal["auto"]]] = Field(None, description=(
+        "Weight in [0, 1] of label propagation's harmonic estimate in the graph's estimate (the rest on the "
+        "states' estimate), or 'auto' (chosen online, with kappa when kappa is 'auto', by prequential absolute "
+        "error); null = off."))
 
     @field_validator("beta", "epsilon", "gamma", "tol", "residual_tol", "prompt_forgetting", "state_forgetting",
                      "neighbor_smoothing", mode="before")
@@ -104,6 +111,24 @@ class EstimatorSettings(BaseModel):
             v = float(v)
         if isinstance(v, float) and not (math.isfinite(v) and v > 0):
             raise ValueError(f"must be a number > 0 or 'auto', got {v!r}")
+        return v
+
+    @field_validator("time_forgetting", mode="before")
+    @classmethod
+    def _decay(cls, v):
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
+            v = float(v)
+            if not (math.isfinite(v) and 0 < v <= 1):
+                raise ValueError(f"must be a number in (0, 1] or 'auto', got {v!r}")
+        return v
+
+    @field_validator("label_propagation", mode="before")
+    @classmethod
+    def _weight(cls, v):
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
+            v = float(v)
+            if not (math.isfinite(v) and 0 <= v <= 1):
+                raise ValueError(f"must be a number in [0, 1], 'auto' or null, got {v!r}")
         return v
 
     @field_validator("beta", "tol", "neighbor_smoothing")
@@ -138,7 +163,7 @@ class EstimatorSettings(BaseModel):
 
 NAMES = tuple(EstimatorSettings.model_fields)
 # settings whose null is a value of its own (cumulative, Appendix E's belief, off); given as "none"
-NULLABLE = tuple(n for n in NAMES if n in ("window", "belief_strength", "neighbor_smoothing"))
+NULLABLE = tuple(n for n in NAMES if n in ("window", "belief_strength", "neighbor_smoothing", "label_propagation"))
 PRESET_HELP = ("Named settings: default (the paper's model with the measured improvements of docs/results.md) or "
                "paper (Sections 3.4-3.6 exactly); the settings given override it.")
 
@@ -148,7 +173,7 @@ PRESET_HELP = ("Named settings: default (the paper's model with the measured imp
 PRESETS: dict[str, EstimatorSettings] = {
     "default": EstimatorSettings(schedule="residual", mixing="evidence", prior_strength="auto",
                                  belief_strength="auto", prompt_forgetting=0.85, state_prior="observed",
-                                 neighbor_smoothing=4.0),
+                                 neighbor_smoothing=4.0, label_propagation="auto", time_forgetting="auto"),
     "paper": EstimatorSettings(),
 }
 DEFAULT_PRESET = "default"
@@ -202,6 +227,10 @@ def _one_line(exc: ValidationError, where: str) -> InvalidArgumentError:
         msg = "must be an integer" if kind.startswith("int") else "must be a number"
         if loc in ("prior_strength", "belief_strength"):
             msg = "must be a number > 0 or 'auto'"
+        if loc == "time_forgetting":
+            msg = "must be a number in (0, 1] or 'auto'"
+        if loc == "label_propagation":
+            msg = "must be a number in [0, 1] or 'auto'"
         if loc in NULLABLE:
             msg += " or null"
     else:

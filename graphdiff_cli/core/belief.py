@@ -8,7 +8,9 @@ preset), each a pure function of arrays:
 - ``choose_prior_strength``: kappa chosen online from prequential absolute errors over ``KAPPA_GRID``;
 - ``belief_parameters`` / ``belief_loglik`` / ``choose_belief_strength``: the Beta belief decisions read,
   its strength nu chosen online by the prequential likelihood of whole groups;
-- ``neighbor_shift``: the mutual neighbours' residuals added to the graph's estimate.
+- ``neighbor_shift``: the mutual neighbours' residuals added to the graph's estimate;
+- ``propagated_estimate`` / ``choose_propagation``: label propagation's harmonic estimate as a second
+  source of the graph's estimate, its weight chosen online jointly with kappa.
 """
 
 from __future__ import annotations
@@ -118,3 +120,52 @@ def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successe
     num = np.asarray(w_rows @ resid, dtype=np.float64).reshape(-1)
     den = float(strength) + np.asarray(w_rows @ np.asarray(rollouts_nb, dtype=np.float64), dtype=np.float64).reshape(-1)
     return np.clip(np.asarray(p_model, dtype=np.float64) + num / den, 0.0, 1.0)
+
+
+# the weights of label propagation in the graph's estimate that label_propagation="auto" chooses among
+PROPAGATION_GRID = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+# before any outcome has been scored: half and half (measured on the demo and MATH simulations and the
+# real log, where the online choice settled at 1, 0.5-0.75 and 0.5: docs/results.md)
+PROPAGATION_START = 0.5
+
+
+def harmonic_field(w, successes: np.ndarray, rollouts: np.ndarray, fill: float, components: np.ndarray,
+                   x0: np.ndarray | None = None) -> np.ndarray:
+    """Label propagation's values f on every prompt: prompts with evidence keep their own (forgotten)
+    rate S / C, every other prompt gets the harmonic value (the W-weighted mean of its neighbours'), and a
+    component without evidence gets ``fill`` (Zhu, Ghahramani & Lafferty 2003; ``baselines.harmonic_solution``).
+    Warm-started from ``x0`` (the previous step's field)."""
+    from .baselines import harmonic_solution
+
+    seen = np.flatnonzero(np.asarray(rollouts) > 0)
+    values = np.asarray(successes, dtype=np.float64)[seen] / np.asarray(rollouts, dtype=np.float64)[seen]
+    return harmonic_solution(w, seen, values, fill, components, x0=x0, rtol=1e-10)
+
+
+def propagated_estimate(w_rows, degree: np.ndarray, field_nb: np.ndarray, field_own: np.ndarray) -> np.ndarray:
+    """Label propagation's estimate for some prompts, their own outcomes left out: the W-weighted mean of
+    the neighbours' field values (``w_rows``: the prompts' rows of W, columns = the neighbours listed in
+    ``field_nb``), or the prompt's own field value where it has no neighbour (the fill). The prompt's own
+    evidence enters p-hat through the mixing, so it must not be in the graph's estimate too."""
+    degree = np.asarray(degree, dtype=np.float64)
+    num = np.asarray(w_rows @ np.asarray(field_nb, dtype=np.float64), dtype=np.float64).reshape(-1)
+    return np.where(degree > 0, num / np.where(degree > 0, degree, 1.0), np.asarray(field_own, dtype=np.float64))
+
+
+# the per-step forgetting of a prompt's own counts that time_forgetting="auto" chooses among (1 = none):
+# a prompt not visited for t steps keeps delta^t of its evidence, so the graph's fresher estimate takes over
+TIME_GRID = np.array([1.0, 0.97, 0.9])
+
+
+def choose_mix(errors, start_weight: int = 0) -> tuple[int, int, int]:
+    """(time, weight, kappa) indices with the smallest summed prequential absolute error; ``errors`` has one
+    axis per choice made online: TIME_GRID (or the one time forgetting in use), PROPAGATION_GRID (or the one
+    weight in use), the kappas in play. Before any error: no time forgetting (index 0), ``start_weight``
+    and the first kappa (the smallest; ties go to the first of each axis, as for kappa alone)."""
+    errors = np.asarray(errors, dtype=np.float64)
+    if errors.ndim != 3:
+        raise ValueError(f"expected a 3-axis error array, got shape {errors.shape}")
+    if not errors.any():
+        return 0, int(start_weight), 0
+    i, j, k = np.unravel_index(int(np.argmin(errors)), errors.shape)
+    return int(i), int(j), int(k)

@@ -1,0 +1,170 @@
+"""Label propagation as a second source of the graph's estimate, per-step forgetting of prompts' own counts,
+and the joint online choice of (time forgetting, propagation weight, kappa): each against its formula, and
+"auto" against brute force (one estimator per fixed choice, each scored on its own predictions)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from graphdiff_cli import Estimator
+from graphdiff_cli.core import belief as bl
+from graphdiff_cli.errors import DataError, InvalidArgumentError
+
+from test_estimator_options import problem, steps
+
+KW = dict(preset="default", device="cpu", dtype="float64")
+
+
+def dense_harmonic(w, successes, rollouts, fill):
+    """Label propagation's field by a dense solve per connected component (brute force for harmonic_field)."""
+    from scipy.sparse.csgraph import connected_components
+
+    w = sp.csr_matrix(w).toarray()
+    n = w.shape[0]
+    seen = rollouts > 0
+    f = np.full(n, float(fill))
+    f[seen] = successes[seen] / rollouts[seen]
+    comp = connected_components(sp.csr_matrix(w), directed=False)[1]
+    for c in np.unique(comp):
+        nodes = np.flatnonzero(comp == c)
+        lab, unl = nodes[seen[nodes]], nodes[~seen[nodes]]
+        if lab.size == 0 or unl.size == 0:
+            continue
+        lap = np.diag(w[unl].sum(axis=1)) - w[np.ix_(unl, unl)]
+        f[unl] = np.linalg.solve(lap, w[np.ix_(unl, lab)] @ f[lab])
+    return f
+
+
+def test_harmonic_field_and_propagated_estimate_by_hand():
+    w, labels, true_p, rng = problem()
+    S = rng.integers(0, 9, w.shape[0]).astype(float)
+    C = np.where(rng.uniform(size=w.shape[0]) < 0.3, 8.0, 0.0)
+    S = np.minimum(S, C)
+    from scipy.sparse.csgraph import connected_components
+
+    comp = connected_components(w, directed=False)[1]
+    f = bl.harmonic_field(w, S, C, 0.4, comp)
+    np.testing.assert_allclose(f, dense_harmonic(w, S, C, 0.4), atol=1e-6)  # CG to a relative residual of 1e-10
+    rows = np.arange(w.shape[0])
+    deg = np.asarray(w.sum(axis=1)).ravel()
+    got = bl.propagated_estimate(w, deg, f, f)
+    dense = w.toarray()
+    want = np.where(deg > 0, dense @ f / np.where(deg > 0, deg, 1), f)  # the neighbours' mean: own value left out
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert (deg == 0).any() or rows.size  # (isolated prompts, when present, keep their fill)
+
+
+def test_a_fixed_propagation_weight_mixes_the_two_estimates():
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, label_propagation=0.25, prior_strength=2.0, time_forgetting=1.0, **KW)
+    ref = Estimator(w, labels, 8, label_propagation=None, prior_strength=2.0, time_forgetting=1.0, **KW)  # states alone
+    for b in steps(rng, true_p, 4):
+        est.update(*b)
+        ref.update(*b)
+    rows = np.arange(w.shape[0])
+    gc = est.global_counts_
+    f = dense_harmonic(w, est.successes_decayed_, est.rollouts_decayed_, (gc[0] + 1) / (gc[1] + 2))
+    deg = np.asarray(w.sum(axis=1)).ravel()
+    lp = np.where(deg > 0, w.toarray() @ f / np.where(deg > 0, deg, 1), f)
+    states = ref._graph_estimate(rows, ref._model_prediction(rows)[0])
+    m = 0.75 * states + 0.25 * lp
+    want = (2.0 * m + est.successes_decayed_) / (2.0 + est.rollouts_decayed_)
+    np.testing.assert_allclose(est.predict(), want, atol=1e-6)
+    # the mean-field part is untouched by label propagation
+    np.testing.assert_allclose(est.a_, ref.a_, rtol=1e-12)
+
+
+def test_time_forgetting_decays_every_prompt_at_every_step():
+    w, labels, _, _ = problem()
+    est = Estimator(w, labels, 8, time_forgetting=0.9, prompt_forgetting=0.5, **KW)
+    est.update([4, 9], [8, 8], [6, 1])
+    est.update([11], [8], [3])
+    est.update([4], [8], [2])
+    # prompt 4: 6 / 8 at step 1, decayed 0.9 at steps 2 and 3, then lambda at its visit at step 3
+    assert est.successes_decayed_[4] == pytest.approx(0.5 * 0.9 * 0.9 * 6 + 2)
+    assert est.rollouts_decayed_[4] == pytest.approx(0.5 * 0.9 * 0.9 * 8 + 8)
+    assert est.successes_decayed_[9] == pytest.approx(0.9 * 0.9 * 1)  # not visited again: time alone
+    assert est.rollouts_[9] == 8  # raw counts are kept as they are
+
+
+def test_joint_auto_choice_equals_brute_force_over_every_fixed_choice():
+    """One estimator per (delta, weight, kappa) of the grids, each predicting before every step; "auto"
+    must have summed exactly their absolute errors and must predict as the best of them."""
+    w, labels, true_p, rng = problem()
+    batches = list(steps(rng, true_p, 5))
+    est = Estimator(w, labels, 8, label_propagation="auto", time_forgetting="auto", **KW)
+    kappas = bl.KAPPA_GRID[[0, 4, 8, 11]]  # a subset keeps the brute force fast; every cell is checked
+    fixed = {(i, j, k): Estimator(w, labels, 8, label_propagation=float(wt), time_forgetting=float(d),
+                                  prior_strength=float(bl.KAPPA_GRID[k]), **KW)
+             for i, d in enumerate(bl.TIME_GRID) for j, wt in enumerate(bl.PROPAGATION_GRID) for k in (0, 4, 8, 11)}
+    errors = {key: 0.0 for key in fixed}
+    assert est.propagation_ == bl.PROPAGATION_START and est.time_forgetting_ == 1.0 and est.kappa_ == bl.KAPPA_GRID[0]
+    used = set()  # the deltas whose counts made the field at some step so far
+    for ids, n, s in batches:
+        for key, f in fixed.items():
+            errors[key] += np.abs(f.predict(ids) - s / n).sum()
+        used.add(int(np.flatnonzero(bl.TIME_GRID == est.time_forgetting_)[0]))
+        est.update(ids, n, s)
+        for f in fixed.values():
+            f.update(ids, n, s)
+        for (i, j, k), e in errors.items():
+            # the propagated part is scored with the field of the counts in use (one harmonic solve a step):
+            # exactly the brute force for the delta in use at every step so far, close for the others
+            exact = used == {i} or j == 0  # weight 0: no propagated part at all
+            assert est.mix_errors_[i, j, k] == pytest.approx(e, rel=1e-6 if exact else 5e-2)
+        for i, d in enumerate(bl.TIME_GRID):
+            np.testing.assert_allclose(est.time_counts_[i, 0], fixed[(i, 0, 0)].successes_decayed_, rtol=1e-12)
+            np.testing.assert_allclose(est.time_counts_[i, 1], fixed[(i, 0, 0)].rollouts_decayed_, rtol=1e-12)
+    sub = est.mix_errors_[:, :, [0, 4, 8, 11]]
+    i, j, k = np.unravel_index(int(np.argmin(est.mix_errors_)), est.mix_errors_.shape)
+    assert est.time_forgetting_ == bl.TIME_GRID[i] and est.propagation_ == bl.PROPAGATION_GRID[j]
+    assert est.kappa_ == bl.KAPPA_GRID[k] and len(set(np.round(sub.ravel(), 6))) > 1
+    if k in (0, 4, 8, 11):
+        np.testing.assert_allclose(est.predict(), fixed[(i, j, k)].predict(), atol=1e-6)
+
+
+def test_choose_mix_by_hand():
+    e = np.full((3, 5, 12), 7.0)
+    e[2, 1, 3] = 1.0
+    assert bl.choose_mix(e) == (2, 1, 3)
+    assert bl.choose_mix(np.zeros((3, 5, 12)), start_weight=2) == (0, 2, 0)
+    with pytest.raises(ValueError):
+        bl.choose_mix(np.zeros((3, 5)))
+
+
+def test_online_choices_survive_save_and_load(tmp_path):
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, label_propagation="auto", time_forgetting="auto", **KW)
+    batches = list(steps(rng, true_p, 5))
+    for b in batches[:3]:
+        est.update(*b)
+    est.save(tmp_path / "e.zarr")
+    back = Estimator.load(tmp_path / "e.zarr")
+    np.testing.assert_array_equal(back.predict(), est.predict())
+    for b in batches[3:]:
+        est.update(*b)
+        back.update(*b)
+    np.testing.assert_array_equal(back.predict(), est.predict())
+    np.testing.assert_array_equal(back.mix_errors_, est.mix_errors_)
+    np.testing.assert_array_equal(back.time_counts_, est.time_counts_)
+    # a state without the counts under every delta cannot continue "auto"
+    state = est.state_dict()
+    state["time_counts"] = np.zeros((0, 2, w.shape[0]))
+    with pytest.raises(DataError, match="time_counts"):
+        Estimator.from_state_dict(state)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(label_propagation=1.5), "label_propagation"),
+    (dict(label_propagation=-0.1), "label_propagation"),
+    (dict(label_propagation="best"), "label_propagation"),
+    (dict(time_forgetting=0.0), "time_forgetting"),
+    (dict(time_forgetting=1.2), "time_forgetting"),
+    (dict(time_forgetting="sometimes"), "time_forgetting"),
+    (dict(time_forgetting=float("nan")), "time_forgetting"),
+])
+def test_bad_online_options_are_refused_in_one_line(kwargs, match):
+    w, labels, _, _ = problem(n=60)
+    with pytest.raises(InvalidArgumentError, match=match) as err:
+        Estimator(w, labels, 8, **kwargs)
+    assert "\n" not in str(err.value)
