@@ -114,7 +114,7 @@ class Estimator:
         # the forgotten counts (successes, rollouts) under every delta of bl.TIME_GRID
         self.mix_errors_ = np.zeros((self._times_in_play().size, self._weights_in_play().size,
                                      self._kappas_in_play().size))
-        self.time_counts_ = np.zeros((bl.TIME_GRID.size, 2, n)) if self.settings.time_forgetting == "auto" else None
+        self.time_counts_ = np.zeros((bl.TIME_GRID.size, 2, n)) if self._time_setting == "auto" else None
         self.step_ = 0
         # per-step evidence (sum q s, sum q f) of the last window - 1 steps (windowed variant only)
         self._window_evidence = np.zeros((0, 2, k))
@@ -152,7 +152,7 @@ class Estimator:
     @property
     def _joint(self) -> bool:
         """Whether choices are made jointly online (label_propagation or time_forgetting "auto")."""
-        return self.settings.label_propagation == "auto" or self.settings.time_forgetting == "auto"
+        return self.settings.label_propagation == "auto" or self._time_setting == "auto"
 
     def _choice(self) -> tuple[int, int, int]:
         """(time, weight, kappa) indices in use, into the *_in_play arrays."""
@@ -183,8 +183,14 @@ class Estimator:
         return bl.PROPAGATION_GRID if w == "auto" else np.array([0.0 if w is None else float(w)])
 
     def _times_in_play(self) -> np.ndarray:
-        d = self.settings.time_forgetting
+        d = self._time_setting
         return bl.TIME_GRID if d == "auto" else np.array([float(d)])
+
+    @property
+    def _time_setting(self):
+        """time_forgetting as it acts: offset mixing keeps per-visit offsets of its own, which a per-step
+        decay of the counts would unbalance, so there it is 1 (a number other than 1 is refused by settings)."""
+        return 1.0 if self.settings.mixing == "offset" else self.settings.time_forgetting
 
     @property
     def propagation_(self) -> float | None:
@@ -198,9 +204,9 @@ class Estimator:
     @property
     def time_forgetting_(self) -> float:
         """The per-step forgetting of prompts' own counts in use: the configured number or the online choice."""
-        if self.settings.time_forgetting == "auto":
+        if self._time_setting == "auto":
             return float(bl.TIME_GRID[self._choice()[0]])
-        return float(self.settings.time_forgetting)
+        return float(self._time_setting)
 
     @property
     def nu_(self) -> float | None:
@@ -336,7 +342,7 @@ class Estimator:
             i = bl.choose_mix(mix_errors)[0]  # the time forgetting in use after this step
             succ_d, roll_d = time_counts[i, 0].copy(), time_counts[i, 1].copy()
         else:
-            succ_d, roll_d = forget(self.successes_decayed_, self.rollouts_decayed_, float(self.settings.time_forgetting))
+            succ_d, roll_d = forget(self.successes_decayed_, self.rollouts_decayed_, float(self._time_setting))
         off_d = self.offset_decayed_.copy()
         off_d[obs.ids] = lam * off_d[obs.ids] + (obs.s - obs.n * p_then)
         rho = self.settings.state_forgetting
@@ -457,12 +463,13 @@ class Estimator:
         states = self._states_estimate(rows, p_model)
         if self.settings.label_propagation is None:
             return states, None
-        if self.lp_field_ is None:  # a fresh estimator, or a state saved before label propagation existed
-            self.lp_field_ = self._harmonic(self.successes_decayed_, self.rollouts_decayed_, self.global_counts_)
-        w = self._spec.graph
-        sub = w[rows]
+        field = self.lp_field_
+        if field is None:  # before the first update: solved here, never stored (a read changes nothing)
+            field = self._harmonic(self.successes_decayed_, self.rollouts_decayed_, self.global_counts_)
+        gs, gn = self.global_counts_
+        sub = self._spec.graph[rows]
         degree = np.asarray(sub.sum(axis=1), dtype=np.float64).reshape(-1)
-        return states, bl.propagated_estimate(sub, degree, self.lp_field_, self.lp_field_[rows])
+        return states, bl.propagated_estimate(sub, degree, field, (gs + 1.0) / (gn + 2.0))
 
     def _states_estimate(self, rows: np.ndarray, p_model: np.ndarray, counts=None) -> np.ndarray:
         """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
@@ -537,8 +544,12 @@ class Estimator:
                 setattr(est, name + "_", np.asarray(state[name], dtype=np.float64).copy())
         if "lp_field" in state and np.asarray(state["lp_field"]).size == est.n_nodes:
             est.lp_field_ = np.asarray(state["lp_field"], dtype=np.float64).copy()
-        if "mix_errors" in state and np.asarray(state["mix_errors"]).shape == est.mix_errors_.shape:
-            est.mix_errors_ = np.asarray(state["mix_errors"], dtype=np.float64).copy()
+        if est._joint:
+            me = np.asarray(state.get("mix_errors", np.zeros(0)), dtype=np.float64)
+            if me.shape != est.mix_errors_.shape:
+                raise DataError(f"saved mix_errors has shape {me.shape}, expected {est.mix_errors_.shape} "
+                                "(label_propagation or time_forgetting 'auto' continues its online choice)")
+            est.mix_errors_ = me.copy()
         if est.time_counts_ is not None:
             tc = np.asarray(state.get("time_counts", np.zeros(0)), dtype=np.float64)
             if tc.shape != est.time_counts_.shape:

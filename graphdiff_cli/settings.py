@@ -190,9 +190,13 @@ def inert_settings(settings: EstimatorSettings) -> dict[str, str]:
         out["gamma"] = f"it weights p-hat only under mixing 'gamma', not {settings.mixing!r}"
     else:
         out["prior_strength"] = "kappa weights p-hat only under mixing 'evidence' or 'offset', not 'gamma'"
-        if settings.belief_strength is None and settings.neighbor_smoothing is None:
-            out["prompt_forgetting"] = ("the forgotten counts feed evidence/offset mixing, the belief "
-                                        "(belief_strength) and neighbour smoothing, none of which is on")
+        if settings.belief_strength is None and settings.neighbor_smoothing is None \
+                and settings.label_propagation is None:
+            why = ("the forgotten counts feed evidence/offset mixing, the belief (belief_strength), neighbour "
+                   "smoothing and label propagation, none of which is on")
+            out["prompt_forgetting"] = out["time_forgetting"] = why
+    if settings.mixing == "offset":
+        out["time_forgetting"] = "offset mixing keeps per-visit offsets that a per-step decay would unbalance"
     if settings.schedule == "sequential":
         out["device"] = "the sequential schedule (Gauss-Seidel) runs on the CPU only (cpu or auto are fine)"
     return out

@@ -47,11 +47,12 @@ def test_harmonic_field_and_propagated_estimate_by_hand():
     np.testing.assert_allclose(f, dense_harmonic(w, S, C, 0.4), atol=1e-6)  # CG to a relative residual of 1e-10
     rows = np.arange(w.shape[0])
     deg = np.asarray(w.sum(axis=1)).ravel()
-    got = bl.propagated_estimate(w, deg, f, f)
+    got = bl.propagated_estimate(w, deg, f, 0.4)
     dense = w.toarray()
-    want = np.where(deg > 0, dense @ f / np.where(deg > 0, deg, 1), f)  # the neighbours' mean: own value left out
+    # the neighbours' mean (own value left out); a prompt without neighbours gets the fill, not its own rate
+    want = np.where(deg > 0, dense @ f / np.where(deg > 0, deg, 1), 0.4)
     np.testing.assert_allclose(got, want, rtol=1e-12)
-    assert (deg == 0).any() or rows.size  # (isolated prompts, when present, keep their fill)
+    assert rows.size
 
 
 def test_a_fixed_propagation_weight_mixes_the_two_estimates():
@@ -65,7 +66,7 @@ def test_a_fixed_propagation_weight_mixes_the_two_estimates():
     gc = est.global_counts_
     f = dense_harmonic(w, est.successes_decayed_, est.rollouts_decayed_, (gc[0] + 1) / (gc[1] + 2))
     deg = np.asarray(w.sum(axis=1)).ravel()
-    lp = np.where(deg > 0, w.toarray() @ f / np.where(deg > 0, deg, 1), f)
+    lp = np.where(deg > 0, w.toarray() @ f / np.where(deg > 0, deg, 1), (gc[0] + 1) / (gc[1] + 2))
     states = ref._graph_estimate(rows, ref._model_prediction(rows)[0])
     m = 0.75 * states + 0.25 * lp
     want = (2.0 * m + est.successes_decayed_) / (2.0 + est.rollouts_decayed_)
@@ -168,3 +169,39 @@ def test_bad_online_options_are_refused_in_one_line(kwargs, match):
     with pytest.raises(InvalidArgumentError, match=match) as err:
         Estimator(w, labels, 8, **kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_reads_change_nothing_and_a_failed_update_leaves_the_estimator_as_it_was():
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, **KW)
+    before = est.state_dict()
+    est.predict()  # before any update the field is solved for the read, not stored
+    est.estimates([1, 2, 3])
+    after = est.state_dict()
+    for key, value in before.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(after[key], value, err_msg=key)
+    with pytest.raises(DataError):
+        est.update([1, 2], [8, 8], [3, 9])  # s > n
+    assert est.lp_field_ is None and est.step_ == 0 and not est.mix_errors_.any()
+
+
+def test_an_isolated_prompt_gets_the_global_rate_from_propagation_not_its_own():
+    w = sp.csr_matrix(np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=float))
+    est = Estimator(w, np.array([0, 0, 1]), 2, label_propagation=1.0, prior_strength=2.0, time_forgetting=1.0,
+                    neighbor_smoothing=None, **KW)
+    est.update([2, 0], [8, 8], [8, 2])
+    g = (10 + 1) / (16 + 2)
+    assert est._graph_parts(np.array([2]), np.zeros(1))[1][0] == pytest.approx(g)
+    assert est.predict([2])[0] == pytest.approx((2 * g + 8) / (2 + 8))
+
+
+def test_offset_mixing_refuses_a_time_forgetting_and_ignores_auto():
+    w, labels, true_p, rng = problem(n=60)
+    with pytest.raises(InvalidArgumentError, match="time_forgetting"):
+        Estimator(w, labels, 8, mixing="offset", time_forgetting=0.9)
+    est = Estimator(w, labels, 8, mixing="offset", device="cpu")  # the preset's auto: acts as 1
+    est.update([1, 2], [8, 8], [3, 4])
+    est.update([3], [8], [1])
+    assert est.time_counts_ is None and est.time_forgetting_ == 1.0
+    assert est.rollouts_decayed_[1] == 8.0

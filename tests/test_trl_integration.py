@@ -136,6 +136,7 @@ def test_the_trainer_trained_on_the_samplers_choices(run):
 
 def test_choices_follow_the_predictions_of_the_step_they_used(run):
     gd = run["gd"]
+    from graphdiff_cli.core import decisions as dec
     from graphdiff_cli.io.estimator_store import read_model
 
     _, ids, w, labels, config = read_model(run["state"] / "model.zarr")
@@ -143,19 +144,21 @@ def test_choices_follow_the_predictions_of_the_step_they_used(run):
     cfg["device"] = "cpu"
     est = Estimator(w, labels, config["n_states"], **cfg)
     index = {pid: i for i, pid in enumerate(ids)}
-    at_step = {0: est.predict().copy()}
+    at_step = {0: est.estimates()}
     for e in gd.applied:
         est.update(np.array([index[i] for i in e["ids"]]), e["n"], e["s"])
-        at_step[e["step"]] = est.predict().copy()
+        at_step[e["step"]] = est.estimates()
     steps_used = [d.estimator_step for d in gd.chooser.decisions]
     # accelerate reads one batch ahead: batch k (k >= 1) is chosen from the estimates after step k - 1
     assert steps_used[:STEPS] == [0] + list(range(STEPS - 1))
     moved = 0
     for d in gd.chooser.decisions:
-        p = at_step[d.estimator_step][d.pool]
-        assert np.allclose(d.p, p, atol=1e-5)
-        # the chosen are the PER_STEP smallest |p - 0.5| of the pool (exact ties broken by the seed)
-        key = np.abs(p - 0.5)
+        e = {k: v[d.pool] for k, v in at_step[d.estimator_step].items()}
+        assert np.allclose(d.p, e["p"], atol=1e-5)
+        # the chosen are the PER_STEP smallest of the target rule's key over the belief (|mean - 0.5|, shrunk
+        # by select's exploration; exact ties broken by the seed)
+        key = dec.select("target", PER_STEP, p=e["mean"], variance=e["variance"], target=0.5,
+                         explore=gd.explore, seed=0).key
         picked = np.isin(d.pool, d.chosen)
         assert picked.sum() == PER_STEP
         assert np.allclose(np.sort(key[picked]), np.sort(key)[:PER_STEP], atol=1e-9)

@@ -9,8 +9,8 @@ preset), each a pure function of arrays:
 - ``belief_parameters`` / ``belief_loglik`` / ``choose_belief_strength``: the Beta belief decisions read,
   its strength nu chosen online by the prequential likelihood of whole groups;
 - ``neighbor_shift``: the mutual neighbours' residuals added to the graph's estimate;
-- ``propagated_estimate`` / ``choose_propagation``: label propagation's harmonic estimate as a second
-  source of the graph's estimate, its weight chosen online jointly with kappa.
+- ``harmonic_field`` / ``propagated_estimate`` / ``choose_mix``: label propagation's harmonic estimate as a
+  second source of the graph's estimate and per-step time forgetting, chosen online jointly with kappa.
 """
 
 from __future__ import annotations
@@ -142,14 +142,16 @@ def harmonic_field(w, successes: np.ndarray, rollouts: np.ndarray, fill: float, 
     return harmonic_solution(w, seen, values, fill, components, x0=x0, rtol=1e-10)
 
 
-def propagated_estimate(w_rows, degree: np.ndarray, field_nb: np.ndarray, field_own: np.ndarray) -> np.ndarray:
+def propagated_estimate(w_rows, degree: np.ndarray, field_nb: np.ndarray, fill: float) -> np.ndarray:
     """Label propagation's estimate for some prompts, their own outcomes left out: the W-weighted mean of
     the neighbours' field values (``w_rows``: the prompts' rows of W, columns = the neighbours listed in
-    ``field_nb``), or the prompt's own field value where it has no neighbour (the fill). The prompt's own
-    evidence enters p-hat through the mixing, so it must not be in the graph's estimate too."""
+    ``field_nb``), or ``fill`` (the global rate) for a prompt without neighbours. The prompt's own evidence
+    enters p-hat through the mixing, so it must not be in the graph's estimate too. (A neighbour without
+    evidence of its own carries the harmonic value, to which the prompt contributed: an echo of one hop
+    that the weight chosen online accounts for.)"""
     degree = np.asarray(degree, dtype=np.float64)
     num = np.asarray(w_rows @ np.asarray(field_nb, dtype=np.float64), dtype=np.float64).reshape(-1)
-    return np.where(degree > 0, num / np.where(degree > 0, degree, 1.0), np.asarray(field_own, dtype=np.float64))
+    return np.where(degree > 0, num / np.where(degree > 0, degree, 1.0), float(fill))
 
 
 # the per-step forgetting of a prompt's own counts that time_forgetting="auto" chooses among (1 = none):
