@@ -313,12 +313,11 @@ class Estimator:
         weights, kappas = self._weights_in_play(), self._kappas_in_play()
         out = np.zeros((self._times_in_play().size, weights.size, kappas.size))
         no_u = np.zeros(rows.size)
-        for i in range(out.shape[0]):
-            counts = None if self.time_counts_ is None else (self.time_counts_[i, 0], self.time_counts_[i, 1])
-            states = self._states_estimate(rows, p_model, counts)
+        counts = [None] if self.time_counts_ is None else [(tc[0], tc[1]) for tc in self.time_counts_]
+        for i, states in enumerate(self._states_estimates(rows, p_model, counts)):  # one neighbourhood read
             for j, wt in enumerate(weights):
                 m = states if propagated is None else (1.0 - wt) * states + wt * propagated
-                out[i, j] = [np.abs(self._mix(rows, m, no_u, k, counts)[0] - rate).sum() for k in kappas]
+                out[i, j] = [np.abs(self._mix(rows, m, no_u, k, counts[i])[0] - rate).sum() for k in kappas]
         return out
 
     def _commit(self, res, obs, p_then, kappa_errors, belief_loglik, dirty, mix_errors) -> None:
@@ -471,23 +470,28 @@ class Estimator:
         degree = np.asarray(sub.sum(axis=1), dtype=np.float64).reshape(-1)
         return states, bl.propagated_estimate(sub, degree, field, (gs + 1.0) / (gn + 2.0))
 
-    def _states_estimate(self, rows: np.ndarray, p_model: np.ndarray, counts=None) -> np.ndarray:
+    def _states_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
         neighbours of ``rows`` are read, so a batch costs O(batch x degree x K), not O(N K))."""
-        succ_d, roll_d = (self.successes_decayed_, self.rollouts_decayed_) if counts is None else counts
+        return self._states_estimates(rows, p_model, [None])[0]
+
+    def _states_estimates(self, rows: np.ndarray, p_model: np.ndarray, counts: list) -> list[np.ndarray]:
+        """``_states_estimate`` under each of ``counts`` ((successes, rollouts), or None for the counts in
+        use), the neighbours' rows of W and model predictions read once for all of them."""
+        counts = [(self.successes_decayed_, self.rollouts_decayed_) if c is None else c for c in counts]
         tau = self.settings.neighbor_smoothing
         if tau is None or rows.size == 0:
-            return p_model
+            return [p_model for _ in counts]
         n = self.n_nodes
         if rows.size == n and np.array_equal(rows, np.arange(n)):  # every prompt (predict): W as it is
-            return bl.neighbor_shift(p_model, self._spec.graph, p_model, succ_d, roll_d, tau)
+            return [bl.neighbor_shift(p_model, self._spec.graph, p_model, sd, rd, tau) for sd, rd in counts]
         sub = self._spec.graph[rows]
         cols, local = np.unique(sub.indices, return_inverse=True)
         if cols.size == 0:
-            return p_model
+            return [p_model for _ in counts]
         sub = type(sub)((sub.data, local.reshape(-1), sub.indptr), shape=(rows.size, cols.size))
         p_nb = self._model_prediction(cols)[0]
-        return bl.neighbor_shift(p_model, sub, p_nb, succ_d[cols], roll_d[cols], tau)
+        return [bl.neighbor_shift(p_model, sub, p_nb, sd[cols], rd[cols], tau) for sd, rd in counts]
 
     # -- persistence -------------------------------------------------------------------------------
 

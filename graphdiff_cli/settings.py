@@ -113,22 +113,16 @@ class EstimatorSettings(BaseModel):
             raise ValueError(f"must be a number > 0 or 'auto', got {v!r}")
         return v
 
-    @field_validator("time_forgetting", mode="before")
+    @field_validator("time_forgetting", "label_propagation", mode="before")
     @classmethod
-    def _decay(cls, v):
+    def _unit(cls, v, info):
+        # a share in (0, 1] (time_forgetting) or [0, 1] (label_propagation), or 'auto' (or null)
         if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
             v = float(v)
-            if not (math.isfinite(v) and 0 < v <= 1):
-                raise ValueError(f"must be a number in (0, 1] or 'auto', got {v!r}")
-        return v
-
-    @field_validator("label_propagation", mode="before")
-    @classmethod
-    def _weight(cls, v):
-        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
-            v = float(v)
-            if not (math.isfinite(v) and 0 <= v <= 1):
-                raise ValueError(f"must be a number in [0, 1], 'auto' or null, got {v!r}")
+            low_ok = v > 0 if info.field_name == "time_forgetting" else v >= 0
+            if not (math.isfinite(v) and low_ok and v <= 1):
+                what = "(0, 1] or 'auto'" if info.field_name == "time_forgetting" else "[0, 1], 'auto' or null"
+                raise ValueError(f"must be a number in {what}, got {v!r}")
         return v
 
     @field_validator("beta", "tol", "neighbor_smoothing")
