@@ -398,7 +398,7 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     principle), which only removes round-off.
     """
     from scipy.sparse.csgraph import connected_components
-    from scipy.sparse.linalg import cg, spsolve
+    from scipy.sparse.linalg import LinearOperator, cg, spsolve
 
     n = w.shape[0]
     f = np.full(n, float(fill))
@@ -416,16 +416,29 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     solve = np.flatnonzero(~is_lab & comp_has_label[components])
     if solve.size == 0:
         return f
-    w_u = w[solve]
-    degree = np.asarray(w_u.sum(axis=1)).ravel()
-    w_uu = w_u[:, solve]
-    rhs = w_u[:, labeled] @ values
-    lap = (sp.diags(degree) - w_uu).tocsr()
-    start = None if x0 is None else np.asarray(x0, dtype=np.float64)[solve]
-    sol, info = cg(lap, rhs, x0=start, rtol=rtol, atol=0.0, maxiter=20 * solve.size + 100,
-                   M=sp.diags(1.0 / degree))
+    # (D_UU - W_UU) applied through W itself, masked to U: no sub-matrix is sliced out of W, which at
+    # 10^5 prompts cost more than the solve (the estimator solves once per step, warm-started)
+    mask = np.zeros(n)
+    mask[solve] = 1.0
+    degree = np.asarray(w.sum(axis=1), dtype=np.float64).ravel()
+    boundary = np.zeros(n)
+    boundary[labeled] = values
+    rhs = mask * (w @ boundary)
+
+    def lap(x):
+        x = mask * x
+        return mask * (degree * x - w @ x)
+
+    inv_deg = np.where(mask > 0, 1.0 / np.where(degree > 0, degree, 1.0), 0.0)
+    op = LinearOperator((n, n), matvec=lap, dtype=np.float64)
+    pre = LinearOperator((n, n), matvec=lambda x: inv_deg * x, dtype=np.float64)
+    start = None if x0 is None else mask * np.asarray(x0, dtype=np.float64)
+    full, info = cg(op, rhs, x0=start, rtol=rtol, atol=0.0, maxiter=20 * solve.size + 100, M=pre)
+    sol = full[solve]
     if info != 0:  # not converged (should not happen for an SPD system): fall back to the exact solve
-        sol = spsolve(lap.tocsc(), rhs)
+        w_u = w[solve]
+        lap_uu = (sp.diags(degree[solve]) - w_u[:, solve]).tocsc()
+        sol = spsolve(lap_uu, w_u[:, labeled] @ values)
     # a harmonic function lies between its boundary values; clip away round-off only
     lo, hi = float(values.min()), float(values.max())
     f[solve] = np.clip(sol, lo, hi)
