@@ -306,6 +306,54 @@ class Estimator:
             "seconds": time.perf_counter() - t0,
         }
 
+    def extend(self, graph, labels) -> np.ndarray:
+        """Append prompts: nodes N.. of ``graph`` (the old W with the new prompts' edges, ``graphdiff
+        extend``) are new, with prior states ``labels[N:]`` (``labels[:N]`` must be the current ones).
+
+        A new prompt starts as a prompt does at init: q_i = A_i, no outcomes. Nothing learned is lost:
+        a, b, the online choices and every prompt's counts stay. The rows whose inputs changed (the new
+        ones and every old prompt whose edges did) are marked for the next residual step. All or nothing:
+        everything is checked and built before anything is assigned. Returns the rows whose edges changed.
+        """
+        import torch
+
+        n = self.n_nodes
+        labels = np.asarray(labels)
+        if labels.ndim != 1 or labels.dtype.kind not in "iu" or labels.size < n:
+            raise DataError(f"extend needs integer labels for at least the {n} current prompts, got shape "
+                            f"{labels.shape}, dtype {labels.dtype}")
+        labels = labels.astype(np.int64)
+        if not np.array_equal(labels[:n], self._spec.labels):
+            raise DataError("extend: the labels of the current prompts must stay as they are")
+        if labels.size > n and (labels[n:].min() < 0 or labels[n:].max() >= self.n_states):
+            raise DataError(f"extend: new labels must be in [0, {self.n_states})")
+        w = validate_graph(graph, n_nodes=labels.size)
+        m = labels.size - n
+        old = self._spec.graph
+        top = w[:n, :n]
+        changed = np.flatnonzero((np.diff(top.indptr) != np.diff(old.indptr))
+                                 | (np.asarray(abs(top - old).sum(axis=1)).ravel() > 0))
+        changed = np.union1d(changed, np.unique(w[:n, n:].tocoo().row)).astype(np.int64)
+        spec = mf.ModelSpec(graph=w, labels=labels, n_states=self.n_states, beta=self.settings.beta,
+                            epsilon=self.settings.epsilon)
+        q_new = torch.empty((m, self.n_states), dtype=self._torch_dtype, device=self.device_)
+        mf.fill_prior(q_new, labels[n:], self.settings.epsilon)
+        q = torch.cat([self._q, q_new])
+        grow = (lambda v, dtype=np.float64: np.concatenate([v, np.zeros(m, dtype=dtype)]))
+        counts = (grow(self.successes_, np.int64), grow(self.rollouts_, np.int64), grow(self.successes_decayed_),
+                  grow(self.rollouts_decayed_), grow(self.offset_decayed_))
+        time_counts = (None if self.time_counts_ is None else
+                       np.concatenate([self.time_counts_, np.zeros(self.time_counts_.shape[:2] + (m,))], axis=2))
+        dirty = None if self._dirty is None else np.union1d(self._dirty, np.concatenate(
+            [changed, np.arange(n, n + m)])).astype(np.int64)
+        # commit: plain assignments only
+        self._spec, self._q = spec, q
+        (self.successes_, self.rollouts_, self.successes_decayed_, self.rollouts_decayed_,
+         self.offset_decayed_) = counts
+        self.time_counts_, self._dirty = time_counts, dirty
+        self.lp_field_, self._components = None, None
+        return changed
+
     def _candidate_errors(self, rows, p_model, propagated, rate) -> np.ndarray:
         """Absolute errors, summed over these prompts, of the p-hat each (time forgetting, propagation
         weight, kappa) in play would have given them before their outcomes (the propagated estimate is the

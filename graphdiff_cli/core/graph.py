@@ -95,20 +95,7 @@ def mutual_knn_graph(neighbors: np.ndarray, similarities: np.ndarray) -> sp.csr_
             f"neighbors {neighbors.shape} and similarities {similarities.shape} must be N x k alike")
     n, k = neighbors.shape
     rows = np.repeat(np.arange(n, dtype=np.int64), k)
-    cols = neighbors.reshape(-1).astype(np.int64)
-    vals = similarities.reshape(-1)
-    ok = (cols >= 0) & (cols != rows) & (vals > 0)
-    rows, cols, vals = rows[ok], cols[ok], vals[ok]
-    directed = sp.csr_matrix((vals, (rows, cols)), shape=(n, n), dtype=np.float32)
-    directed.sum_duplicates()
-    pattern = directed.copy()
-    pattern.data = np.ones_like(pattern.data)
-    mutual = pattern.multiply(pattern.T)  # 1 where both directions exist
-    w = (directed.multiply(mutual) + directed.T.multiply(mutual)) * 0.5
-    w = sp.csr_matrix(w, dtype=np.float32)
-    w.eliminate_zeros()
-    w.sort_indices()
-    return w
+    return mutual_knn_graph_from_entries(rows, neighbors.reshape(-1).astype(np.int64), similarities.reshape(-1), n)
 
 
 @dataclass(frozen=True)
@@ -177,6 +164,138 @@ def validate_graph(graph, n_nodes: int | None = None, rtol: float = 1e-5) -> sp.
         raise DataError("graph has self-loops: W must have a zero diagonal")
     if not _is_symmetric(w, rtol * max(1.0, float(w.data.max()) if w.data.size else 0.0)):
         raise DataError("graph is not symmetric: W_ij must equal W_ji")
+    w.eliminate_zeros()
+    w.sort_indices()
+    return w
+
+
+
+@dataclass(frozen=True)
+class GraphExtension:
+    """What adding prompts to a mutual-kNN graph changes (``extend_mutual_knn``)."""
+
+    graph: sp.csr_matrix       # W over the old prompts then the new ones (float32, sorted indices)
+    neighbors: np.ndarray      # (N + M) x k directed kNN lists, most similar first
+    similarities: np.ndarray   # their cosine similarities (float32)
+    changed: np.ndarray        # old prompts whose list a new prompt entered (their W row may have changed)
+
+
+def _sorted_topk(cand: np.ndarray, sims: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k largest ``sims`` (most similar first; ties by lower index) and their ``cand``."""
+    order = np.lexsort((cand, -sims), axis=1)[:, :k]
+    return np.take_along_axis(cand, order, axis=1), np.take_along_axis(sims, order, axis=1)
+
+
+def list_similarities(x: np.ndarray, neighbors: np.ndarray, block: int = 8192) -> np.ndarray:
+    """c_ij for every j in row i's list (float32, N x k), in row blocks (a graph artifact made before the
+    similarities were stored keeps only the lists)."""
+    out = np.empty(neighbors.shape, dtype=np.float32)
+    for a in range(0, neighbors.shape[0], block):
+        b = min(neighbors.shape[0], a + block)
+        out[a:b] = np.einsum("ijd,id->ij", x[neighbors[a:b]], x[a:b])
+    return out
+
+
+def extend_mutual_knn(w_old: sp.csr_matrix, neighbors_old: np.ndarray, similarities_old: np.ndarray,
+                      x_old: np.ndarray, x_new: np.ndarray, block: int = 1024) -> GraphExtension:
+    """W over N old then M new prompts, as ``mutual_knn_graph(drop_self(exact search of all N + M)))``
+    builds it, from the old W and directed lists (most similar first) in O(M (N + M) d) time.
+
+    A new prompt's list is its k most similar prompts among all N + M. An old prompt's list changes only
+    where a new prompt is more similar than its k-th neighbour: the new prompt enters and the least
+    similar leaves. Old lists only lose old prompts, so an old-old edge survives unless one end dropped
+    the other, and no old-old edge appears; edges to new prompts are mutual where both lists hold them.
+    The lists must be full (k < N: the old search was not capped at N - 1).
+    """
+    nbr_old = np.asarray(neighbors_old, dtype=np.int64)
+    sim_old = np.asarray(similarities_old, dtype=np.float32)
+    x_old = np.asarray(x_old, dtype=np.float32)
+    x_new = np.asarray(x_new, dtype=np.float32)
+    n, k = nbr_old.shape
+    m = x_new.shape[0] if x_new.ndim == 2 else -1
+    if (sim_old.shape != (n, k) or x_old.shape[0] != n or w_old.shape != (n, n) or m < 0
+            or x_new.shape[1] != x_old.shape[1]):
+        raise InvalidArgumentError(f"extend_mutual_knn: W {w_old.shape}, lists {nbr_old.shape}, similarities "
+                                   f"{sim_old.shape}, old embeddings {x_old.shape} and new {x_new.shape} do not fit")
+    if k < 1 or k >= n or (nbr_old < 0).any():
+        raise InvalidArgumentError(f"extend_mutual_knn needs full kNN lists of width 1 <= k < N, got k = {k}, N = {n}")
+    total = n + m
+    kth = sim_old[:, -1]  # a new prompt enters an old list where it is more similar than this
+    new_nbr = np.empty((m, k), dtype=np.int64)
+    new_sim = np.empty((m, k), dtype=np.float32)
+    e_rows, e_cols, e_sims = [], [], []  # (old prompt, new prompt, c) for every new prompt entering a list
+    for a in range(0, m, block):
+        b = min(m, a + block)
+        s_old = x_new[a:b] @ x_old.T
+        s_new = x_new[a:b] @ x_new.T
+        s_new[np.arange(b - a), np.arange(a, b)] = -np.inf  # self
+        sims = np.concatenate([s_old, s_new], axis=1)
+        kk = min(k, total - 1)
+        part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
+        new_nbr[a:b, :kk], new_sim[a:b, :kk] = _sorted_topk(part, np.take_along_axis(sims, part, axis=1), kk)
+        r, c = np.nonzero(s_old > kth[None, :])
+        e_rows.append(c)
+        e_cols.append(r + a + n)
+        e_sims.append(s_old[r, c])
+    e_rows, e_cols, e_sims = (np.concatenate(v) for v in (e_rows, e_cols, e_sims))
+    neighbors = np.concatenate([nbr_old, new_nbr])
+    similarities = np.concatenate([sim_old, new_sim])
+    changed = np.unique(e_rows)
+    dropped_r, dropped_c = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if changed.size:
+        order = np.argsort(e_rows, kind="stable")
+        e_rows, e_cols, e_sims = e_rows[order], e_cols[order], e_sims[order]
+        row_of = np.searchsorted(changed, e_rows)
+        counts = np.bincount(row_of, minlength=changed.size)
+        slot = np.arange(e_rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        add_c = np.full((changed.size, int(counts.max())), -1, np.int64)
+        add_s = np.full(add_c.shape, -np.inf, np.float32)
+        add_c[row_of, slot], add_s[row_of, slot] = e_cols, e_sims
+        old_l = nbr_old[changed]
+        merged_c, merged_s = _sorted_topk(np.concatenate([old_l, add_c], axis=1),
+                                          np.concatenate([sim_old[changed], add_s], axis=1), k)
+        neighbors[changed], similarities[changed] = merged_c, merged_s
+        kept = (old_l[:, :, None] == merged_c[:, None, :]).any(axis=2)  # old entries still in the list
+        dropped_r, dropped_c = np.repeat(changed, k)[~kept.ravel()], old_l[~kept]
+    # old-old edges: W minus those whose one end dropped the other
+    w = sp.csr_matrix(w_old, dtype=np.float32)
+    if dropped_r.size:
+        d = sp.csr_matrix((np.ones(dropped_r.size, np.float32), (dropped_r, dropped_c)), shape=(n, n))
+        w = (w - w.multiply(((d + d.T) > 0).astype(np.float32))).tocsr()
+    w = sp.csr_matrix((w.data, w.indices, np.concatenate([w.indptr, np.full(m, w.indptr[-1])])),
+                      shape=(total, total))
+    # edges with a new end: the directed entries that involve a new prompt, kept where both directions exist
+    f_rows = np.concatenate([np.repeat(np.arange(n, total), k), e_rows])
+    f_cols = np.concatenate([new_nbr.ravel(), e_cols])
+    f_sims = np.concatenate([new_sim.ravel(), e_sims])
+    if changed.size:  # entering entries that did not survive the merge are not in the lists
+        keep_e = (neighbors[e_rows] == e_cols[:, None]).any(axis=1)
+        f_keep = np.concatenate([np.ones(m * k, bool), keep_e])
+        f_rows, f_cols, f_sims = f_rows[f_keep], f_cols[f_keep], f_sims[f_keep]
+    f_new = mutual_knn_graph_from_entries(f_rows, f_cols, f_sims, total)
+    w = (w + f_new).tocsr()
+    w.eliminate_zeros()
+    w.sort_indices()
+    return GraphExtension(sp.csr_matrix(w, dtype=np.float32), neighbors, similarities, changed)
+
+
+def rebuild_mutual_knn(x: np.ndarray, n_old: int, k_nn: int) -> GraphExtension:
+    """The extension of a graph so small that its search was capped at k = N - 1 < k_nn: every list grows,
+    so the lists and W are searched again from scratch over all N + M prompts (N <= k_nn: cheap)."""
+    k = min(k_nn, x.shape[0] - 1)
+    nbr, sim = exact_knn(x, k)
+    return GraphExtension(mutual_knn_graph(nbr, sim), nbr, sim, np.arange(n_old, dtype=np.int64))
+
+
+def mutual_knn_graph_from_entries(rows: np.ndarray, cols: np.ndarray, sims: np.ndarray, n: int) -> sp.csr_matrix:
+    """The mutual rule of ``mutual_knn_graph`` over directed entries (row, col, c) given as lists."""
+    ok = (cols >= 0) & (cols != rows) & (sims > 0)
+    directed = sp.csr_matrix((sims[ok].astype(np.float32), (rows[ok], cols[ok])), shape=(n, n), dtype=np.float32)
+    directed.sum_duplicates()
+    pattern = directed.copy()
+    pattern.data = np.ones_like(pattern.data)
+    mutual = pattern.multiply(pattern.T)
+    w = sp.csr_matrix((directed.multiply(mutual) + directed.T.multiply(mutual)) * 0.5, dtype=np.float32)
     w.eliminate_zeros()
     w.sort_indices()
     return w

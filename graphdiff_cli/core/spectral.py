@@ -173,3 +173,42 @@ def _attach_orphans(labels: np.ndarray, orphans: np.ndarray, neighbors: np.ndarr
                 out[i] = placed[j]
                 break
     return out
+
+
+def label_new_nodes(w: sp.csr_matrix, labels_old: np.ndarray, neighbors: np.ndarray,
+                    similarities: np.ndarray, n_states: int) -> np.ndarray:
+    """Prior states of prompts appended to a clustered graph (``graphdiff extend``), without re-clustering.
+
+    Node i >= len(labels_old) takes the state with the largest summed similarity among its mutual
+    neighbours in W that already have one; a node with none takes it from its directed kNN list (the
+    clustering's orphan rule); nodes whose neighbours are all new are placed in later passes from those
+    just placed; what is left (no placed prompt anywhere in reach) joins the most common state.
+    Returns labels for all nodes (the old ones unchanged).
+    """
+    n_old = labels_old.size
+    n = w.shape[0]
+    labels = np.concatenate([np.asarray(labels_old, dtype=np.int64), np.full(n - n_old, -1, np.int64)])
+    w = sp.csr_matrix(w)
+    todo = np.arange(n_old, n)
+    while todo.size:
+        placed = np.zeros(todo.size, bool)
+        for source in ("graph", "lists"):
+            for j, i in enumerate(todo):
+                if placed[j]:
+                    continue
+                if source == "graph":
+                    nb, c = w.indices[w.indptr[i]:w.indptr[i + 1]], w.data[w.indptr[i]:w.indptr[i + 1]]
+                else:
+                    nb, c = neighbors[i], similarities[i]
+                    c = c[nb >= 0]
+                    nb = nb[nb >= 0]
+                ok = labels[nb] >= 0
+                if ok.any():
+                    votes = np.bincount(labels[nb[ok]], weights=np.maximum(c[ok], 1e-12), minlength=n_states)
+                    labels[i] = int(np.argmax(votes))
+                    placed[j] = True
+        if not placed.any():
+            labels[todo] = int(np.argmax(np.bincount(labels_old, minlength=n_states))) if n_old else 0
+            break
+        todo = todo[~placed]
+    return labels

@@ -39,9 +39,10 @@ CURRENT = "CURRENT"  # name of the pointer file inside a STATE directory
 STEPS = "steps"      # its folder of step artifacts
 
 
-def step_relpath(step: int) -> str:
-    """Where a STATE directory keeps the state of ``step`` (the only path CURRENT may name)."""
-    return f"{STEPS}/{step:08d}.zarr"
+def step_relpath(step: int, revision: int = 0) -> str:
+    """Where a STATE directory keeps the state of ``step`` (revision 0: what its update wrote; revision r > 0:
+    the r-th change of the prompt set after it, by extend or retire). The only paths CURRENT may name."""
+    return f"{STEPS}/{step:08d}.zarr" if revision == 0 else f"{STEPS}/{step:08d}.{revision}.zarr"
 
 _STATIC = ("config", "step", "graph", "labels")  # what a step never changes (step is an attribute)
 
@@ -82,17 +83,19 @@ def write_state(state: dict, path, *, inputs: dict | None = None, extra_attrs: d
 
 
 def save_model(state: dict, path, ids, *, inputs: dict | None = None, extra_attrs: dict | None = None,
-               durable: bool = True) -> str:
+               extra_arrays: dict | None = None, durable: bool = True) -> str:
     """Write the part of a ``state`` no step changes (W, labels, ``ids``, config); returns its content hash.
 
-    ``ids[i]`` is the prompt id of node i (row i of the embedded prompts file).
+    ``ids[i]`` is the prompt id of node i (row i of the embedded prompts file). ``extra_arrays`` go with
+    them (what ``graphdiff extend`` needs: the directed kNN lists, the added prompts' embeddings, ...).
     """
     st = state
     ids = [str(x) for x in ids]
     if len(ids) != len(st["labels"]):
         raise ArtifactError(f"{path}: {len(ids)} ids for a model of {len(st['labels'])} prompts")
     content = model_hash(st["graph"], st["labels"])
-    arrays = {"ids": np.asarray(ids, dtype=object), **_graph_arrays(st["graph"]), "labels": st["labels"]}
+    arrays = {"ids": np.asarray(ids, dtype=object), **_graph_arrays(st["graph"]), "labels": st["labels"],
+              **(extra_arrays or {})}
     write_artifact(path, MODEL_KIND, arrays, params=st["config"], inputs=inputs, content_hash=content,
                    attrs={"config": st["config"], **(extra_attrs or {})}, durable=durable)
     return content
@@ -113,20 +116,36 @@ def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict
                           attrs={"step": step, "model": rel, **(extra_attrs or {})}, durable=durable)
 
 
-def read_current(root) -> tuple[int, str]:
-    """(current step, relative path of its artifact) from a STATE directory's CURRENT pointer."""
+def read_pointer(root) -> tuple[int, int, str]:
+    """(current step, its revision, relative path of its artifact) from a STATE directory's CURRENT pointer
+    ``{"step": T, "path": ...}``, with ``"revision": R`` when the prompt set changed after update T."""
     pointer = Path(root) / CURRENT
     try:
         cur = json.loads(pointer.read_text())
-        step, rel = cur["step"], cur["path"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        step, rel, rev = cur["step"], cur["path"], cur.get("revision", 0)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ArtifactError(f"{pointer}: damaged CURRENT pointer ({exc.__class__.__name__})") from None
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(rel, str):
-        raise ArtifactError(f"{pointer}: damaged CURRENT pointer (step {step!r}, path {rel!r})")
-    if rel != step_relpath(step):  # nothing outside the STATE, nor another step's state, is opened through it
-        raise ArtifactError(f"{pointer}: damaged CURRENT pointer: step {step} must name {step_relpath(step)}, "
+    if (not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(rel, str)
+            or not isinstance(rev, int) or isinstance(rev, bool) or rev < 0):
+        raise ArtifactError(f"{pointer}: damaged CURRENT pointer (step {step!r}, revision {rev!r}, path {rel!r})")
+    if rel != step_relpath(step, rev):  # nothing outside the STATE, nor another step's state, is opened through it
+        raise ArtifactError(f"{pointer}: damaged CURRENT pointer: step {step} must name {step_relpath(step, rev)}, "
                             f"not {rel[:200]!r} (graphdiff rollback --to a retained step rewrites it)")
+    return step, rev, rel
+
+
+def read_current(root) -> tuple[int, str]:
+    """(current step, relative path of its artifact) from a STATE directory's CURRENT pointer."""
+    step, _rev, rel = read_pointer(root)
     return step, rel
+
+
+def pointer_text(step: int, revision: int = 0) -> str:
+    """The CURRENT file naming ``step`` at ``revision``."""
+    cur = {"step": step, "path": step_relpath(step, revision)}
+    if revision:
+        cur["revision"] = revision
+    return json.dumps(cur) + "\n"
 
 
 def is_state_dir(path) -> bool:
@@ -138,8 +157,8 @@ def resolve_state_path(path) -> tuple[Path, int | None]:
     """(a saved estimator, None), or (the artifact named by a STATE directory's CURRENT pointer, its step)."""
     path = Path(path)
     if is_state_dir(path):
-        step, rel = read_current(path)
-        return path / rel, step
+        step, rev, rel = read_pointer(path)
+        return path / rel, (step, rev)
     return path, None
 
 
@@ -172,12 +191,17 @@ def read_step_arrays(step_art) -> dict:
     return {name: step_art.array(name) for name in names}
 
 
-def check_step_artifact(art, step: int | None, model_art=None, *, said_by: str = "CURRENT says") -> None:
-    """Refuse an ``estimator-step`` artifact that does not hold ``step`` (when given) or does not belong to the
-    model artifact ``model_art`` (when given): the one check of a step's identity, for every reader."""
+def check_step_artifact(art, step, model_art=None, *, said_by: str = "CURRENT says") -> None:
+    """Refuse an ``estimator-step`` artifact that does not hold ``step`` (when given: a step, or a (step,
+    revision) version) or does not belong to the model artifact ``model_art`` (when given): the one check
+    of a step's identity, for every reader."""
+    step, rev = step if isinstance(step, tuple) else (step, None)
     if step is not None and art.attr("step") != step:
         raise ArtifactError(f"{art.path}: holds step {art.attr('step')!r} but {said_by} step {step}; the STATE is "
                             "damaged (graphdiff rollback --to a retained step)")
+    if rev is not None and (art.attr("revision") or 0) != rev:
+        raise ArtifactError(f"{art.path}: holds revision {art.attr('revision') or 0!r} of step {step} but {said_by} "
+                            f"revision {rev}; the STATE is damaged (graphdiff rollback --to a retained step)")
     if model_art is not None and art.inputs.get("model") != model_art.content_hash:
         raise ArtifactError(f"{art.path}: belongs to a model with content hash {art.inputs.get('model')}, but "
                             f"{model_art.path} has {model_art.content_hash}")
@@ -187,13 +211,14 @@ def read_state(path, model=None) -> dict:
     """An estimator's state dict from a standalone artifact, a step artifact (with its model) or a STATE
     directory (``Estimator.from_state_dict`` makes the estimator; the arrays are fresh, so it may own them).
 
-    ``model`` is an already-read ``read_model`` tuple to reuse (the handoff reads it once per command).
+    ``model`` is an already-read ``read_model`` tuple to reuse, or a function of the model artifact's path
+    that returns one (a STATE directory's models are read once and kept by path).
     """
     where, current = resolve_state_path(path)
     art = read_artifact(where, (KIND, STEP_KIND))
     if art.kind == STEP_KIND:
-        if model is None:
-            model = read_model(step_model_path(art))
+        if model is None or callable(model):
+            model = (model or read_model)(step_model_path(art))
         m_art, _ids, graph, labels, config = model
         check_step_artifact(art, current, m_art)
         state = {"config": config, "step": art.attr("step"), "graph": graph, "labels": labels,

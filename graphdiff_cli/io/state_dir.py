@@ -4,10 +4,16 @@ Layout (specified in docs/handoff.md)::
 
     STATE/
       CURRENT             {"step": T, "path": "steps/0000000T.zarr"}   the current state (replaced atomically)
-      model.zarr          estimator-model artifact, written once by init: W, labels, prompt ids, config
+      model.zarr          estimator-model artifact written by init: W, labels, prompt ids, kNN lists, config
+      models/T.R.zarr     the model after the prompt set changed (graphdiff extend), written with its version
       steps/00000000.zarr estimator-step artifacts: q, a, b, successes, rollouts, window evidence, ...
-      log.jsonl           one JSON line per applied step (step 0 = init), with each outcomes file's hash
-      .lock               flock'ed by every writer (update, rollback)
+      steps/0000000T.R.zarr  revision R of step T: the state after the R-th extend or retire since update T
+      log.jsonl           one JSON line per applied version (step 0 = init), with each input file's hash
+      .lock               flock'ed by every writer (update, extend, retire, rollback)
+
+A version is (step, revision): update T writes (T, 0); extend and retire write (T, R + 1) onto (T, R), so
+the trainer's step numbers stay the STATE's. Each step artifact names its model by relative path and
+content hash; a model no retained version names is removed with the versions.
 
 Invariants, which make every write crash-safe (kill -9 at any moment leaves the previous step):
 
@@ -41,18 +47,21 @@ from pathlib import Path
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
 from .atomic import atomic_write_text
-from .estimator_store import (CURRENT, STEP_KIND, STEPS, check_step_artifact, read_current, read_model, read_state,
-                              save_model, save_step, step_relpath)
+from .estimator_store import (CURRENT, STEP_KIND, STEPS, check_step_artifact, pointer_text, read_current,
+                              read_model, read_pointer, read_state, save_model, save_step, step_model_path,
+                              step_relpath)
 from .locks import file_lock
 from .debris import owner
 from .staging import staged_dir
 
 MODEL = "model.zarr"
+MODELS = "models"
 LOG = "log.jsonl"
 LOCK = ".lock"
 LAYOUT_VERSION = 1
 DEFAULT_KEEP = 5
-_STEP_NAME = re.compile(r"^(\d{8})\.zarr$")
+_STEP_NAME = re.compile(r"^(\d{8})(?:\.([1-9]\d*))?\.zarr$")
+_MODEL_NAME = re.compile(r"^(\d+)\.(\d+)\.zarr$")
 
 # Test hook: with GRAPHDIFF_TEST_PAUSE_AFTER=<point> an update or rollback stops after that write
 # (points: artifact, log, current, prune) so a test can kill -9 it there. With GRAPHDIFF_TEST_PAUSE_FILE
@@ -99,7 +108,7 @@ class StateDir:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        self._model = None
+        self._models: dict[Path, tuple] = {}  # read_model tuples by resolved path (a model never changes)
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -115,7 +124,8 @@ class StateDir:
 
     @classmethod
     def create(cls, root, state: dict, ids, *, keep: int = DEFAULT_KEEP, inputs: dict | None = None,
-               init_entry: dict | None = None, durable: bool = True) -> "StateDir":
+               init_entry: dict | None = None, model_arrays: dict | None = None, model_attrs: dict | None = None,
+               durable: bool = True) -> "StateDir":
         """Make a new STATE directory at step 0 for a fresh estimator's ``state`` dict, atomically.
 
         Everything is built in a staging folder beside ``root`` and renamed into place, so a crash
@@ -130,14 +140,14 @@ class StateDir:
         with staged_dir(root, replace=False, durable=durable) as staging:  # an empty root is replaced
             (staging / LOCK).touch()
             (staging / STEPS).mkdir()
-            content = save_model(state, staging / MODEL, ids, inputs=inputs,
-                                 extra_attrs={"handoff": {"layout_version": LAYOUT_VERSION, "keep": int(keep)}},
-                                 durable=durable)
+            content = save_model(state, staging / MODEL, ids, inputs=inputs, extra_arrays=model_arrays,
+                                 extra_attrs={"handoff": {"layout_version": LAYOUT_VERSION, "keep": int(keep)},
+                                              **(model_attrs or {})}, durable=durable)
             save_step(state, staging / step_relpath(0), staging / MODEL, content, durable=durable)
             entry = {"step": 0, "event": "init", "applied_at": _now(), "state": step_relpath(0),
                      **(init_entry or {})}
             atomic_write_text(staging / LOG, json.dumps(entry, sort_keys=True) + "\n")
-            atomic_write_text(staging / CURRENT, json.dumps({"step": 0, "path": step_relpath(0)}) + "\n")
+            atomic_write_text(staging / CURRENT, pointer_text(0))
         return cls(root)
 
     # -- reading -----------------------------------------------------------------------------------
@@ -146,15 +156,30 @@ class StateDir:
         """(current step, relative path of its artifact) from CURRENT."""
         return read_current(self.root)
 
+    def current_version(self) -> tuple[int, int]:
+        """(current step, its revision) from CURRENT."""
+        step, rev, _rel = read_pointer(self.root)
+        return step, rev
+
     @property
     def current_step(self) -> int:
         return self.current()[0]
 
+    def model_at(self, path) -> tuple:
+        """(artifact, ids, W, labels, config) of the model artifact at ``path``, read once per StateDir."""
+        key = Path(os.path.normpath(Path(path).absolute()))
+        if key not in self._models:
+            self._models[key] = read_model(key)
+        return self._models[key]
+
     def model(self):
-        """(artifact, ids, W, labels, config) of model.zarr, read once per StateDir."""
-        if self._model is None:
-            self._model = read_model(self.root / MODEL)
-        return self._model
+        """(artifact, ids, W, labels, config) of the model the current version belongs to."""
+        step, rev, rel = read_pointer(self.root)
+        if rev == 0 and step == 0:
+            return self.model_at(self.root / MODEL)
+        art = read_artifact(self.root / rel, STEP_KIND)
+        check_step_artifact(art, (step, rev))
+        return self.model_at(step_model_path(art))
 
     @property
     def ids(self) -> list[str]:
@@ -175,9 +200,9 @@ class StateDir:
     def current_artifact(self):
         """The current step's artifact (its stamp; arrays are read on demand), checked to hold that step and
         to belong to this STATE's model - what ``status`` reports from without reading the arrays."""
-        step, rel = self.current()
+        step, rev, rel = read_pointer(self.root)
         art = read_artifact(self.root / rel, STEP_KIND)
-        check_step_artifact(art, step, self.model()[0])
+        check_step_artifact(art, (step, rev), self.model_at(step_model_path(art))[0])
         return art
 
     def read_state(self) -> dict:
@@ -185,36 +210,47 @@ class StateDir:
         log is seen to list every step up to it (CURRENT and the step's own record are checked by
         ``estimator_store.read_state``): every reader of a STATE goes through here."""
         self.log_entries()
-        return read_state(self.root, model=self.model())
+        return read_state(self.root, model=self.model_at)
 
-    def step_dirs(self) -> dict[int, Path]:
-        """Every step artifact folder on disk by step (including debris above CURRENT)."""
+    def version_dirs(self) -> dict[tuple[int, int], Path]:
+        """Every step artifact folder on disk by version (step, revision), including debris above CURRENT."""
         out = {}
         steps = self.root / STEPS
         if steps.is_dir():
             for p in steps.iterdir():
                 m = _STEP_NAME.match(p.name)
                 if m and p.is_dir():
-                    out[int(m.group(1))] = p
+                    out[(int(m.group(1)), int(m.group(2) or 0))] = p
         return dict(sorted(out.items()))
 
-    def retained_steps(self) -> list[int]:
-        """Steps whose state is kept and valid (at or below the current step)."""
-        cur = self.current_step
-        return [t for t in self.step_dirs() if t <= cur]
+    def step_dirs(self) -> dict[int, Path]:
+        """The folder of each step's update (revision 0) on disk by step (including debris above CURRENT)."""
+        return {t: p for (t, r), p in self.version_dirs().items() if r == 0}
 
-    def log_entries(self, upto: int | None = None) -> list[dict]:
-        """The log's lines for steps <= ``upto`` (default: the current step), in order."""
+    def retained_versions(self) -> list[tuple[int, int]]:
+        """Versions whose state is kept and valid (at or below the current one)."""
+        cur = self.current_version()
+        return [v for v in self.version_dirs() if v <= cur]
+
+    def retained_steps(self) -> list[int]:
+        """Steps with at least one retained version."""
+        return sorted({t for t, _r in self.retained_versions()})
+
+    def log_entries(self, upto=None) -> list[dict]:
+        """The log's lines up to version ``upto`` (a step: its last revision; a (step, revision); default:
+        the current version), in order."""
         return self._read_log(upto)[0]
 
-    def _read_log(self, upto: int | None = None) -> tuple[list[dict], bool]:
-        """(the log's entries for steps <= ``upto``, whether the file holds exactly those lines).
+    def _read_log(self, upto=None) -> tuple[list[dict], bool]:
+        """(the log's entries up to version ``upto``, whether the file holds exactly those lines).
 
         Lines above ``upto`` are debris of a crashed update (invariant 2), and so is a last line without its
         newline that does not parse (an append cut short): both are skipped, and the file is then not exact.
         """
         if upto is None:
-            upto = self.current_step
+            upto = self.current_version()
+        if not isinstance(upto, tuple):
+            upto = (upto, float("inf"))
         path = self.root / LOG
         if not path.is_file():
             raise ArtifactError(f"{path}: the STATE directory has no log")
@@ -224,7 +260,7 @@ class StateDir:
         exact = not torn.strip()
         if torn.strip():
             try:  # a whole entry that only lacks its newline (a hand edit) still counts; else an append cut short
-                if int(json.loads(torn)["step"]) <= upto:
+                if _version(json.loads(torn)) <= upto:
                     lines.append(torn)
             except (ValueError, KeyError, TypeError):
                 pass
@@ -234,18 +270,24 @@ class StateDir:
                 continue
             try:
                 e = json.loads(line)
-                step = int(e["step"])
-            except (ValueError, KeyError, TypeError):
+                version = _version(e)
+            except (ValueError, KeyError, TypeError, AttributeError):
                 raise ArtifactError(f"{path}:{line_no}: damaged log line") from None
-            if step <= upto:
+            if version <= upto:
                 entries.append(e)
             else:
                 exact = False
-        steps = [int(e["step"]) for e in entries]
-        if steps != list(range(upto + 1)):  # one line per applied step, in order (rollback truncates it)
+        versions = [_version(e) for e in entries]
+        # one line per applied version, in order (rollback truncates it): (0, 0), then each step's update and
+        # its revisions 1, 2, ... before the next step
+        ok = bool(versions) and versions[0] == (0, 0) and all(
+            b in ((a[0], a[1] + 1), (a[0] + 1, 0)) for a, b in zip(versions, versions[1:]))
+        last = upto[0] if upto[1] == float("inf") else upto
+        if not ok or (versions[-1][0] if upto[1] == float("inf") else versions[-1]) != last:
+            steps = [v[0] for v in versions]
             have = f"steps {steps[0]}..{steps[-1]} ({len(steps)} lines)" if steps else "no steps"
-            raise ArtifactError(f"{path}: the log lists {have} but the STATE is at step {upto}; it was damaged or "
-                                "edited (restore it from a backup, or rollback to a step it covers)")
+            raise ArtifactError(f"{path}: the log lists {have} but the STATE is at step {_name(upto)}; it was "
+                                "damaged or edited (restore it from a backup, or rollback to a step it covers)")
         return entries, exact
 
     def _append_log(self, entry: dict, durable: bool) -> None:
@@ -279,14 +321,17 @@ class StateDir:
             yield self
 
     def clean_debris(self) -> list[str]:
-        """Remove what crashed writers left behind: anything above CURRENT, staging/trash, temp files."""
-        cur = self.current_step
+        """Remove what crashed writers left behind: anything above CURRENT, staging/trash, temp files, and
+        models no retained version names."""
+        cur = self.current_version()
         removed = []
-        for t, p in self.step_dirs().items():
-            if t > cur:
+        for v, p in self.version_dirs().items():
+            if v > cur:
                 _remove_tree(p)
                 removed.append(p.name)
         debris = [p for p in (self.root / STEPS).iterdir() if p.name.startswith(".")]
+        if (self.root / MODELS).is_dir():
+            debris += [p for p in (self.root / MODELS).iterdir() if p.name.startswith(".")]
         # at the top level only our own temporary names: a user's dotfile there is none of our business
         debris += [p for p in self.root.iterdir() if _is_top_debris(p.name)]
         for p in debris:
@@ -295,6 +340,23 @@ class StateDir:
             else:
                 p.unlink(missing_ok=True)
             removed.append(p.name)
+        return removed + self._prune_models()
+
+    def _prune_models(self) -> list[str]:
+        """Remove models/ entries that no retained version's step artifact names."""
+        folder = self.root / MODELS
+        if not folder.is_dir():
+            return []
+        named = set()
+        for v in self.retained_versions():
+            art = read_artifact(self.root / step_relpath(*v), STEP_KIND)
+            named.add(os.path.normpath(step_model_path(art).absolute()))
+        removed = []
+        for p in folder.iterdir():
+            if _MODEL_NAME.match(p.name) and p.is_dir() and os.path.normpath(p.absolute()) not in named:
+                _remove_tree(p)
+                self._models.pop(Path(os.path.normpath(p.absolute())), None)
+                removed.append(f"{MODELS}/{p.name}")
         return removed
 
     def commit_step(self, state: dict, entry: dict, *, keep: int | None = None, durable: bool = True) -> list[int]:
@@ -309,60 +371,116 @@ class StateDir:
         if t != cur + 1:
             raise StateError(f"internal: committing step {t} onto step {cur}")
         self.clean_debris()
-        rel = step_relpath(t)
-        m_art = self.model()[0]
-        save_step(state, self.root / rel, self.root / MODEL, m_art.content_hash,
-                  inputs={"outcomes": entry.get("outcomes_hash")}, durable=durable)
+        return self._commit(state, entry, (t, 0), keep=keep, durable=durable)
+
+    def commit_revision(self, state: dict, entry: dict, *, ids=None, model_arrays: dict | None = None,
+                        model_attrs: dict | None = None, keep: int | None = None, durable: bool = True) -> list[int]:
+        """Make ``state`` (the current step's, with a changed prompt set) the next revision of the current
+        step; with ``ids`` it belongs to a new model (W, labels, ``ids`` and ``model_arrays`` from it), written
+        first under models/. Returns the pruned steps. Same order and crash safety as ``commit_step``."""
+        t, r = self.current_version()
+        if int(state["step"]) != t:
+            raise StateError(f"internal: committing a revision of step {state['step']} onto step {t}")
+        self.clean_debris()
+        model = None
+        if ids is not None:
+            model = self.root / MODELS / f"{t}.{r + 1}.zarr"
+            (self.root / MODELS).mkdir(exist_ok=True)
+            base = self.model()[0]
+            save_model(state, model, ids, inputs=base.inputs, extra_arrays=model_arrays,
+                       extra_attrs={"handoff": base.attr("handoff"), **(model_attrs or {})}, durable=durable)
+            _pause("model")
+        return self._commit(state, entry, (t, r + 1), keep=keep, model=model, durable=durable)
+
+    def _commit(self, state: dict, entry: dict, version: tuple[int, int], *, keep, durable: bool,
+                model: Path | None = None) -> list[int]:
+        """Write ``state`` as ``version`` (of ``model``, default the current version's), then the log line,
+        then CURRENT, then prune (callers cleaned the debris first)."""
+        rel = step_relpath(*version)
+        if model is None:
+            model = step_model_path(self.current_artifact())
+        m_art = self.model_at(model)[0]
+        save_step(state, self.root / rel, model, m_art.content_hash,
+                  inputs={k: entry[k + "_hash"] for k in ("outcomes", "prompts", "ids") if entry.get(k + "_hash")},
+                  extra_attrs={"revision": version[1]} if version[1] else None, durable=durable)
         _pause("artifact")
-        entries, exact = self._read_log(upto=cur)
-        new = {**entry, "step": t, "state": rel, "applied_at": _now()}
+        entries, exact = self._read_log(upto=self.current_version())
+        new = {**entry, "step": version[0], "state": rel, "applied_at": _now()}
+        if version[1]:
+            new["revision"] = version[1]
         if exact:  # the usual case: one line appended
             self._append_log(new, durable)
         else:  # debris of a crashed update above CURRENT (or a torn last line): rewrite without it, atomically
             atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries + [new]))
         _pause("log")
-        atomic_write_text(self.root / CURRENT, json.dumps({"step": t, "path": rel}) + "\n")
+        atomic_write_text(self.root / CURRENT, pointer_text(*version))
         _pause("current")
         pruned = self.prune(self.keep if keep is None else keep)
         _pause("prune")
         return pruned
 
     def prune(self, keep: int) -> list[int]:
-        """Remove states older than the last ``keep`` (step 0 is always kept); returns the removed steps."""
+        """Remove versions older than the last ``keep`` (step 0 is always kept) and the models none of the rest
+        names; returns the steps none of whose versions is left."""
         check_keep(keep)
-        retained = self.retained_steps()
-        drop = [t for t in retained[:-keep] if t != 0]
-        for t in drop:
-            _remove_tree(self.root / step_relpath(t))
-        return drop
+        retained = self.retained_versions()
+        drop = [v for v in retained[:-keep] if v != (0, 0)]
+        for v in drop:
+            _remove_tree(self.root / step_relpath(*v))
+        self._prune_models()
+        left = {t for t, _r in self.retained_versions()}
+        return sorted({t for t, _r in drop} - left)
 
-    def rollback(self, to: int) -> list[int]:
-        """Make step ``to`` current again; later states and log lines go. Returns the removed steps."""
-        cur = self.current_step
+    def rollback(self, to, revision: int | None = None) -> list[int]:
+        """Make step ``to`` current again (its newest retained revision, or ``revision``); later versions and
+        log lines go. Returns the steps none of whose versions is left."""
+        cur = self.current_version()
         if isinstance(to, bool) or not isinstance(to, int) or to < 0:
             raise InvalidArgumentError(f"--to must be a step >= 0, got {to!r}")
-        if to > cur:
-            raise StateError(f"{self.root}: step {to} has not been applied (the current step is {cur}); "
-                             "rollback only goes back")
-        dirs = self.step_dirs()
-        if to not in dirs:
-            kept = ", ".join(str(t) for t in self.retained_steps())
-            raise StateError(f"{self.root}: the state of step {to} was pruned; retained steps: {kept} "
+        if revision is not None and (isinstance(revision, bool) or not isinstance(revision, int) or revision < 0):
+            raise InvalidArgumentError(f"the revision must be an integer >= 0, got {revision!r}")
+        if (to, revision or 0) > cur:
+            raise StateError(f"{self.root}: step {_name((to, revision or 0))} has not been applied (the current step "
+                             f"is {_name(cur)}); rollback only goes back")
+        dirs = {v: p for v, p in self.version_dirs().items() if v <= cur}
+        if revision is None:
+            revs = [r for t, r in dirs if t == to]
+            target = (to, max(revs)) if revs else (to, 0)
+        else:
+            target = (to, revision)
+        if target not in dirs:
+            kept = ", ".join(_name(v) for v in self.retained_versions())
+            raise StateError(f"{self.root}: the state of step {_name(target)} was pruned; retained steps: {kept} "
                              "(init --keep sets how many are kept)")
-        art = read_artifact(dirs[to], STEP_KIND)  # refuse to point CURRENT at a damaged state
-        check_step_artifact(art, to, said_by="its name says")
-        if to == cur:
+        art = read_artifact(dirs[target], STEP_KIND)  # refuse to point CURRENT at a damaged state
+        check_step_artifact(art, target, said_by="its name says")
+        if target == cur:
             return []
         self.clean_debris()
-        atomic_write_text(self.root / CURRENT, json.dumps({"step": to, "path": step_relpath(to)}) + "\n")
+        atomic_write_text(self.root / CURRENT, pointer_text(*target))
         _pause("current")
-        entries = self.log_entries(upto=to)
+        entries = self.log_entries(upto=target)
         atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
         _pause("log")
-        removed = [t for t in dirs if t > to]
-        for t in removed:
-            _remove_tree(dirs[t])
-        return removed
+        removed = [v for v in self.version_dirs() if v > target]
+        for v in removed:
+            _remove_tree(self.root / step_relpath(*v))
+        self._prune_models()
+        return sorted({t for t, _r in removed} - {t for t, _r in self.retained_versions()})
+
+
+def _version(entry: dict) -> tuple[int, int]:
+    """(step, revision) of a log line."""
+    step, rev = entry["step"], entry.get("revision", 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (step, rev)):
+        raise ValueError("step and revision must be integers >= 0")
+    return step, rev
+
+
+def _name(version) -> str:
+    """A version as a user writes it: "T" for revision 0 (or a whole step), "T.R" for revision R."""
+    step, rev = version if isinstance(version, tuple) else (version, 0)
+    return str(step) if rev in (0, float("inf")) else f"{step}.{rev}"
 
 
 def check_lock_timeout(timeout) -> float:

@@ -56,6 +56,19 @@ def _json_float(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
+def _candidates(ids: list[str], rows: np.ndarray, retired: np.ndarray, est) -> tuple[list[str], np.ndarray, int]:
+    """The candidates of a pool that are not retired (graphdiff retire), and how many were."""
+    from ..errors import StateError
+    from .handoff import active_rows
+
+    if rows.size and rows.max() >= est.n_nodes:
+        raise StateError("the STATE's prompt set changed while it was read; run again")
+    keep = active_rows(rows, retired)
+    if keep.all():
+        return ids, rows, 0
+    return [pid for pid, k in zip(ids, keep) if k], rows[keep], int((~keep).sum())
+
+
 # ------------------------------------------------------------------------------------------- select
 
 def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int = 0, target: float = 0.5,
@@ -65,7 +78,7 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     from ..core.beta import check_group_size
     from ..io.readers import id_file_nodes
     from ..io.state_dir import StateDir
-    from .handoff import load_current
+    from .handoff import load_current_state
 
     t0 = time.perf_counter()
     dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
@@ -77,12 +90,13 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     fmt = _check_out(out, fmt)
     sd = StateDir.open(state)
     progress(0, 3)
-    ids, rows = id_file_nodes(candidates, sd.id_index())
     dec.check_int(batch_size, "--batch-size", 1)
+    est, retired = load_current_state(sd, device)
+    ids, rows = id_file_nodes(candidates, sd.id_index())
+    ids, rows, skipped = _candidates(ids, rows, retired, est)
     if batch_size > rows.size:
         raise InvalidArgumentError(f"--batch-size {batch_size} is larger than the pool of {rows.size} "
-                                   f"candidates in {candidates}")
-    est = load_current(sd, device)
+                                   f"candidates in {candidates}" + (f" ({skipped} more are retired)" if skipped else ""))
     progress(1, 3)
     m = est.estimates(rows, group_size=group_size)
     sel = dec.select(strategy, batch_size, p=m["mean"], variance=m["variance"],
@@ -97,7 +111,7 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     signal = 1.0 - m["p_zero_variance"]
     return {"command": "select", "state": str(sd.root), "step": est.step_, "strategy": strategy, "seed": seed,
             "target": target, **({"explore": explore} if strategy == "target" else {}),
-            "group_size": group_size, "batch_size": batch_size, "pool": int(rows.size),
+            "group_size": group_size, "batch_size": batch_size, "pool": int(rows.size), "retired_skipped": skipped,
             "out": str(out), "format": fmt, "ids": [ids[j] for j in chosen],
             "p_mean": {"chosen": float(m["p"][chosen].mean()), "pool": float(m["p"].mean())},
             # predicted share of groups with 0 < s < g: what the choice is meant to raise
@@ -114,7 +128,7 @@ def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int
     """Split ``budget`` rollouts over the prompts of ``ids_file`` by ``strategy``; write id, n per prompt."""
     from ..io.readers import id_file_nodes
     from ..io.state_dir import StateDir
-    from .handoff import load_current
+    from .handoff import load_current_state
 
     t0 = time.perf_counter()
     dec.check_strategy(strategy, dec.ALLOCATE_STRATEGIES, "allocation")
@@ -124,11 +138,12 @@ def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int
                                    "id and n columns")
     sd = StateDir.open(state)
     progress(0, 3)
-    ids, rows = id_file_nodes(ids_file, sd.id_index())
-    dec.check_budget(rows.size, budget, min_count, max_count)
     if strategy == "vip" and min_count < 2:
         raise InvalidArgumentError(f"the vip strategy needs --min >= 2, got --min {min_count}")
-    est = load_current(sd, device)
+    est, retired = load_current_state(sd, device)
+    ids, rows = id_file_nodes(ids_file, sd.id_index())
+    ids, rows, skipped = _candidates(ids, rows, retired, est)
+    dec.check_budget(rows.size, budget, min_count, max_count)
     progress(1, 3)
     p = np.asarray(est.predict(rows), dtype=np.float64)
     n = dec.allocate(strategy, p, budget, min_count, max_count, vip_gamma=vip_gamma)
@@ -140,7 +155,7 @@ def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int
     progress(3, 3)
     uniform = dec.allocate("uniform", p, budget, min_count, max_count)
     return {"command": "allocate", "state": str(sd.root), "step": est.step_, "strategy": strategy,
-            "budget": int(budget), "prompts": len(ids), "min": int(min_count), "max": int(max_count),
+            "budget": int(budget), "prompts": len(ids), "retired_skipped": skipped, "min": int(min_count), "max": int(max_count),
             "vip_gamma": float(vip_gamma), "out": str(out), "format": fmt,
             "counts": {"min": int(n.min()), "max": int(n.max()), "at_min": int((n == min_count).sum()),
                        "at_max": int((n == max_count).sum())},

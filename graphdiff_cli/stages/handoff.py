@@ -36,9 +36,21 @@ def _noop(done, total=None):
 
 def load_current(sd: StateDir, device: str | None = None):
     """The ``Estimator`` at a STATE's current step (it owns the arrays just read: no copies)."""
+    return load_current_state(sd, device)[0]
+
+
+def load_current_state(sd: StateDir, device: str | None = None):
+    """(the ``Estimator`` at a STATE's current version, the node indices of its retired prompts)."""
     from ..estimator import Estimator
 
-    return Estimator.from_state_dict(sd.read_state(), device=device, copy=False)
+    state = sd.read_state()
+    retired = np.asarray(state.pop("retired", np.zeros(0, np.int64)), dtype=np.int64)
+    return Estimator.from_state_dict(state, device=device, copy=False), retired
+
+
+def active_rows(rows: np.ndarray, retired: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` are candidates (not retired), as a boolean mask."""
+    return ~np.isin(rows, retired) if retired.size else np.ones(rows.size, bool)
 
 
 def _import_torch() -> float:
@@ -65,10 +77,14 @@ def init_settings(config=None, **flags):
     return settings, check_keep(keep)
 
 
-def init_state(graph, clusters, out, *, config=None, progress: Progress = _noop, durable: bool = True,
-               **flags) -> dict:
+def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: Progress = _noop,
+               durable: bool = True, **flags) -> dict:
     """A new STATE directory at step 0 from a graph and its clusters (``flags``: ``preset``, ``keep`` and
-    any setting of ``graphdiff_cli.settings``; None = not given)."""
+    any setting of ``graphdiff_cli.settings``; None = not given). The STATE keeps the graph's directed kNN
+    lists and names the embeddings it was built from (``embeddings``, else where build-graph read them),
+    which ``graphdiff extend`` needs."""
+    from .prompt_set import init_model_extras
+
     from ..estimator import Estimator
     from ..io.readers import read_inputs
 
@@ -83,8 +99,10 @@ def init_state(graph, clusters, out, *, config=None, progress: Progress = _noop,
     progress(1, 3)
     est = Estimator(inp.w, inp.labels, n_states=inp.k, settings=settings)
     progress(2, 3)
+    model_arrays, model_attrs = init_model_extras(inp.graph, embeddings)
     sd = StateDir.create(out, est.state_dict(copy=False), inp.ids, keep=keep, durable=durable,
                          inputs={"graph": g_hash, "clusters": c_hash},
+                         model_arrays=model_arrays, model_attrs=model_attrs,
                          init_entry={"graph": str(graph), "graph_hash": g_hash,
                                      "clusters": str(clusters), "clusters_hash": c_hash})
     progress(3, 3)
@@ -121,15 +139,26 @@ class Handoff:
         self.sd = StateDir.open(state)
         self.device, self.durable = device, durable
         self.est = None
+        self.retired = np.zeros(0, np.int64)  # node indices of the retired prompts at self.est's version
         self._current_sig = None  # (step, inode, mtime_ns) of the CURRENT that self.est is
-        self._index = None
+        self._index, self._index_sig = None, None
         self.loads = 0  # how many times the STATE was read (1 when nobody else writes)
 
     @property
     def index(self):
-        if self._index is None:  # model.zarr never changes after init
-            self._index = self.sd.id_index()
+        """The ``IdIndex`` of the current version's prompts (read again when CURRENT moved: extend adds)."""
+        sig = self._signature()
+        if self._index is None or sig != self._index_sig:
+            self._index, self._index_sig = self.sd.id_index(), sig
         return self._index
+
+    def forget(self) -> None:
+        """The in-memory estimator may be ahead of (or torn from) the STATE: read it again next time."""
+        self.est = None
+
+    def committed(self) -> None:
+        """This object just wrote CURRENT: its estimator is that version's."""
+        self._current_sig = self._signature()
 
     def _signature(self):
         """Which CURRENT file is in place: every atomic replace makes a new inode."""
@@ -144,7 +173,7 @@ class Handoff:
         before = self._signature()
         if self.est is not None and before == self._current_sig:
             return self.est
-        self.est = load_current(self.sd, self.device)
+        self.est, self.retired = load_current_state(self.sd, self.device)
         self.loads += 1
         # a CURRENT replaced while we read: keep the estimator (it is a whole step's) but look again next time
         self._current_sig = before if self._signature() == before else None
@@ -182,6 +211,7 @@ class Handoff:
             est = self.estimator()
             if est.step_ != cur:
                 raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
+            nodes = parsed.node_indices(self.index)  # again: an extend or rollback may have moved the prompt set
             t_load = time.perf_counter()
             progress(2, 4)
             try:
@@ -195,11 +225,12 @@ class Handoff:
                          "success_threshold": float(success_threshold), "iterations": stats["iterations"],
                          "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
                          "inference_s": round(t_infer - t_load, 4)}
-                pruned = sd.commit_step(est.state_dict(copy=False), entry, durable=self.durable)
+                pruned = sd.commit_step({**est.state_dict(copy=False), "retired": self.retired}, entry,
+                                        durable=self.durable)
             except BaseException:
-                self.est = None  # ahead of (or torn from) the STATE: read it again next time
+                self.forget()
                 raise
-            self._current_sig = self._signature()
+            self.committed()
             t_write = time.perf_counter()
             progress(4, 4)
         return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
@@ -222,12 +253,15 @@ class Handoff:
         progress(0, 3)
         t_import = _import_torch()
         t1 = time.perf_counter()
-        all_ids = self.index.ids
-        if ids_file is not None:
-            ids, rows = id_file_nodes(ids_file, self.index, unique=False)
-        else:
-            ids, rows = all_ids, np.arange(len(all_ids), dtype=np.int64)
         est = self.estimator()
+        index, retired = self.index, self.retired
+        if len(index) != est.n_nodes:
+            raise StateError(f"{self.sd.root}: the prompt set changed while it was read; run predict again")
+        if ids_file is not None:  # the ids asked for, retired or not
+            ids, rows = id_file_nodes(ids_file, index, unique=False)
+        else:  # every candidate: retired prompts are not predicted
+            rows = np.arange(len(index), dtype=np.int64)[active_rows(np.arange(len(index)), retired)]
+            ids = [index.ids[r] for r in rows] if retired.size else index.ids
         t_load = time.perf_counter()
         progress(1, 3)
         res = est.estimates(rows, group_size=group_size)
@@ -240,7 +274,7 @@ class Handoff:
         progress(3, 3)
         p = np.asarray(res["p"])
         return {"command": "predict", "state": str(self.sd.root), "step": est.step_, "out": str(out), "format": fmt,
-                "rows": len(ids), "group_size": group_size, "columns": PREDICT_COLUMNS,
+                "rows": len(ids), "retired": int(retired.size), "group_size": group_size, "columns": PREDICT_COLUMNS,
                 "p_mean": float(p.mean()) if p.size else None,
                 "timings": {"import_s": t_import, "load_s": t_load - t1, "inference_s": t_infer - t_load,
                             "write_s": t_write - t_infer, "total_s": time.perf_counter() - t0}}
@@ -265,25 +299,50 @@ def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: in
 # ------------------------------------------------------------------------------------ status, rollback
 
 def status(state, *, last: int = 10) -> dict:
-    """What a STATE holds: current step, N, K, config, the last applied steps, the retained states."""
+    """What a STATE holds: current step, N, K, config, the last applied steps, the retained states, and how
+    its prompt set changed (prompts added per step, retired prompts)."""
     sd = StateDir.open(state)
-    step, rel = sd.current()
+    step, rev = sd.current_version()
+    rel = sd.current()[1]
     m_art, ids, w, labels, config = sd.model()
-    sd.current_artifact()  # the step CURRENT names holds that step: status reports what predict would serve
-    entries = sd.log_entries(upto=step)
-    return {"command": "status", "state": str(sd.root), "step": step, "current": rel, "n_prompts": len(ids),
+    art = sd.current_artifact()  # the version CURRENT names holds it: status reports what predict would serve
+    entries = sd.log_entries(upto=(step, rev))
+    retired = int(art.array("retired").size) if "retired" in set(art.group.array_keys()) else 0
+    joined = m_art.array("joined") if "joined" in set(m_art.group.array_keys()) else np.zeros(len(ids), np.int64)
+    steps, counts = np.unique(joined, return_counts=True)
+    return {"command": "status", "state": str(sd.root), "step": step, "revision": rev, "current": rel,
+            "n_prompts": len(ids), "active": len(ids) - retired, "retired": retired,
+            "joined": {str(int(t)): int(c) for t, c in zip(steps, counts)},
             "states": int(config["n_states"]), "edges": int(w.nnz // 2), "config": config, "keep": sd.keep,
             "model_hash": m_art.content_hash, "inputs": m_art.inputs, "retained": sd.retained_steps(),
-            "applied": entries[-last:] if last > 0 else [], "n_applied": max(0, len(entries) - 1)}
+            "retained_versions": [f"{t}.{r}" if r else str(t) for t, r in sd.retained_versions()],
+            "applied": entries[-last:] if last > 0 else [],
+            "n_applied": sum(1 for e in entries if e.get("step", 0) > 0 and not e.get("revision"))}
 
 
-def rollback(state, to: int, *, lock_timeout: float = 600.0, progress: Progress = _noop) -> dict:
-    """Make step ``to`` current again (a trainer resuming from its checkpoint at step ``to``)."""
+def parse_version(to) -> tuple[int, int | None]:
+    """``--to`` of rollback: T (step T's newest retained revision) or T.R (revision R of step T)."""
+    if isinstance(to, int) and not isinstance(to, bool):
+        return to, None
+    text = str(to).strip()
+    head, dot, tail = text.partition(".")
+    if not head.isdigit() or (dot and not tail.isdigit()):
+        raise InvalidArgumentError(f"--to must be a step T or a revision T.R (integers >= 0), got {to!r}")
+    return int(head), (int(tail) if dot else None)
+
+
+def rollback(state, to, *, lock_timeout: float = 600.0, progress: Progress = _noop) -> dict:
+    """Make step ``to`` current again (a trainer resuming from its checkpoint at step ``to``): its newest
+    retained revision, or with ``to`` = "T.R" revision R (T.0: what update T wrote, before any extend or
+    retire after it)."""
+    step, revision = parse_version(to)
     sd = StateDir.open(state)
     progress(0, 1)
     with sd.locked(lock_timeout):
-        before = sd.current_step
-        removed = sd.rollback(to)
+        before = sd.current_version()
+        removed = sd.rollback(step, revision)
+        now = sd.current_version()
     progress(1, 1)
-    return {"command": "rollback", "state": str(sd.root), "step": to, "previous_step": before,
-            "removed": removed, "retained": sd.retained_steps(), "next_step": to + 1}
+    return {"command": "rollback", "state": str(sd.root), "step": now[0], "revision": now[1],
+            "previous_step": before[0], "previous_revision": before[1], "removed": removed,
+            "retained": sd.retained_steps(), "next_step": now[0] + 1}

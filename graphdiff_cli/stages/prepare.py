@@ -326,13 +326,15 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index:
     ids_arr = ids_for_hash(ids)
     arrays = {"ids": ids_arr.astype(object), "indptr": w.indptr.astype(np.int64),
               "indices": w.indices.astype(np.int64), "data": w.data.astype(np.float32),
-              "knn_indices": nbr.astype(np.int64)}
+              "knn_indices": nbr.astype(np.int64), "knn_similarities": sim.astype(np.float32)}
     content_hash = hash_arrays(ids_arr, arrays["indptr"], arrays["indices"], arrays["data"],
                                arrays["knn_indices"], extra="graph")
     params = {"k_nn": int(k_nn), "device": res.device, "index": "flat-ip" if index == "exact" else index}
     if res.params:
         params["index_params"] = res.params
-    attrs = {"summary": asdict(summary), "k": int(k), "search_backend": res.backend}
+    # where the embeddings were (graphdiff init records it for graphdiff extend, which checks the hash)
+    attrs = {"summary": asdict(summary), "k": int(k), "search_backend": res.backend,
+             "embeddings_path": str(Path(embeddings).resolve())}
     if recall is not None:
         attrs["recall"] = recall
     write_artifact(out, "graph", arrays, params=params, inputs={"embeddings": art.content_hash},

@@ -1,8 +1,8 @@
 """``graphdiff verify``: check a STATE directory (its whole lineage) or any artifact, end to end.
 
 Everything a reader would refuse is looked for at once and reported one line each, instead of failing on the
-first: CURRENT (it names its own step's folder), the model artifact (stamp, attribute hash, every array
-against its checksums), the log (every step up to CURRENT, once, in order), and every retained step
+first: CURRENT (it names its own step's folder), the model artifacts (model.zarr and those extend wrote
+under models/: stamp, attribute hash, every array against its checksums), the log (every step up to CURRENT, once, in order), and every retained step
 artifact (every array, its step attribute, the model it belongs to). Debris above CURRENT and artifacts
 written before checksums existed are notices, not problems. Reads only; writes nothing.
 """
@@ -10,12 +10,13 @@ written before checksums existed are notices, not problems. Reads only; writes n
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ..errors import ArtifactError
 from ..io.artifacts import STAMP_KEY, read_artifact
-from ..io.estimator_store import MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir
-from ..io.state_dir import MODEL, StateDir
+from ..io.estimator_store import MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir, step_model_path
+from ..io.state_dir import MODEL, MODELS, StateDir
 
 
 def _stamp_kind(path: Path) -> str | None:
@@ -56,25 +57,29 @@ def verify(path) -> dict:
     if is_state_dir(path) or (path / MODEL).exists():
         kind = "STATE"
         sd = StateDir(path)
-        step = None
+        version = None
         try:
-            step, _rel = sd.current()
+            version = sd.current_version()
         except ArtifactError as exc:
             problems.append(str(exc))
-        p, n, model = check_artifact(path / MODEL, MODEL_KIND)
-        problems += p
-        notices += n
-        checked.append(MODEL)
-        if step is not None:
+        models = {}  # checked model artifacts by resolved path
+        for folder in [path / MODEL] + sorted((path / MODELS).glob("*.zarr")):
+            p, n, model = check_artifact(folder, MODEL_KIND)
+            problems += p
+            notices += n
+            checked.append(str(folder.relative_to(path)))
+            models[os.path.normpath(folder.absolute())] = model
+        if version is not None:
             try:
-                sd.log_entries(upto=step)
+                sd.log_entries(upto=version)
             except ArtifactError as exc:
                 problems.append(str(exc))
             checked.append("log.jsonl")
-        for t, folder in sd.step_dirs().items():
+        for v, folder in sd.version_dirs().items():
             rel = f"{folder.parent.name}/{folder.name}"
-            if step is not None and t > step:
-                notices.append(f"{folder}: step {t} is above CURRENT (debris of a crashed write; the next update "
+            name = f"{v[0]}.{v[1]}" if v[1] else str(v[0])
+            if version is not None and v > version:
+                notices.append(f"{folder}: step {name} is above CURRENT (debris of a crashed write; the next update "
                                "or rollback removes it)")
                 continue
             p, n, art = check_artifact(folder, STEP_KIND)
@@ -83,11 +88,15 @@ def verify(path) -> dict:
             checked.append(rel)
             if art is not None:
                 try:
-                    check_step_artifact(art, t, model, said_by="its name says")
+                    target = os.path.normpath(step_model_path(art).absolute())
+                    if target not in models:
+                        raise ArtifactError(f"{folder}: belongs to model {art.attr('model')}, which is missing")
+                    check_step_artifact(art, v, models[target], said_by="its name says")
                 except ArtifactError as exc:
                     problems.append(str(exc))
-        if step is not None and step not in sd.step_dirs():
-            problems.append(f"{path}: CURRENT names step {step}, whose state folder is missing")
+        if version is not None and version not in sd.version_dirs():
+            problems.append(f"{path}: CURRENT names step {version[0]}"
+                            f"{'.' + str(version[1]) if version[1] else ''}, whose state folder is missing")
     else:
         p, n, art = check_artifact(path)
         kind = art.kind if art is not None else "artifact"

@@ -20,6 +20,9 @@ def init(
     out: Path = typer.Option(..., "--out", "-o", help="STATE directory to create (must not exist or be empty)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file of the settings below (and 'preset', "
                                           "'keep'); flags override it."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="The embeddings artifact the graph was "
+                                              "built from, for graphdiff extend (default: where build-graph read "
+                                              "them; checked by content hash)."),
     keep: Optional[int] = typer.Option(None, "--keep", help="States kept besides step 0 (older ones are "
                                        f"pruned after each update) (default: {DEFAULT_KEEP})."),
     settings_flags: dict = None,
@@ -31,6 +34,7 @@ def init(
     from ...stages.handoff import init_state
 
     with progress("creating the state") as update:
-        res = init_state(graph, clusters, out, config=config, progress=update, keep=keep, **settings_flags)
+        res = init_state(graph, clusters, out, config=config, embeddings=embeddings, progress=update, keep=keep,
+                         **settings_flags)
     emit(res, f"STATE {res['state']} at step 0: {res['n_prompts']} prompts, K = {res['states']} states, "
               f"{res['edges']} edges (keeps the last {res['keep']} states)")

@@ -1,4 +1,5 @@
-"""``graphdiff rollback``: make an earlier step current again (a trainer resuming from a checkpoint)."""
+"""``graphdiff rollback``: make an earlier step current again (a trainer resuming from a checkpoint), or undo
+an extend or retire (``--to T.R``)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ from ..common import command, emit, progress
 @command("rollback")
 def rollback(
     state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
-    to: int = typer.Option(..., "--to", help="The step to make current; later states are removed, so the "
-                           "next update is this step + 1."),
+    to: str = typer.Option(..., "--to", help="The step T to make current (its newest retained revision), or "
+                           "T.R for revision R of it (T.0: as update T left it, before extends or retires after "
+                           "it); later states are removed, so the next update is T + 1.", metavar="T[.R]"),
     lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for a running update."),
 ):
-    """Roll the STATE back to step T; refused if T was pruned or not applied yet."""
+    """Roll the STATE back to step T (or revision T.R); refused if it was pruned or not applied yet."""
     from ...stages.handoff import rollback as run_rollback
 
     with progress(f"rolling back to step {to}") as bar:
         res = run_rollback(state, to, lock_timeout=lock_timeout, progress=bar)
     removed = ", ".join(map(str, res["removed"])) or "none"
-    emit(res, f"step {res['step']} is current (was {res['previous_step']}; removed step(s) {removed}); "
+    now = f"{res['step']}.{res['revision']}" if res["revision"] else str(res["step"])
+    was = f"{res['previous_step']}.{res['previous_revision']}" if res["previous_revision"] else str(res["previous_step"])
+    emit(res, f"step {now} is current (was {was}; removed step(s) {removed}); "
               f"the next update is step {res['next_step']}")

@@ -12,14 +12,26 @@ from ..common import command, emit
 def _human(res: dict) -> str:
     c = res["config"]
     mode = "cumulative" if c.get("window") is None else f"window {c['window']}"
-    lines = [f"STATE {res['state']}: step {res['step']}, {res['n_prompts']} prompts, K = {res['states']}, "
+    version = f"{res['step']}.{res['revision']}" if res.get("revision") else str(res["step"])
+    joined = {t: c for t, c in res.get("joined", {}).items() if t != "0"}
+    grown = (f" ({', '.join(f'{c} added at step {t}' for t, c in joined.items())})" if joined else "")
+    retired = f", {res['retired']} retired" if res.get("retired") else ""
+    lines = [f"STATE {res['state']}: step {version}, {res['n_prompts']} prompts{grown}{retired}, K = {res['states']}, "
              f"{res['edges']} edges",
              f"config: beta {c.get('beta')}, epsilon {c.get('epsilon')}, gamma {c.get('gamma')}, {mode}, "
              f"{c.get('schedule')} (max {c.get('max_iters')} rounds, tol {c.get('tol')}), device {c.get('device')}",
-             f"retained states: {', '.join(map(str, res['retained']))} (keep {res['keep']} + step 0)"]
+             f"retained states: {', '.join(res.get('retained_versions') or map(str, res['retained']))} "
+             f"(keep {res['keep']} + step 0)"]
     for e in res["applied"]:
+        at = f"{e['step']}.{e['revision']}" if e.get("revision") else str(e["step"])
         if e.get("event") == "init":
             lines.append(f"  step 0: init from {e.get('graph')} + {e.get('clusters')} ({e.get('applied_at')})")
+        elif e.get("event") == "extend":
+            lines.append(f"  step {at}: extend, {e.get('added')} prompts from {e.get('prompts')} "
+                         f"({e.get('n_prompts')} now; {e.get('applied_at')})")
+        elif e.get("event") in ("retire", "restore"):
+            lines.append(f"  step {at}: {e['event']} {e.get('prompts')} prompts from {e.get('ids')} "
+                         f"({e.get('n_retired')} retired now; {e.get('applied_at')})")
         else:
             lines.append(f"  step {e['step']}: {e.get('prompts')} prompts, {e.get('successes')}/{e.get('rollouts')} "
                          f"successes, outcomes {e.get('outcomes_hash')} ({e.get('applied_at')})")

@@ -1,0 +1,287 @@
+"""Benchmark `graphdiff extend` (issue 16): exactness, first predictions of added prompts, and cost.
+
+quality: a random share of a data set's prompts (--new, default 20%) joins at step --join; the log's rows
+of those prompts before it are dropped (a new data source has no past). Two STATEs replay that same log,
+one-step-ahead (each batch predicted before its outcomes, as `graphdiff evaluate`):
+
+  scratch   graph, clusters and estimator built on ALL prompts at step 0 (a rebuild that replays the log)
+  extended  built on the old prompts only; at step --join the new ones are added exactly as `graphdiff
+            extend` adds them (core.graph.extend_mutual_knn, core.spectral.label_new_nodes,
+            Estimator.extend), then the replay goes on
+
+It reports whether the extended graph equals the scratch graph (edges and weights), and for the added
+prompts' first visits: MAE against the observed rate and within-batch Pearson r (the mean over steps of r
+among the added prompts visited for the first time in that step), besides the same figures for every row
+after the join. "global" is the no-graph prior a new prompt gets from MoPPS or a per-prompt history: the
+running observed success rate.
+
+    .venv/bin/python bench/extend.py quality --data math   # artifacts/math (snakemake --configfile configs/math.yaml)
+    .venv/bin/python bench/extend.py quality --data demo
+
+cost: a STATE of --n prompts (synthetic clustered unit vectors at --dim, written as a real embeddings
+artifact, graph, clusters and `graphdiff init`) extended by --add prompts with the real CLI
+(`graphdiff extend --embedded`, so the new prompts' embedding is not in the timing, as the issue asks),
+against a rebuild of the same N + add prompts (`graphdiff build-graph` + `graphdiff cluster` + `graphdiff
+init`), in one run; then the update + predict round trip before and after the extend.
+
+    .venv/bin/python bench/extend.py cost --n 150000 --add 1000 --dim 384 --k-nn 80
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from _emit import emit  # bench/ is on sys.path when a script runs
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
+
+
+# ------------------------------------------------------------------------------------------- quality
+
+def _graph(x, k_nn):
+    from graphdiff_cli.backends.knn import knn_search
+    from graphdiff_cli.core.graph import drop_self, mutual_knn_graph
+
+    k = min(k_nn, x.shape[0] - 1)
+    res = knn_search(x, k + 1, device="cpu")
+    nbr, sim = drop_self(res.neighbors, res.similarities, k)
+    return mutual_knn_graph(nbr, sim), nbr, sim
+
+
+def _clusters(w, nbr, seed=0):
+    from graphdiff_cli.core.spectral import spectral_clustering
+    from graphdiff_cli.stages.prepare import auto_states
+
+    k = auto_states(w.shape[0])
+    return spectral_clustering(w, k, seed=seed, fallback_neighbors=nbr).astype(np.int64), k
+
+
+def _replay(est, rows_by_step, join=None):
+    """One-step-ahead predictions of every row; ``join(est)`` is called before step ``join_step``."""
+    preds = []
+    for t, (rows, n, s) in rows_by_step:
+        if join is not None and t == join[0]:
+            join[1](est)
+        preds.append(est.predict(rows))
+        est.update(rows, n, s)
+    return np.concatenate(preds)
+
+
+def quality(args) -> dict:
+    from graphdiff_cli.core.graph import extend_mutual_knn, normalize_rows
+    from graphdiff_cli.core.metrics import mae, within_batch
+    from graphdiff_cli.core.spectral import label_new_nodes
+    from graphdiff_cli.estimator import Estimator
+    from graphdiff_cli.io.artifacts import read_artifact
+
+    base = ROOT / "artifacts" / args.data
+    art = read_artifact(base / "embeddings.zarr", "embeddings")
+    ids = [str(i) for i in art.array("ids")]
+    x = normalize_rows(art.array("embeddings"))
+    log = [json.loads(line) for line in open(base / "data" / "log.jsonl")]
+    rng = np.random.default_rng(args.seed)
+    n_all = len(ids)
+    is_new = np.zeros(n_all, bool)
+    is_new[rng.choice(n_all, int(round(args.new * n_all)), replace=False)] = True
+    pos = {p: i for i, p in enumerate(ids)}
+    rows = [(r["step"], pos[r["id"]], r["n"], r["s"]) for r in log
+            if not (is_new[pos[r["id"]]] and r["step"] < args.join)]
+    step = np.array([r[0] for r in rows])
+    node = np.array([r[1] for r in rows])
+    n = np.array([r[2] for r in rows])
+    s = np.array([r[3] for r in rows])
+    old_nodes, new_nodes = np.flatnonzero(~is_new), np.flatnonzero(is_new)
+    # extended order: old prompts, then new ones (as extend appends them)
+    order = np.concatenate([old_nodes, new_nodes])
+    ext_of = np.empty(n_all, np.int64)
+    ext_of[order] = np.arange(n_all)
+
+    def by_step(index):
+        out = []
+        for t in np.unique(step):
+            m = step == t
+            out.append((t, (index[node[m]], n[m], s[m])))
+        return out
+
+    t0 = time.perf_counter()
+    w_all, nbr_all, _ = _graph(x, args.k_nn)
+    labels_all, k_all = _clusters(w_all, nbr_all)
+    t_scratch_build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    x_old, x_new = x[old_nodes], x[new_nodes]
+    w_old, nbr_old, sim_old = _graph(x_old, args.k_nn)
+    labels_old, k_old = _clusters(w_old, nbr_old)
+    t_old_build = time.perf_counter() - t0
+    ext = extend_mutual_knn(w_old, nbr_old, sim_old, x_old, x_new)
+    # exactness: the extended W against the scratch W in the extended node order
+    w_ref = w_all[order][:, order]
+    diff_pattern = int(abs((ext.graph != 0).astype(np.int8) - (w_ref != 0).astype(np.int8)).sum())
+    weight_diff = float(abs(ext.graph - w_ref).max()) if ext.graph.nnz else 0.0
+    labels_ext = label_new_nodes(ext.graph, labels_old, ext.neighbors, ext.similarities, k_old)
+
+    settings = {"preset": args.preset}
+    scratch = Estimator(w_all, labels_all, k_all, **settings)
+    p_scratch = _replay(scratch, by_step(np.arange(n_all)))
+    extended = Estimator(w_old, labels_old, k_old, **settings)
+    p_ext = _replay(extended, by_step(ext_of), join=(args.join, lambda est: est.extend(ext.graph, labels_ext)))
+
+    rate = s / n
+    first = np.zeros(step.size, bool)
+    seen = set()
+    for i, v in enumerate(node):
+        if v not in seen:
+            first[i] = True
+            seen.add(v)
+    added_first = first & is_new[node]
+    after = step >= args.join
+    # the no-graph prior: the running observed success rate before the step
+    glob = np.empty(step.size)
+    cs = cn = 0.0
+    for t in np.unique(step):
+        m = step == t
+        glob[m] = (cs + 1.0) / (cn + 2.0)
+        cs, cn = cs + s[m].sum(), cn + n[m].sum()
+
+    def figures(mask):
+        out = {}
+        for name, p in (("scratch", p_scratch), ("extended", p_ext), ("global", glob)):
+            wb = within_batch(step[mask], p[mask], rate[mask])
+            out[name] = {"mae": round(mae(p[mask], rate[mask]), 4), "within_r": round(wb["pearson"], 4),
+                         "batches": wb["batches"]}
+        return out
+
+    return {"bench": "extend-quality", "data": args.data, "date": str(date.today()), "machine": platform.node(),
+            "prompts": n_all, "added": int(is_new.sum()), "join_step": args.join, "seed": args.seed,
+            "k_nn": args.k_nn, "preset": args.preset, "states": {"scratch": k_all, "extended": k_old},
+            "graph_equal": {"pattern_differences": diff_pattern, "max_weight_difference": weight_diff,
+                            "edges": int(ext.graph.nnz // 2), "changed_lists": int(ext.changed.size)},
+            "added_first_visits": {"rows": int(added_first.sum()), **figures(added_first)},
+            "all_rows_after_join": {"rows": int(after.sum()), **figures(after)},
+            "old_rows_after_join": {"rows": int((after & ~is_new[node]).sum()), **figures(after & ~is_new[node])},
+            "seconds": {"scratch_graph_and_clusters": round(t_scratch_build, 2),
+                        "old_graph_and_clusters": round(t_old_build, 2)}}
+
+
+# ---------------------------------------------------------------------------------------------- cost
+
+def _run(*argv) -> tuple[float, dict]:
+    t = time.perf_counter()
+    out = subprocess.run([str(GRAPHDIFF), *map(str, argv), "--json"], check=True, capture_output=True, text=True)
+    return time.perf_counter() - t, json.loads(out.stdout)
+
+
+def synthetic_embeddings(n, dim, topics, seed=0):
+    """Clustered unit vectors: topic centres plus noise (the local structure a kNN graph sees)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((topics, dim)).astype(np.float32)
+    x = centres[rng.integers(0, topics, n)] + 0.9 * rng.standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def cost(args) -> dict:
+    from graphdiff_cli.backends.embed import DEFAULT_INSTRUCTION
+    from graphdiff_cli.io.artifacts import hash_arrays, write_artifact
+    from graphdiff_cli.stages.prepare import ids_for_hash
+
+    work = Path(tempfile.mkdtemp(prefix="gd-extend-", dir=args.tmp))
+    try:
+        x = synthetic_embeddings(args.n + args.add, args.dim, args.topics)
+        ids = [f"p{i}" for i in range(args.n + args.add)]
+        params = {"model": "bundled", "instruction": DEFAULT_INSTRUCTION, "dim": args.dim, "batch_size": 64,
+                  "shard": None, "id_field": "id", "text_field": "prompt"}
+
+        def write(path, rows):
+            ids_arr = ids_for_hash([ids[i] for i in rows])
+            write_artifact(path, "embeddings", {"ids": ids_arr.astype(object), "embeddings": x[rows],
+                                                "text_hash": np.asarray([f"{i:016x}" for i in rows], dtype=object)},
+                           params=params, inputs={"prompts": "synthetic"}, content_hash=hash_arrays(ids_arr, x[rows]),
+                           attrs={"native_dim": args.dim})
+
+        old, new, everything = np.arange(args.n), np.arange(args.n, args.n + args.add), np.arange(args.n + args.add)
+        write(work / "old.zarr", old)
+        write(work / "new.zarr", new)
+        write(work / "all.zarr", everything)
+        k = ["--k-nn", args.k_nn]
+        _run("build-graph", work / "old.zarr", "--out", work / "old_g.zarr", *k)
+        _run("cluster", work / "old_g.zarr", "--out", work / "old_c.zarr", "--states", args.states)
+        _run("init", "--graph", work / "old_g.zarr", "--clusters", work / "old_c.zarr", "--out", work / "S",
+             "--max-iters", 50)
+        rng = np.random.default_rng(1)
+
+        def outcomes(path, pool):
+            b = rng.choice(pool, args.batch, replace=False)
+            with open(path, "w") as f:
+                for i in b:
+                    f.write(json.dumps({"id": ids[i], "n": 8, "s": int(rng.integers(0, 9))}) + "\n")
+
+        outcomes(work / "o1.jsonl", old)
+        _run("update", "--state", work / "S", "--step", 1, "--outcomes", work / "o1.jsonl")  # q at a fixed point
+        outcomes(work / "o2.jsonl", old)
+        t_up_before, up_before = _run("update", "--state", work / "S", "--step", 2, "--outcomes", work / "o2.jsonl")
+        t_pr_before, _ = _run("predict", "--state", work / "S", "--out", work / "p_before.parquet")
+        t_ext, ext = _run("extend", "--state", work / "S", "--embedded", work / "new.zarr")
+        outcomes(work / "o3.jsonl", everything)
+        t_up_after, up_after = _run("update", "--state", work / "S", "--step", 3, "--outcomes", work / "o3.jsonl")
+        t_pr_after, _ = _run("predict", "--state", work / "S", "--out", work / "p_after.parquet")
+        # the rebuild of the same N + add prompts
+        t_g, g = _run("build-graph", work / "all.zarr", "--out", work / "all_g.zarr", *k)
+        t_c, _ = _run("cluster", work / "all_g.zarr", "--out", work / "all_c.zarr", "--states", args.states)
+        t_i, _ = _run("init", "--graph", work / "all_g.zarr", "--clusters", work / "all_c.zarr", "--out",
+                      work / "S2", "--max-iters", 50)
+        rebuild = t_g + t_c + t_i
+        return {"bench": "extend-cost", "date": str(date.today()), "machine": platform.node(), "n": args.n,
+                "add": args.add, "dim": args.dim, "k_nn": args.k_nn, "states": args.states,
+                "extend_wall_s": round(t_ext, 2), "extend_timings": {k2: round(v, 3) for k2, v in ext["timings"].items()},
+                "changed_lists": ext["changed_lists"], "changed_rows": ext["changed_rows"],
+                "rebuild_wall_s": {"build_graph": round(t_g, 2), "cluster": round(t_c, 2), "init": round(t_i, 2),
+                                   "total": round(rebuild, 2)},
+                "ratio_extend_to_rebuild": round(t_ext / rebuild, 4),
+                "round_trip_s": {"before": {"update": round(t_up_before, 2), "predict": round(t_pr_before, 2)},
+                                 "after": {"update": round(t_up_after, 2), "predict": round(t_pr_after, 2)}},
+                "update_inference_s": {"before": round(up_before["timings"]["inference_s"], 3),
+                                       "after": round(up_after["timings"]["inference_s"], 3)},
+                "rebuild_edges": g["summary"]["n_edges"], "extended_edges": ext["edges"]}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    q = sub.add_parser("quality")
+    q.add_argument("--data", default="math", help="artifacts/<data> with embeddings.zarr and data/log.jsonl")
+    q.add_argument("--new", type=float, default=0.2)
+    q.add_argument("--join", type=int, default=30, help="the step at which the new prompts join")
+    q.add_argument("--k-nn", type=int, default=80)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--preset", default="default")
+    c = sub.add_parser("cost")
+    c.add_argument("--n", type=int, default=150000)
+    c.add_argument("--add", type=int, default=1000)
+    c.add_argument("--dim", type=int, default=384)
+    c.add_argument("--k-nn", type=int, default=80)
+    c.add_argument("--states", type=int, default=320)
+    c.add_argument("--topics", type=int, default=2000)
+    c.add_argument("--batch", type=int, default=256)
+    c.add_argument("--tmp", default=None)
+    for p in (q, c):
+        p.add_argument("--out", default=None)
+    args = ap.parse_args()
+    emit(quality(args) if args.what == "quality" else cost(args), args.out)
+
+
+if __name__ == "__main__":
+    main()

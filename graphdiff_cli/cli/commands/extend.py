@@ -1,0 +1,58 @@
+"""``graphdiff extend`` and ``graphdiff retire``: change a STATE's prompt set mid-training, without a rebuild."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..common import command, emit, progress
+
+
+@command("extend")
+def extend(
+    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="The new prompts: JSONL, CSV or Parquet rows "
+                                           "'id, prompt' (ids and texts not yet in the STATE), embedded here."),
+    embedded: Optional[Path] = typer.Option(None, "--embedded", help="Instead of --prompts: their embeddings "
+                                            "artifact (graphdiff embed, with the STATE's model, instruction and dim)."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Where the embeddings the STATE was built "
+                                              "from are now, if they moved (checked by content hash)."),
+    id_field: str = typer.Option("id", "--id-field", help="Column holding the prompt id."),
+    text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Encoder batch size."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N (for the encoder)."),
+    lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another writer."),
+):
+    """Add prompts: embedded with the STATE's own encoder, joined to the graph with its k and mutual rule, given
+    a prior state from their neighbours; the next revision of the current step (undo: rollback --to T.R)."""
+    from ...stages.handoff import Handoff
+    from ...stages.prompt_set import extend as run_extend
+
+    with progress("extending the prompt set") as bar:
+        res = run_extend(Handoff(state), prompts, embedded=embedded, embeddings=embeddings, id_field=id_field, text_field=text_field,
+                         batch_size=batch_size, device=device, lock_timeout=lock_timeout, progress=bar)
+    t = res["timings"]
+    emit(res, f"step {res['version']}: {res['added']} prompts added ({res['n_prompts']} now, {res['edges']} edges; "
+              f"{res['changed_lists']} old kNN lists changed, {res['new_isolated']} new prompts without a mutual "
+              f"neighbour) in {t['total_s']:.2f} s (embed {t['embed_s']:.2f}, graph {t['graph_s']:.2f}, write "
+              f"{t['write_s']:.2f}); undo: {res['undo']}")
+
+
+@command("retire")
+def retire(
+    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    ids: Path = typer.Option(..., "--ids", help="The prompts: one id per line, or a table with an 'id' column."),
+    restore: bool = typer.Option(False, "--restore", help="Put retired prompts back into the candidate set."),
+    lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another writer."),
+):
+    """Take prompts out of the candidate set (predict, select and allocate skip them); what they taught the
+    states stays. The next revision of the current step (undo: rollback --to T.R, or --restore)."""
+    from ...stages.handoff import Handoff
+    from ...stages.prompt_set import retire as run_retire
+
+    with progress("restoring prompts" if restore else "retiring prompts") as bar:
+        res = run_retire(Handoff(state), ids, restore=restore, lock_timeout=lock_timeout, progress=bar)
+    emit(res, f"step {res['version']}: {res['prompts']} prompts {'restored' if restore else 'retired'} "
+              f"({res['n_retired']} retired, {res['active']} active); undo: {res['undo']}")

@@ -1,0 +1,335 @@
+"""Growing and shrinking a STATE's prompt set mid-training: ``graphdiff extend`` and ``graphdiff retire``.
+
+``extend`` adds prompts without rebuilding anything: it embeds only the new prompts with the encoder,
+instruction and dimension the STATE's embeddings were made with, finds their neighbours among all
+prompts by exact search with the graph's k (``core.graph.extend_mutual_knn``: the same W a rebuild
+from scratch gives), updates the old prompts' lists where a new prompt enters them, gives each new
+prompt a prior state from its neighbours' states (``core.spectral.label_new_nodes``), grows the
+estimator (``Estimator.extend``: nothing learned is lost) and commits it all as the next revision of
+the current step, with a new model artifact. ``retire`` takes prompts out of the candidate set (predict,
+select and allocate skip them) while their evidence stays; ``retire --restore`` brings them back.
+
+What the STATE keeps for this (docs/handoff.md): the model holds the directed kNN lists and their
+similarities, the embeddings of every added prompt, and ``joined`` (the step at which each prompt
+joined); it names the embeddings artifact it was built from by path and content hash (``init``
+records it; ``--embeddings`` points at a moved copy, which must have the same hash). No typer or rich.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError
+
+Progress = Callable[[int, int], None]
+
+KNN_INDICES, KNN_SIMILARITIES = "knn_indices", "knn_similarities"
+ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, RETIRED = "added_embeddings", "added_text_hash", "joined", "retired"
+PROMPT_SET = "prompt_set"  # the model attribute naming the base embeddings and the graph's k
+
+
+def _noop(done, total=None):
+    return None
+
+
+def _has_array(art, name: str) -> bool:
+    try:
+        return name in set(art.group.array_keys())
+    except Exception:  # noqa: BLE001 - an unlistable group reads as lacking it; reading it then says why
+        return False
+
+
+def init_model_extras(graph, embeddings=None) -> tuple[dict, dict]:
+    """(model arrays, model attributes) that ``init`` stores for ``extend``: the graph's kNN lists (and their
+    similarities when the graph has them), ``joined`` (all 0), and where the embeddings are."""
+    from ..io.readers import read_embeddings
+
+    n = len(graph.ids)
+    arrays = {KNN_INDICES: graph.knn_indices().astype(np.int32 if n < 2**31 else np.int64),
+              JOINED: np.zeros(n, dtype=np.int64)}
+    if _has_array(graph.art, KNN_SIMILARITIES):
+        arrays[KNN_SIMILARITIES] = graph.art.array(KNN_SIMILARITIES).astype(np.float32)
+    emb_hash = graph.art.inputs.get("embeddings")
+    path = embeddings if embeddings is not None else graph.art.attr("embeddings_path")
+    if embeddings is not None and read_embeddings(embeddings).content_hash != emb_hash:
+        raise DataError(f"--embeddings {embeddings}: is not the embeddings {graph.path} was built from (content "
+                        f"hash {read_embeddings(embeddings).content_hash}, the graph names {emb_hash})")
+    attrs = {PROMPT_SET: {"embeddings": {"path": None if path is None else str(Path(path).resolve()),
+                                         "hash": emb_hash, "rows": n},
+                          "k": graph.art.attr("k"), "k_nn": graph.art.params.get("k_nn"),
+                          "index": graph.art.params.get("index")}}
+    return arrays, attrs
+
+
+# ---------------------------------------------------------------------------------------- the model
+
+class _Model:
+    """What extend reads from the current model: ids, W, labels, lists, embeddings."""
+
+    def __init__(self, sd, embeddings=None):
+        from ..io.readers import read_embeddings
+
+        self.sd = sd
+        self.art, self.ids, self.w, self.labels, self.config = sd.model()
+        art = self.art
+        info = art.attr(PROMPT_SET) or self._legacy_info()
+        self.info = info
+        base = info["embeddings"]
+        path = embeddings if embeddings is not None else base.get("path")
+        if path is None:
+            raise StateError(f"{sd.root}: the STATE does not say where its embeddings are; pass --embeddings "
+                             "(the embeddings artifact its graph was built from)")
+        if not Path(path).exists():
+            raise StateError(f"{path}: the embeddings this STATE was built from are not there any more; pass "
+                             "--embeddings with their new location")
+        self.base = read_embeddings(path)
+        if self.base.content_hash != base["hash"]:
+            raise DataError(f"{path}: is not the embeddings this STATE was built from (content hash "
+                            f"{self.base.content_hash}, the STATE names {base['hash']})")
+        self.n_base = int(base["rows"])
+        base_ids = [str(x) for x in self.base.array("ids")]
+        if base_ids != self.ids[:self.n_base]:
+            raise DataError(f"{path}: its prompt ids are not the STATE's first {self.n_base} prompts")
+        self.params = self.base.params
+
+    def _legacy_info(self) -> dict:
+        """A STATE made before init stored the lists: read them from the graph artifact init names."""
+        from ..io.readers import read_graph
+
+        init = self.sd.log_entries(upto=(0, 0))[0]
+        path, want = init.get("graph"), init.get("graph_hash")
+        if path is None or not Path(path).exists():
+            raise StateError(f"{self.sd.root}: made before graphdiff extend existed and its graph {path} is gone; "
+                             "re-create the STATE with graphdiff init")
+        g = read_graph(path)
+        if g.art.content_hash != want:
+            raise StateError(f"{path}: changed since this STATE was made (content hash {g.art.content_hash}, the "
+                             f"STATE names {want}); re-create the STATE with graphdiff init")
+        self._legacy_graph = g
+        arrays, attrs = init_model_extras(g)
+        self._legacy_arrays = arrays
+        return attrs[PROMPT_SET]
+
+    def array(self, name: str):
+        if _has_array(self.art, name):
+            return self.art.array(name)
+        legacy = getattr(self, "_legacy_arrays", None)
+        return None if legacy is None else legacy.get(name)
+
+    def embeddings(self) -> np.ndarray:
+        """Unit rows of every prompt (base artifact, then the added ones), float32, model node order."""
+        from ..core.graph import normalize_rows
+
+        x = normalize_rows(self.base.array("embeddings"))
+        added = self.array(ADDED_EMBEDDINGS)
+        if added is not None and added.size:
+            x = np.concatenate([x, added.astype(np.float32)])
+        if x.shape[0] != len(self.ids):
+            raise ArtifactError(f"{self.art.path}: {x.shape[0]} embeddings for {len(self.ids)} prompts")
+        return x
+
+    def text_hashes(self) -> list[str]:
+        base = [str(h) for h in self.base.array("text_hash")]
+        added = self.array(ADDED_TEXT_HASH)
+        return base + ([] if added is None else [str(h) for h in added])
+
+
+def _embed_new(model: _Model, texts: list[str], device: str, batch_size: int, progress: Progress) -> np.ndarray:
+    """The new prompts' unit embeddings with the encoder, instruction and dimension of the STATE's."""
+    from ..backends.embed import Encoder, format_text
+    from ..core.graph import truncate_matryoshka
+
+    p = model.params
+    encoder = Encoder(p["model"], device)
+    raw = encoder.encode([format_text(t, p.get("instruction")) for t in texts], batch_size=batch_size,
+                         progress=progress)
+    return truncate_matryoshka(raw, int(p["dim"]))
+
+
+def _check_new(model: _Model, path, ids: list[str], hashes: list[str]) -> None:
+    """Refuse an id the STATE has, or a text it has under another id (or twice in the new prompts)."""
+    have = set(model.ids)
+    for pid in ids:
+        if pid in have:
+            raise DataError(f"{path}: prompt {pid!r} is already in the STATE (ids must be new; graphdiff retire "
+                            "--restore brings a retired prompt back)")
+    seen = {h: model.ids[i] for i, h in enumerate(model.text_hashes())}
+    for pid, h in zip(ids, hashes):
+        if h in seen:
+            raise DataError(f"{path}: prompt {pid!r} has the same text as {seen[h]!r}, already in the STATE or "
+                            "among the new prompts (a duplicate would be its own nearest neighbour)")
+        seen[h] = pid
+
+
+def _embedded(model: _Model, path) -> tuple[list[str], list[str], np.ndarray]:
+    """(ids, text hashes, unit rows) of an embeddings artifact of new prompts, refused unless it was made
+    with the STATE's encoder, instruction and dimension."""
+    from ..core.graph import normalize_rows
+    from ..io.readers import read_embeddings
+
+    art = read_embeddings(path)
+    for key in ("model", "instruction", "dim"):
+        if art.params.get(key) != model.params.get(key):
+            raise DataError(f"{path}: made with {key} {art.params.get(key)!r}, but the STATE's prompts were embedded "
+                            f"with {model.params.get(key)!r}; embed the new prompts as the STATE's were")
+    ids = [str(x) for x in art.array("ids")]
+    if not ids:
+        raise DataError(f"{path}: no prompts")
+    return ids, [str(h) for h in art.array("text_hash")], normalize_rows(art.array("embeddings"))
+
+
+# ------------------------------------------------------------------------------------------- extend
+
+def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: str = "id", text_field: str = "prompt",
+           batch_size: int = 64, device: str = "auto", lock_timeout: float = 600.0,
+           progress: Progress = _noop) -> dict:
+    """Add prompts to the STATE of ``handoff`` as the next revision of its current step: ``prompts`` (a
+    prompts file, embedded here) or ``embedded`` (an embeddings artifact of them made by graphdiff embed
+    with the STATE's encoder, instruction and dimension). ``embeddings``: where the STATE's own embeddings
+    are now, if they moved."""
+    from ..backends.device import check_device_name
+    from ..backends.embed import text_hash
+    from ..core.graph import extend_mutual_knn, list_similarities, rebuild_mutual_knn
+    from ..core.spectral import label_new_nodes
+    from ..io.artifacts import hash_file, read_artifact
+    from ..io.state_dir import check_lock_timeout
+    from ..io.tables import read_prompts
+
+    t0 = time.perf_counter()
+    if (prompts is None) == (embedded is None):
+        raise InvalidArgumentError("give the new prompts as --prompts (a prompts file) or --embedded (their "
+                                   "embeddings artifact), one of the two")
+    check_device_name(device)
+    check_lock_timeout(lock_timeout)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidArgumentError(f"--batch-size must be >= 1, got {batch_size!r}")
+    sd = handoff.sd
+    progress(0, 4)
+    source = prompts if prompts is not None else embedded
+    model = _Model(sd, embeddings)
+    if prompts is not None:
+        ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field)
+        hashes = [text_hash(t) for t in texts]
+        source_hash = hash_file(prompts)
+    else:
+        ids, hashes, x_new = _embedded(model, embedded)
+        source_hash = read_artifact(embedded, "embeddings").content_hash
+    _check_new(model, source, ids, hashes)
+    t_read = time.perf_counter()
+    progress(1, 4)
+    if prompts is not None:
+        x_new = _embed_new(model, texts, device, batch_size, lambda d, t: None)
+    t_embed = time.perf_counter()
+    progress(2, 4)
+    with sd.locked(lock_timeout):
+        t_locked = time.perf_counter()
+        model = _Model(sd, embeddings)  # under the lock: what another writer did meanwhile counts
+        _check_new(model, source, ids, hashes)
+        est, retired = handoff.estimator(), handoff.retired
+        if est.n_nodes != len(model.ids):
+            raise ArtifactError(f"{sd.root}: the current state has {est.n_nodes} prompts but its model {len(model.ids)}")
+        nbr = model.array(KNN_INDICES)
+        if nbr is None or nbr.shape[0] != len(model.ids):
+            raise ArtifactError(f"{model.art.path}: lacks the kNN lists of its prompts; re-create the STATE")
+        nbr = nbr.astype(np.int64)
+        x_old = model.embeddings()
+        sims = model.array(KNN_SIMILARITIES)
+        sims = list_similarities(x_old, nbr) if sims is None else sims.astype(np.float32)
+        k_nn = int(model.info.get("k_nn") or nbr.shape[1])
+        n, m = len(model.ids), len(ids)
+        if (nbr < 0).any():
+            raise StateError(f"{sd.root}: its graph's kNN lists have holes (an approximate index missed hits); "
+                             "rebuild the graph on all prompts instead")
+        ts = time.perf_counter()
+        if nbr.shape[1] < min(k_nn, n + m - 1):  # k was capped at N - 1 < k_nn: a rebuild's k grows with N
+            ext = rebuild_mutual_knn(np.concatenate([x_old, x_new]), n, k_nn)
+        else:
+            ext = extend_mutual_knn(est.graph, nbr, sims, x_old, x_new)
+        labels = label_new_nodes(ext.graph, est.labels, ext.neighbors, ext.similarities, est.n_states)
+        t_graph = time.perf_counter()
+        progress(3, 4)
+        step, rev = sd.current_version()
+        try:
+            changed = est.extend(ext.graph, labels)
+            added = model.array(ADDED_EMBEDDINGS)
+            joined = model.array(JOINED)
+            joined = np.zeros(n, np.int64) if joined is None else joined.astype(np.int64)
+            model_arrays = {
+                KNN_INDICES: ext.neighbors.astype(np.int32 if n + m < 2**31 else np.int64),
+                KNN_SIMILARITIES: ext.similarities,
+                ADDED_EMBEDDINGS: x_new if added is None or not added.size else np.concatenate([added, x_new]),
+                ADDED_TEXT_HASH: np.asarray(list(model.text_hashes()[model.n_base:]) + hashes, dtype=object),
+                JOINED: np.concatenate([joined, np.full(m, step, np.int64)])}
+            model_attrs = {PROMPT_SET: model.info}
+            entry = {"event": "extend", "prompts": str(Path(source).resolve()), "prompts_hash": source_hash,
+                     "added": m, "n_prompts": n + m, "first_id": ids[0], "last_id": ids[-1],
+                     "changed_lists": int(ext.changed.size), "changed_rows": int(changed.size),
+                     "edges": int(ext.graph.nnz // 2)}
+            state = {**est.state_dict(copy=False), RETIRED: retired}
+            pruned = sd.commit_revision(state, entry, ids=model.ids + ids, model_arrays=model_arrays,
+                                        model_attrs=model_attrs, durable=handoff.durable)
+        except BaseException:
+            handoff.forget()
+            raise
+        handoff.committed()
+        t_write = time.perf_counter()
+        progress(4, 4)
+    new_labels = labels[n:]
+    return {"command": "extend", "state": str(sd.root), "step": step, "revision": rev + 1,
+            "version": f"{step}.{rev + 1}", **entry, "pruned": pruned,
+            "states_of_new": {str(int(s)): int(c) for s, c in zip(*np.unique(new_labels, return_counts=True))},
+            "new_isolated": int((np.diff(ext.graph.indptr)[n:] == 0).sum()),
+            "undo": f"graphdiff rollback --state {sd.root} --to {step}.{rev}",
+            "timings": {"read_s": t_read - t0, "embed_s": t_embed - t_read, "lock_wait_s": t_locked - t_embed,
+                        "graph_s": t_graph - ts, "load_s": ts - t_locked, "write_s": t_write - t_graph,
+                        "total_s": time.perf_counter() - t0}}
+
+
+# ------------------------------------------------------------------------------------------- retire
+
+def retire(handoff, ids_file, *, restore: bool = False, lock_timeout: float = 600.0,
+           progress: Progress = _noop) -> dict:
+    """Take the prompts of ``ids_file`` out of the candidate set (``restore``: put them back) as the next
+    revision of the current step. Their evidence stays in the states they informed."""
+    from ..io.artifacts import hash_file
+    from ..io.readers import id_file_nodes
+    from ..io.state_dir import check_lock_timeout
+
+    t0 = time.perf_counter()
+    check_lock_timeout(lock_timeout)
+    sd = handoff.sd
+    progress(0, 2)
+    ids_hash = hash_file(ids_file)
+    with sd.locked(lock_timeout):
+        ids, rows = id_file_nodes(ids_file, handoff.index)
+        est, retired = handoff.estimator(), handoff.retired
+        is_retired = np.isin(rows, retired)
+        bad = np.flatnonzero(is_retired if not restore else ~is_retired)
+        if bad.size:
+            j = int(bad[0])
+            raise DataError(f"{ids_file}: prompt {ids[j]!r} is {'already' if not restore else 'not'} retired"
+                            + ("" if not restore else " (nothing to restore)"))
+        new = np.union1d(retired, rows) if not restore else np.setdiff1d(retired, rows)
+        if not restore and new.size == est.n_nodes:
+            raise DataError(f"{ids_file}: would retire every prompt of the STATE; none would be left to select")
+        step, rev = sd.current_version()
+        progress(1, 2)
+        entry = {"event": "restore" if restore else "retire", "ids": str(Path(ids_file).resolve()),
+                 "ids_hash": ids_hash, "prompts": len(ids), "n_retired": int(new.size)}
+        try:
+            pruned = sd.commit_revision({**est.state_dict(copy=False), RETIRED: new.astype(np.int64)}, entry,
+                                        durable=handoff.durable)
+        except BaseException:
+            handoff.forget()
+            raise
+        handoff.retired = new.astype(np.int64)
+        handoff.committed()
+    progress(2, 2)
+    return {"command": "restore" if restore else "retire", "state": str(sd.root), "step": step,
+            "revision": rev + 1, "version": f"{step}.{rev + 1}", **entry, "active": est.n_nodes - int(new.size),
+            "pruned": pruned, "undo": f"graphdiff rollback --state {sd.root} --to {step}.{rev}",
+            "timings": {"total_s": time.perf_counter() - t0}}
