@@ -22,7 +22,8 @@ cost: a STATE of --n prompts (synthetic clustered unit vectors at --dim, written
 artifact, graph, clusters and `graphdiff init`) extended by --add prompts with the real CLI
 (`graphdiff extend --embedded`, so the new prompts' embedding is not in the timing, as the issue asks),
 against a rebuild of the same N + add prompts (`graphdiff build-graph` + `graphdiff cluster` + `graphdiff
-init`), in one run; then the update + predict round trip before and after the extend.
+init`), in one run; and the update + predict round trip (CLI processes, batch --batch x 8 rollouts)
+once q is at its fixed point (warm-up updates until one converges), two before the extend and three after.
 
     .venv/bin/python bench/extend.py cost --n 150000 --add 1000 --dim 384 --k-nn 80
 """
@@ -196,7 +197,8 @@ def cost(args) -> dict:
     from graphdiff_cli.io.artifacts import hash_arrays, write_artifact
     from graphdiff_cli.stages.prepare import ids_for_hash
 
-    work = Path(tempfile.mkdtemp(prefix="gd-extend-", dir=args.tmp))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gd-extend-", dir=args.tmp))
+    work.mkdir(parents=True, exist_ok=True)
     try:
         x = synthetic_embeddings(args.n + args.add, args.dim, args.topics)
         ids = [f"p{i}" for i in range(args.n + args.add)]
@@ -211,14 +213,17 @@ def cost(args) -> dict:
                            attrs={"native_dim": args.dim})
 
         old, new, everything = np.arange(args.n), np.arange(args.n, args.n + args.add), np.arange(args.n + args.add)
-        write(work / "old.zarr", old)
-        write(work / "new.zarr", new)
-        write(work / "all.zarr", everything)
         k = ["--k-nn", args.k_nn]
-        _run("build-graph", work / "old.zarr", "--out", work / "old_g.zarr", *k)
-        _run("cluster", work / "old_g.zarr", "--out", work / "old_c.zarr", "--states", args.states)
-        _run("init", "--graph", work / "old_g.zarr", "--clusters", work / "old_c.zarr", "--out", work / "S",
-             "--max-iters", 50)
+        if not (work / "S0").is_dir():  # the old STATE (kept with --work: it takes minutes to build)
+            write(work / "old.zarr", old)
+            write(work / "new.zarr", new)
+            write(work / "all.zarr", everything)
+            _run("build-graph", work / "old.zarr", "--out", work / "old_g.zarr", *k)
+            _run("cluster", work / "old_g.zarr", "--out", work / "old_c.zarr", "--states", args.states)
+            _run("init", "--graph", work / "old_g.zarr", "--clusters", work / "old_c.zarr", "--out", work / "S0",
+                 "--max-iters", 50)
+        shutil.rmtree(work / "S", ignore_errors=True)
+        shutil.copytree(work / "S0", work / "S")
         rng = np.random.default_rng(1)
 
         def outcomes(path, pool):
@@ -227,35 +232,48 @@ def cost(args) -> dict:
                 for i in b:
                     f.write(json.dumps({"id": ids[i], "n": 8, "s": int(rng.integers(0, 9))}) + "\n")
 
-        outcomes(work / "o1.jsonl", old)
-        _run("update", "--state", work / "S", "--step", 1, "--outcomes", work / "o1.jsonl")  # q at a fixed point
-        outcomes(work / "o2.jsonl", old)
-        t_up_before, up_before = _run("update", "--state", work / "S", "--step", 2, "--outcomes", work / "o2.jsonl")
-        t_pr_before, _ = _run("predict", "--state", work / "S", "--out", work / "p_before.parquet")
+        step = 0
+        rounds = []
+
+        def round_trip(pool):
+            nonlocal step
+            step += 1
+            outcomes(work / f"o{step}.jsonl", pool)
+            t_up, up = _run("update", "--state", work / "S", "--step", step, "--outcomes", work / f"o{step}.jsonl")
+            t_pr, _ = _run("predict", "--state", work / "S", "--out", work / "p.parquet")
+            r = {"step": step, "update_s": round(t_up, 2), "predict_s": round(t_pr, 2),
+                 "inference_s": round(up["timings"]["inference_s"], 3), "iterations": up["iterations"],
+                 "converged": up["converged"]}
+            rounds.append(r)
+            return r
+
+        for _ in range(args.warmup):  # q reaches its fixed point: the steady state a trainer sees
+            if round_trip(old)["converged"] and step >= 2:
+                break
+        before = [round_trip(old) for _ in range(2)]
         t_ext, ext = _run("extend", "--state", work / "S", "--embedded", work / "new.zarr")
-        outcomes(work / "o3.jsonl", everything)
-        t_up_after, up_after = _run("update", "--state", work / "S", "--step", 3, "--outcomes", work / "o3.jsonl")
-        t_pr_after, _ = _run("predict", "--state", work / "S", "--out", work / "p_after.parquet")
-        # the rebuild of the same N + add prompts
-        t_g, g = _run("build-graph", work / "all.zarr", "--out", work / "all_g.zarr", *k)
-        t_c, _ = _run("cluster", work / "all_g.zarr", "--out", work / "all_c.zarr", "--states", args.states)
-        t_i, _ = _run("init", "--graph", work / "all_g.zarr", "--clusters", work / "all_c.zarr", "--out",
-                      work / "S2", "--max-iters", 50)
-        rebuild = t_g + t_c + t_i
-        return {"bench": "extend-cost", "date": str(date.today()), "machine": platform.node(), "n": args.n,
-                "add": args.add, "dim": args.dim, "k_nn": args.k_nn, "states": args.states,
-                "extend_wall_s": round(t_ext, 2), "extend_timings": {k2: round(v, 3) for k2, v in ext["timings"].items()},
-                "changed_lists": ext["changed_lists"], "changed_rows": ext["changed_rows"],
-                "rebuild_wall_s": {"build_graph": round(t_g, 2), "cluster": round(t_c, 2), "init": round(t_i, 2),
-                                   "total": round(rebuild, 2)},
-                "ratio_extend_to_rebuild": round(t_ext / rebuild, 4),
-                "round_trip_s": {"before": {"update": round(t_up_before, 2), "predict": round(t_pr_before, 2)},
-                                 "after": {"update": round(t_up_after, 2), "predict": round(t_pr_after, 2)}},
-                "update_inference_s": {"before": round(up_before["timings"]["inference_s"], 3),
-                                       "after": round(up_after["timings"]["inference_s"], 3)},
-                "rebuild_edges": g["summary"]["n_edges"], "extended_edges": ext["edges"]}
+        after = [round_trip(everything) for _ in range(3)]
+        out = {"bench": "extend-cost", "date": str(date.today()), "machine": platform.node(), "n": args.n,
+               "add": args.add, "dim": args.dim, "k_nn": args.k_nn, "states": args.states,
+               "extend_wall_s": round(t_ext, 2),
+               "extend_timings": {k2: round(v, 3) for k2, v in ext["timings"].items()},
+               "changed_lists": ext["changed_lists"], "changed_rows": ext["changed_rows"],
+               "extended_edges": ext["edges"], "round_trips": {"warm_up": rounds[:len(rounds) - 5],
+                                                               "before": before, "after": after}}
+        if args.rebuild:  # the rebuild of the same N + add prompts, in the same run
+            t_g, g = _run("build-graph", work / "all.zarr", "--out", work / "all_g.zarr", *k)
+            t_c, _ = _run("cluster", work / "all_g.zarr", "--out", work / "all_c.zarr", "--states", args.states)
+            t_i, _ = _run("init", "--graph", work / "all_g.zarr", "--clusters", work / "all_c.zarr", "--out",
+                          work / "S2", "--max-iters", 50)
+            rebuild = t_g + t_c + t_i
+            out.update({"rebuild_wall_s": {"build_graph": round(t_g, 2), "cluster": round(t_c, 2),
+                                           "init": round(t_i, 2), "total": round(rebuild, 2)},
+                        "ratio_extend_to_rebuild": round(t_ext / rebuild, 4),
+                        "rebuild_edges": g["summary"]["n_edges"]})
+        return out
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -277,6 +295,9 @@ def main() -> None:
     c.add_argument("--topics", type=int, default=2000)
     c.add_argument("--batch", type=int, default=256)
     c.add_argument("--tmp", default=None)
+    c.add_argument("--work", default=None, help="keep the old STATE here and reuse it on the next run")
+    c.add_argument("--warmup", type=int, default=8, help="updates before the measured ones, at most")
+    c.add_argument("--no-rebuild", dest="rebuild", action="store_false")
     for p in (q, c):
         p.add_argument("--out", default=None)
     args = ap.parse_args()

@@ -310,9 +310,12 @@ class Estimator:
         """Append prompts: nodes N.. of ``graph`` (the old W with the new prompts' edges, ``graphdiff
         extend``) are new, with prior states ``labels[N:]`` (``labels[:N]`` must be the current ones).
 
-        A new prompt starts as a prompt does at init: q_i = A_i, no outcomes. Nothing learned is lost:
-        a, b, the online choices and every prompt's counts stay. The rows whose inputs changed (the new
-        ones and every old prompt whose edges did) are marked for the next residual step. All or nothing:
+        A new prompt starts as a prompt does at init (q_i = A_i, no outcomes); when q is at a fixed point
+        (the residual schedule after a converged step) the new rows are then relaxed by Proposition 1 with
+        every old row held (``mf.relax_unobserved``), as the next residual step would relax them. Nothing
+        learned is lost: a, b, the online choices and every prompt's counts stay. The rows whose inputs
+        changed (the new ones and every old prompt whose edges did) are marked for the next residual step.
+        All or nothing:
         everything is checked and built before anything is assigned. Returns the rows whose edges changed.
         """
         import torch
@@ -339,6 +342,9 @@ class Estimator:
         q_new = torch.empty((m, self.n_states), dtype=self._torch_dtype, device=self.device_)
         mf.fill_prior(q_new, labels[n:], self.settings.epsilon)
         q = torch.cat([self._q, q_new])
+        if self._dirty is not None and m:
+            mf.relax_unobserved(spec, q, np.arange(n, n + m), max_rounds=self.settings.max_iters,
+                                tol=self.settings.residual_tol)
         grow = (lambda v, dtype=np.float64: np.concatenate([v, np.zeros(m, dtype=dtype)]))
         counts = (grow(self.successes_, np.int64), grow(self.rollouts_, np.int64), grow(self.successes_decayed_),
                   grow(self.rollouts_decayed_), grow(self.offset_decayed_))

@@ -130,6 +130,42 @@ def test_estimator_grows_without_forgetting():
     assert np.allclose(loaded.predict(), est.predict())
 
 
+def test_new_prompts_start_at_their_mean_field_fixed_point():
+    """After a converged residual step, extend relaxes the new rows by Proposition 1 (old rows held): one more
+    update of those rows moves nothing; under the synchronous schedule they start at A (the next step sweeps)."""
+    import torch
+
+    from graphdiff_cli.core import meanfield as mf
+
+    rng = np.random.default_rng(9)
+    topic = rng.integers(0, 4, 130)
+    x = normalize_rows(rng.normal(size=(4, 8))[topic] + 0.6 * rng.normal(size=(130, 8)))
+    nbr, sim = exact_knn(x[:120], 6)
+    w = mutual_knn_graph(nbr, sim)
+    labels = topic[:120]
+    ext = extend_mutual_knn(w, nbr, sim, x[:120], x[120:])
+    new_labels = label_new_nodes(ext.graph, labels, ext.neighbors, ext.similarities, 4)
+    rng = np.random.default_rng(1)
+    for schedule in ("residual", "synchronous"):
+        est = Estimator(w, labels, 4, preset="paper", schedule=schedule, max_iters=500,
+                        **({"residual_tol": 1e-6} if schedule == "residual" else {"tol": 1e-6}))
+        for _ in range(3):
+            ids = rng.choice(120, 15, replace=False)
+            est.update(ids, np.full(15, 8), rng.integers(0, 9, 15))
+        assert schedule != "residual" or est._dirty is not None  # the last step converged: q at a fixed point
+        est.extend(ext.graph, new_labels)
+        rows = np.arange(120, 130)
+        q = est._q
+        if schedule == "residual":
+            none = np.full(130, -1)
+            empty = mf.make_observations(np.zeros(0, int), np.zeros(0, int), np.zeros(0, int), 130)
+            again = torch.softmax(mf._row_logits(est._spec, rows, q, None, None, empty, none), dim=1)
+            assert float((again - q[120:]).abs().max()) <= 1e-5
+            assert not np.allclose(q[120:].numpy(), mf.smoothed_prior(new_labels[120:], 4, est.settings.epsilon))
+        else:
+            assert np.allclose(q[120:].numpy(), mf.smoothed_prior(new_labels[120:], 4, est.settings.epsilon))
+
+
 # ----------------------------------------------------------------------------------------- the CLI
 
 def _gd(*args, ok=True, env=None):
@@ -289,3 +325,50 @@ def test_extend_killed_midway_leaves_a_whole_version(state, tmp_path, point):
         assert sorted(p.name for p in (s / "models").iterdir()) == ["0.1.zarr"]
     _gd("verify", s)
     assert len(_model(s)[1]) == 40
+
+
+def test_watch_applies_prompt_files_before_their_step_exactly_once(state, tmp_path):
+    s, root, old_rows, new_rows = state
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    write_jsonl(inbox / "step-000001.jsonl", [{"id": old_rows[0]["id"], "n": 8, "s": 4}])
+    write_jsonl(inbox / "prompts-000002.jsonl", new_rows)
+    write_jsonl(inbox / "step-000002.jsonl", [{"id": new_rows[0]["id"], "n": 8, "s": 1}])  # a new prompt at once
+    (inbox / "retire-000003.txt").write_text(new_rows[1]["id"] + "\n")
+    write_jsonl(inbox / "step-000003.jsonl", [{"id": old_rows[1]["id"], "n": 8, "s": 8}])
+    res = json.loads(_gd("watch", "--state", s, "--inbox", inbox, "--once", "--predictions",
+                         tmp_path / "p.jsonl", "--json").stdout)
+    assert res["step"] == 3 and res["n_applied"] == 3
+    assert [(c["kind"], c["version"]) for c in res["prompt_set_changes"]] == [("prompts", "1.1"), ("retire", "2.1")]
+    status = json.loads(_gd("status", "--state", s, "--json").stdout)
+    assert (status["n_prompts"], status["retired"], status["joined"]) == (40, 1, {"0": 32, "1": 8})
+    served = {json.loads(line)["id"] for line in open(tmp_path / "p.jsonl")}
+    assert len(served) == 39 and new_rows[1]["id"] not in served
+    again = json.loads(_gd("watch", "--state", s, "--inbox", inbox, "--once", "--json").stdout)
+    assert again["n_applied"] == 0 and again["prompt_set_changes"] == [] and again["conflicts"] == []
+    # a prompts file for a step already applied came late: reported, left alone
+    write_jsonl(inbox / "prompts-000002.jsonl", [{"id": "late", "prompt": "What is 40 + 2?"}])
+    late = json.loads(_gd("watch", "--state", s, "--inbox", inbox, "--once", "--json").stdout)
+    assert late["conflicts"] and late["conflicts"][0]["late"] and len(_model(s)[1]) == 40
+
+
+def test_trainer_target_follows_extend_and_retire(state, tmp_path):
+    from graphdiff_cli.integrations.tracking import BatchChooser, StateTarget
+    from graphdiff_cli.integrations.trl import GraphdiffTRL
+
+    s, root, old_rows, new_rows = state
+    trl = GraphdiffTRL(str(s), durable=False)
+    target = trl.target
+    assert isinstance(target, StateTarget) and len(target.ids) == 32
+    trl.extend(root / "new.jsonl")
+    nodes = target.nodes([r["id"] for r in old_rows + new_rows])
+    assert nodes.tolist() == list(range(40))
+    (tmp_path / "gone.txt").write_text("\n".join(r["id"] for r in old_rows[:30]) + "\n")
+    trl.retire(tmp_path / "gone.txt")
+    chooser = BatchChooser(target, nodes, batch_size=5, strategy="uniform", pool_factor=2)
+    for b in range(6):
+        assert set(chooser.choose(0, b).tolist()) <= set(range(30, 40))  # rows of the retired never drawn
+    with pytest.raises(Exception, match="not retired"):
+        BatchChooser(target, nodes, batch_size=11, strategy="uniform").choose(0, 0)
+    stats = target.apply(1, [new_rows[2]["id"]], np.array([8]), np.array([3]))
+    assert stats["step"] == 1 and target.estimates(nodes[-8:])["n_seen"][2] == 8

@@ -234,8 +234,14 @@ def test_grid_table_averages_seeds_and_orders_by_mae(tmp_path):
 @pytest.mark.slow
 def test_small_real_run_of_the_default_workflow(tmp_path):
     """The default pipeline end to end on 60 prompts x 6 steps, with a 2-point grid on the side."""
+    new = [{"id": f"late-{i}", "prompt": text} for i, text in enumerate(
+        ["What is the sum of the first 50 odd numbers?", "Find the area of a triangle with sides 5, 12 and 13.",
+         "How many ways can 4 books be arranged on a shelf?"])]
+    (tmp_path / "late.jsonl").write_text("".join(json.dumps(r) + "\n" for r in new))
+    (tmp_path / "gone.txt").write_text("late-1\n")
     tiny = write_yaml(tmp_path / "tiny.yaml", {
         "run": "tiny",
+        "replay": {"add_prompts": [{"step": 3, "prompts": "late.jsonl"}], "retire": [{"step": 5, "ids": "gone.txt"}]},
         "source": {"simulate": {"prompts": 60, "steps": 6, "batch_size": 16}},
         "graph": {"k_nn": 8}, "cluster": {"states": 4},
         "embed": {"device": "cpu"}, "estimator": {"device": "cpu"},
@@ -259,8 +265,9 @@ def test_small_real_run_of_the_default_workflow(tmp_path):
     assert status["step"] == 0 and status["n_prompts"] == 60 and status["states"] == 4
     watched = json.loads((art / "replay" / "watch.json").read_text())
     assert [a["step"] for a in watched["applied"]] == list(range(1, 7)) and watched["step"] == 6
-    preds = (art / "replay" / "predictions.jsonl").read_text().splitlines()
-    assert len(preds) == 60 and sum(json.loads(r)["n_seen"] for r in preds) == 6 * 16 * 8
+    assert [(c["kind"], c["version"]) for c in watched["prompt_set_changes"]] == [("prompts", "2.1"), ("retire", "4.1")]
+    preds = (art / "replay" / "predictions.jsonl").read_text().splitlines()  # 60 + 3 added - 1 retired
+    assert len(preds) == 62 and sum(json.loads(r)["n_seen"] for r in preds) == 6 * 16 * 8
 
     grid = art / "grid"
     md = (grid / "comparison.md").read_text()

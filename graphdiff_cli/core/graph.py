@@ -197,7 +197,7 @@ def list_similarities(x: np.ndarray, neighbors: np.ndarray, block: int = 8192) -
 
 
 def extend_mutual_knn(w_old: sp.csr_matrix, neighbors_old: np.ndarray, similarities_old: np.ndarray,
-                      x_old: np.ndarray, x_new: np.ndarray, block: int = 1024) -> GraphExtension:
+                      x_old: np.ndarray, x_new: np.ndarray, block: int = 256) -> GraphExtension:
     """W over N old then M new prompts, as ``mutual_knn_graph(drop_self(exact search of all N + M)))``
     builds it, from the old W and directed lists (most similar first) in O(M (N + M) d) time.
 
@@ -220,23 +220,28 @@ def extend_mutual_knn(w_old: sp.csr_matrix, neighbors_old: np.ndarray, similarit
     if k < 1 or k >= n or (nbr_old < 0).any():
         raise InvalidArgumentError(f"extend_mutual_knn needs full kNN lists of width 1 <= k < N, got k = {k}, N = {n}")
     total = n + m
-    kth = sim_old[:, -1]  # a new prompt enters an old list where it is more similar than this
+    kth = sim_old.min(axis=1)  # a new prompt enters an old list where it is more similar than its k-th
     new_nbr = np.empty((m, k), dtype=np.int64)
     new_sim = np.empty((m, k), dtype=np.float32)
     e_rows, e_cols, e_sims = [], [], []  # (old prompt, new prompt, c) for every new prompt entering a list
+    k_new = min(k, m - 1)
     for a in range(0, m, block):
         b = min(m, a + block)
-        s_old = x_new[a:b] @ x_old.T
-        s_new = x_new[a:b] @ x_new.T
-        s_new[np.arange(b - a), np.arange(a, b)] = -np.inf  # self
-        sims = np.concatenate([s_old, s_new], axis=1)
-        kk = min(k, total - 1)
-        part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
-        new_nbr[a:b, :kk], new_sim[a:b, :kk] = _sorted_topk(part, np.take_along_axis(sims, part, axis=1), kk)
+        s_old = x_new[a:b] @ x_old.T  # (b - a) x N: the search's cost, O(M N d)
+        top_old = np.argpartition(-s_old, k - 1, axis=1)[:, :k]
+        cand, sims = top_old, np.take_along_axis(s_old, top_old, axis=1)
+        if k_new > 0:  # the other new prompts (self excluded)
+            s_new = x_new[a:b] @ x_new.T
+            s_new[np.arange(b - a), np.arange(a, b)] = -np.inf
+            top_new = np.argpartition(-s_new, k_new - 1, axis=1)[:, :k_new]
+            cand = np.concatenate([cand, top_new + n], axis=1)
+            sims = np.concatenate([sims, np.take_along_axis(s_new, top_new, axis=1)], axis=1)
+        new_nbr[a:b], new_sim[a:b] = _sorted_topk(cand, sims, k)
         r, c = np.nonzero(s_old > kth[None, :])
         e_rows.append(c)
         e_cols.append(r + a + n)
         e_sims.append(s_old[r, c])
+        del s_old
     e_rows, e_cols, e_sims = (np.concatenate(v) for v in (e_rows, e_cols, e_sims))
     neighbors = np.concatenate([nbr_old, new_nbr])
     similarities = np.concatenate([sim_old, new_sim])
@@ -255,8 +260,9 @@ def extend_mutual_knn(w_old: sp.csr_matrix, neighbors_old: np.ndarray, similarit
         merged_c, merged_s = _sorted_topk(np.concatenate([old_l, add_c], axis=1),
                                           np.concatenate([sim_old[changed], add_s], axis=1), k)
         neighbors[changed], similarities[changed] = merged_c, merged_s
-        kept = (old_l[:, :, None] == merged_c[:, None, :]).any(axis=2)  # old entries still in the list
-        dropped_r, dropped_c = np.repeat(changed, k)[~kept.ravel()], old_l[~kept]
+        rows_k = np.repeat(changed, k)
+        kept = np.isin(rows_k * total + old_l.ravel(), rows_k * total + merged_c.ravel())  # still in the list
+        dropped_r, dropped_c = rows_k[~kept], old_l.ravel()[~kept]
     # old-old edges: W minus those whose one end dropped the other
     w = sp.csr_matrix(w_old, dtype=np.float32)
     if dropped_r.size:
@@ -269,7 +275,7 @@ def extend_mutual_knn(w_old: sp.csr_matrix, neighbors_old: np.ndarray, similarit
     f_cols = np.concatenate([new_nbr.ravel(), e_cols])
     f_sims = np.concatenate([new_sim.ravel(), e_sims])
     if changed.size:  # entering entries that did not survive the merge are not in the lists
-        keep_e = (neighbors[e_rows] == e_cols[:, None]).any(axis=1)
+        keep_e = np.isin(e_rows * total + e_cols, np.repeat(changed, k) * total + neighbors[changed].ravel())
         f_keep = np.concatenate([np.ones(m * k, bool), keep_e])
         f_rows, f_cols, f_sims = f_rows[f_keep], f_cols[f_keep], f_sims[f_keep]
     f_new = mutual_knn_graph_from_entries(f_rows, f_cols, f_sims, total)

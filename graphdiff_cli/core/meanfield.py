@@ -396,6 +396,28 @@ def _row_logits(spec: ModelSpec, rows: np.ndarray, q, a, b, obs: Observations, o
     return h
 
 
+def relax_unobserved(spec: ModelSpec, q, rows: np.ndarray, *, max_rounds: int = 50, tol: float = 1e-4) -> int:
+    """Apply Proposition 1 to ``rows`` only, in place, until no row moves by more than ``tol``: the mean-field
+    update of prompts with no outcomes (their h_ik has no likelihood term, so a, b do not enter), with every
+    other row of q held fixed. ``Estimator.extend`` starts the prompts it adds here rather than at A.
+    Returns the rounds run."""
+    import torch
+
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0:
+        return 0
+    none = np.full(spec.n_nodes, -1, dtype=np.int64)
+    empty = make_observations(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), spec.n_nodes)
+    rows_t = torch.as_tensor(rows, device=q.device)
+    for r in range(1, max_rounds + 1):
+        new = torch.softmax(_row_logits(spec, rows, q, None, None, empty, none), dim=1)
+        moved = float((new - q.index_select(0, rows_t)).abs().max())
+        q.index_copy_(0, rows_t, new)
+        if moved <= tol:
+            return r
+    return max_rounds
+
+
 # rows per block of a residual round: bounds its temporaries at block x K (4096 x 320 float32 = 5 MB)
 RESIDUAL_BLOCK_ROWS = 4096
 

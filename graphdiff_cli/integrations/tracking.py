@@ -62,6 +62,10 @@ class Target:
         nodes = self.nodes(ids, "outcomes")
         return self._apply(trainer_step, list(ids), nodes, np.asarray(n, np.int64), np.asarray(s, np.int64))
 
+    def retired(self) -> np.ndarray:
+        """Node indices of the prompts out of the candidate set (``graphdiff retire``); none by default."""
+        return np.zeros(0, np.int64)
+
     def estimates(self, nodes: np.ndarray, group_size: int = 8) -> dict[str, np.ndarray]:
         return self._estimates(np.asarray(nodes, dtype=np.int64), int(group_size))
 
@@ -97,16 +101,42 @@ class StateTarget(Target):
 
         super().__init__()
         self.sd = StateDir.open(state)
-        self.ids = list(self.sd.ids)
+        self._index_model = None
         root = Path(state)
         self.outcomes_dir = Path(outcomes_dir) if outcomes_dir else root.parent / f"{root.name}.outcomes"
         self.device = device
         self.durable = durable
-        self._est = None  # cached estimator of the current step
+        self._est, self._retired, self._version = None, None, None  # cached estimator of the current version
+
+    @property
+    def ids(self) -> list[str]:
+        return self.sd.ids  # the current version's: graphdiff extend adds prompts
+
+    @property
+    def index(self) -> IdIndex:
+        model = self.sd.model()[0].content_hash
+        if self._index is None or model != self._index_model:
+            self._index, self._index_model = IdIndex(self.ids, "the estimator's prompts"), model
+        return self._index
 
     @property
     def step(self) -> int:
         return self.sd.current_step
+
+    def extend(self, prompts=None, **kwargs) -> dict:
+        """Add prompts to the STATE (``graphdiff extend``): candidates from the next step on."""
+        from ..stages.handoff import Handoff
+
+        self._est = None
+        return Handoff(self.sd.root, device=self.device, durable=self.durable).extend(prompts, **kwargs)
+
+    def retire(self, ids_file, *, restore: bool = False, **kwargs) -> dict:
+        """Take prompts out of the candidate set (``graphdiff retire``), or put them back."""
+        from ..stages.handoff import Handoff
+
+        self._est = None
+        return Handoff(self.sd.root, device=self.device, durable=self.durable).retire(ids_file, restore=restore,
+                                                                                        **kwargs)
 
     def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
         from ..io.tables import write_rows
@@ -121,12 +151,20 @@ class StateTarget(Target):
         self._est = None
         return update_state(self.sd.root, trainer_step, path, device=self.device, durable=self.durable)
 
-    def _estimates(self, nodes, group_size):
-        from ..stages.handoff import load_current
+    def _current(self):
+        from ..stages.handoff import load_current_state
 
-        if self._est is None or self._est.step_ != self.step:
-            self._est = load_current(self.sd, self.device)
-        return self._est.estimates(nodes, group_size=group_size)
+        version = self.sd.current_version()
+        if self._est is None or self._version != version:
+            self._est, self._retired, _ids = load_current_state(self.sd, self.device)
+            self._version = version  # only once the state is read: a failed read is tried again
+        return self._est, self._retired
+
+    def retired(self) -> np.ndarray:
+        return self._current()[1]
+
+    def _estimates(self, nodes, group_size):
+        return self._current()[0].estimates(nodes, group_size=group_size)
 
 
 def open_target(target, ids=None, **kwargs) -> Target:
@@ -230,8 +268,14 @@ class BatchChooser:
 
     def choose(self, epoch: int, batch: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, epoch, batch])
-        m = min(self.row_nodes.size, max(self.batch_size, int(round(self.pool_factor * self.batch_size))))
-        pool = rng.choice(self.row_nodes.size, size=m, replace=False)
+        retired = self.target.retired()
+        rows = (np.flatnonzero(~np.isin(self.row_nodes, retired)) if retired.size
+                else np.arange(self.row_nodes.size))  # retired prompts are never drawn
+        if rows.size < self.batch_size:
+            raise InvalidArgumentError(f"batch size {self.batch_size} is larger than the {rows.size} prompts of "
+                                       "the data set that are not retired")
+        m = min(rows.size, max(self.batch_size, int(round(self.pool_factor * self.batch_size))))
+        pool = rows[rng.choice(rows.size, size=m, replace=False)]
         est = self.target.estimates(self.row_nodes[pool], self.group_size)
         sel = dec.select(self.strategy, self.batch_size, p=est["mean"], variance=est["variance"],
                          p_zero_variance=est["p_zero_variance"], target=self.target_p,

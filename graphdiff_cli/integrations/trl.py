@@ -115,6 +115,34 @@ class GraphdiffTRL:
         self.applied.append(entry)
         return entry
 
+    def extend(self, prompts=None, **kwargs) -> dict | None:
+        """Add prompts to the STATE between steps (``graphdiff extend``; ``embedded=`` for an embeddings
+        artifact of them), by process 0 only behind a barrier as every write. A data set that gains rows
+        needs a new sampler: attach again on resume. Returns extend's result (None on other ranks)."""
+        target = self._state_target("extend")
+        return self._on_rank_zero(lambda: target.extend(prompts, **kwargs))
+
+    def retire(self, ids_file, *, restore: bool = False, **kwargs) -> dict | None:
+        """Take prompts out of the candidate set (``graphdiff retire``); the sampler skips them from then on."""
+        target = self._state_target("retire")
+        return self._on_rank_zero(lambda: target.retire(ids_file, restore=restore, **kwargs))
+
+    @staticmethod
+    def _on_rank_zero(write):
+        dist = _dist()
+        res = write() if dist is None or dist.get_rank() == 0 else None
+        if dist is not None:
+            dist.barrier()
+        return res
+
+    def _state_target(self, what: str):
+        from ..errors import InvalidArgumentError
+
+        if not hasattr(self.target, "sd"):
+            raise InvalidArgumentError(f"{what} needs a STATE directory (graphdiff init): an in-memory estimator "
+                                       "keeps neither the embeddings nor the kNN lists that adding prompts needs")
+        return self.target
+
     def check_resume(self, trainer_step: int) -> None:
         from ..errors import StateError
 

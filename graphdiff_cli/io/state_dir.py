@@ -108,7 +108,8 @@ class StateDir:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        self._models: dict[Path, tuple] = {}  # read_model tuples by resolved path (a model never changes)
+        self._models: dict[tuple, tuple] = {}  # read_model tuples by (path, zarr.json inode, mtime)
+        self.removed_versions: list[str] = []  # what the last rollback removed, as "T" / "T.R"
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -166,10 +167,18 @@ class StateDir:
         return self.current()[0]
 
     def model_at(self, path) -> tuple:
-        """(artifact, ids, W, labels, config) of the model artifact at ``path``, read once per StateDir."""
-        key = Path(os.path.normpath(Path(path).absolute()))
+        """(artifact, ids, W, labels, config) of the model artifact at ``path``, read once per StateDir and
+        version of the folder (a rollback and a new extend may write another model under the same name: every
+        write is a new folder renamed into place, so its zarr.json has a new inode)."""
+        path = Path(os.path.normpath(Path(path).absolute()))
+        try:
+            st = (path / "zarr.json").stat()
+            key = (path, st.st_ino, st.st_mtime_ns)
+        except OSError:
+            key = (path, None, None)  # read_model says what is wrong
         if key not in self._models:
-            self._models[key] = read_model(key)
+            self._models = {k: v for k, v in self._models.items() if k[0] != path}
+            self._models[key] = read_model(path)
         return self._models[key]
 
     def model(self):
@@ -209,8 +218,20 @@ class StateDir:
         """The estimator state dict at the current step (``Estimator.from_state_dict`` makes it one), once the
         log is seen to list every step up to it (CURRENT and the step's own record are checked by
         ``estimator_store.read_state``): every reader of a STATE goes through here."""
+        return self.read_state_and_model()[0]
+
+    def read_state_and_model(self) -> tuple[dict, tuple]:
+        """(the current state dict, the ``read_model`` tuple of the model it belongs to): one read of CURRENT
+        for both, so a reader never pairs a state with another version's prompt ids."""
         self.log_entries()
-        return read_state(self.root, model=self.model_at)
+        used = []
+
+        def model_for(path):
+            used.append(self.model_at(path))
+            return used[-1]
+
+        state = read_state(self.root, model=model_for)
+        return state, used[-1]
 
     def version_dirs(self) -> dict[tuple[int, int], Path]:
         """Every step artifact folder on disk by version (step, revision), including debris above CURRENT."""
@@ -343,19 +364,22 @@ class StateDir:
         return removed + self._prune_models()
 
     def _prune_models(self) -> list[str]:
-        """Remove models/ entries that no retained version's step artifact names."""
+        """Remove models/ entries that no retained version's step artifact names. When a retained artifact
+        cannot be read (a damaged STATE), nothing is removed: which models it needs is not known."""
         folder = self.root / MODELS
         if not folder.is_dir():
             return []
         named = set()
-        for v in self.retained_versions():
-            art = read_artifact(self.root / step_relpath(*v), STEP_KIND)
-            named.add(os.path.normpath(step_model_path(art).absolute()))
+        try:
+            for v in self.retained_versions():
+                art = read_artifact(self.root / step_relpath(*v), STEP_KIND)
+                named.add(os.path.normpath(step_model_path(art).absolute()))
+        except (ArtifactError, OSError):
+            return []
         removed = []
         for p in folder.iterdir():
             if _MODEL_NAME.match(p.name) and p.is_dir() and os.path.normpath(p.absolute()) not in named:
                 _remove_tree(p)
-                self._models.pop(Path(os.path.normpath(p.absolute())), None)
                 removed.append(f"{MODELS}/{p.name}")
         return removed
 
@@ -387,7 +411,9 @@ class StateDir:
             model = self.root / MODELS / f"{t}.{r + 1}.zarr"
             (self.root / MODELS).mkdir(exist_ok=True)
             base = self.model()[0]
-            save_model(state, model, ids, inputs=base.inputs, extra_arrays=model_arrays,
+            inputs = {**{k: v for k, v in base.inputs.items() if k in ("graph", "clusters")},
+                      "extended_from": base.content_hash}  # W and labels are no longer the graph's alone
+            save_model(state, model, ids, inputs=inputs, extra_arrays=model_arrays,
                        extra_attrs={"handoff": base.attr("handoff"), **(model_attrs or {})}, durable=durable)
             _pause("model")
         return self._commit(state, entry, (t, r + 1), keep=keep, model=model, durable=durable)
@@ -415,16 +441,21 @@ class StateDir:
         _pause("log")
         atomic_write_text(self.root / CURRENT, pointer_text(*version))
         _pause("current")
-        pruned = self.prune(self.keep if keep is None else keep)
+        try:  # committed: pruning is housekeeping, and what it leaves the next writer removes
+            pruned = self.prune(self.keep if keep is None else keep)
+        except (ArtifactError, OSError):
+            pruned = []
         _pause("prune")
         return pruned
 
     def prune(self, keep: int) -> list[int]:
-        """Remove versions older than the last ``keep`` (step 0 is always kept) and the models none of the rest
-        names; returns the steps none of whose versions is left."""
+        """Remove the versions of all but the last ``keep`` steps (every revision of a kept step stays, and
+        step 0 as init wrote it is always kept) and the models none of the rest names; returns the steps
+        none of whose versions is left."""
         check_keep(keep)
         retained = self.retained_versions()
-        drop = [v for v in retained[:-keep] if v != (0, 0)]
+        kept_steps = sorted({t for t, _r in retained})[-keep:]
+        drop = [v for v in retained if v[0] not in kept_steps and v != (0, 0)]
         for v in drop:
             _remove_tree(self.root / step_relpath(*v))
         self._prune_models()
@@ -466,6 +497,7 @@ class StateDir:
         for v in removed:
             _remove_tree(self.root / step_relpath(*v))
         self._prune_models()
+        self.removed_versions = [_name(v) for v in removed]
         return sorted({t for t, _r in removed} - {t for t, _r in self.retained_versions()})
 
 

@@ -58,11 +58,8 @@ def _json_float(x) -> float | None:
 
 def _candidates(ids: list[str], rows: np.ndarray, retired: np.ndarray, est) -> tuple[list[str], np.ndarray, int]:
     """The candidates of a pool that are not retired (graphdiff retire), and how many were."""
-    from ..errors import StateError
     from .handoff import active_rows
 
-    if rows.size and rows.max() >= est.n_nodes:
-        raise StateError("the STATE's prompt set changed while it was read; run again")
     keep = active_rows(rows, retired)
     if keep.all():
         return ids, rows, 0
@@ -76,7 +73,7 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
            progress: Progress = _noop) -> dict:
     """Choose ``batch_size`` prompts of the candidate file by ``strategy`` and write them to ``out``."""
     from ..core.beta import check_group_size
-    from ..io.readers import id_file_nodes
+    from ..io.readers import IdIndex, id_file_nodes
     from ..io.state_dir import StateDir
     from .handoff import load_current_state
 
@@ -91,8 +88,8 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     sd = StateDir.open(state)
     progress(0, 3)
     dec.check_int(batch_size, "--batch-size", 1)
-    est, retired = load_current_state(sd, device)
-    ids, rows = id_file_nodes(candidates, sd.id_index())
+    est, retired, node_ids = load_current_state(sd, device)
+    ids, rows = id_file_nodes(candidates, IdIndex(node_ids, f"the prompts of STATE {sd.root}"))
     ids, rows, skipped = _candidates(ids, rows, retired, est)
     if batch_size > rows.size:
         raise InvalidArgumentError(f"--batch-size {batch_size} is larger than the pool of {rows.size} "
@@ -126,7 +123,7 @@ def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int
              vip_gamma: float = 0.0, fmt: str | None = None,
              device: str | None = None, progress: Progress = _noop) -> dict:
     """Split ``budget`` rollouts over the prompts of ``ids_file`` by ``strategy``; write id, n per prompt."""
-    from ..io.readers import id_file_nodes
+    from ..io.readers import IdIndex, id_file_nodes
     from ..io.state_dir import StateDir
     from .handoff import load_current_state
 
@@ -140,8 +137,8 @@ def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int
     progress(0, 3)
     if strategy == "vip" and min_count < 2:
         raise InvalidArgumentError(f"the vip strategy needs --min >= 2, got --min {min_count}")
-    est, retired = load_current_state(sd, device)
-    ids, rows = id_file_nodes(ids_file, sd.id_index())
+    est, retired, node_ids = load_current_state(sd, device)
+    ids, rows = id_file_nodes(ids_file, IdIndex(node_ids, f"the prompts of STATE {sd.root}"))
     ids, rows, skipped = _candidates(ids, rows, retired, est)
     dec.check_budget(rows.size, budget, min_count, max_count)
     progress(1, 3)

@@ -40,12 +40,13 @@ def load_current(sd: StateDir, device: str | None = None):
 
 
 def load_current_state(sd: StateDir, device: str | None = None):
-    """(the ``Estimator`` at a STATE's current version, the node indices of its retired prompts)."""
+    """(the ``Estimator`` at a STATE's current version, the node indices of its retired prompts, the prompt
+    ids of its nodes), all from one read of CURRENT."""
     from ..estimator import Estimator
 
-    state = sd.read_state()
+    state, model = sd.read_state_and_model()
     retired = np.asarray(state.pop("retired", np.zeros(0, np.int64)), dtype=np.int64)
-    return Estimator.from_state_dict(state, device=device, copy=False), retired
+    return Estimator.from_state_dict(state, device=device, copy=False), retired, model[1]
 
 
 def active_rows(rows: np.ndarray, retired: np.ndarray) -> np.ndarray:
@@ -140,25 +141,41 @@ class Handoff:
         self.device, self.durable = device, durable
         self.est = None
         self.retired = np.zeros(0, np.int64)  # node indices of the retired prompts at self.est's version
+        self._est_ids: list[str] = []  # the prompt ids of self.est's nodes (its model's)
+        self._est_index = None  # (self._est_ids, its IdIndex)
         self._current_sig = None  # (step, inode, mtime_ns) of the CURRENT that self.est is
         self._index, self._index_sig = None, None
         self.loads = 0  # how many times the STATE was read (1 when nobody else writes)
 
     @property
     def index(self):
-        """The ``IdIndex`` of the current version's prompts (read again when CURRENT moved: extend adds)."""
+        """The ``IdIndex`` of the current version's prompts: those of the estimator in memory while CURRENT is
+        the one it was read from, else read again (extend adds prompts, a rollback may remove them)."""
         sig = self._signature()
+        if self.est is not None and sig == self._current_sig:
+            return self._estimator_index()
         if self._index is None or sig != self._index_sig:
             self._index, self._index_sig = self.sd.id_index(), sig
         return self._index
+
+    def _estimator_index(self):
+        """The ``IdIndex`` of the in-memory estimator's nodes (read with it: the same version)."""
+        from ..io.readers import IdIndex
+
+        if self._est_index is None or self._est_index[0] is not self._est_ids:
+            self._est_index = (self._est_ids, IdIndex(self._est_ids, f"the prompts of STATE {self.sd.root}"))
+        return self._est_index[1]
 
     def forget(self) -> None:
         """The in-memory estimator may be ahead of (or torn from) the STATE: read it again next time."""
         self.est = None
 
-    def committed(self) -> None:
-        """This object just wrote CURRENT: its estimator is that version's."""
+    def committed(self, ids: list[str] | None = None) -> None:
+        """This object just wrote CURRENT: its estimator is that version's (whose prompts are ``ids`` when
+        the write changed them)."""
         self._current_sig = self._signature()
+        if ids is not None:
+            self._est_ids = list(ids)
 
     def _signature(self):
         """Which CURRENT file is in place: every atomic replace makes a new inode."""
@@ -173,7 +190,7 @@ class Handoff:
         before = self._signature()
         if self.est is not None and before == self._current_sig:
             return self.est
-        self.est, self.retired = load_current_state(self.sd, self.device)
+        self.est, self.retired, self._est_ids = load_current_state(self.sd, self.device)
         self.loads += 1
         # a CURRENT replaced while we read: keep the estimator (it is a whole step's) but look again next time
         self._current_sig = before if self._signature() == before else None
@@ -240,6 +257,18 @@ class Handoff:
                             "inference_s": t_infer - t_load, "write_s": t_write - t_infer,
                             "total_s": time.perf_counter() - t0}}
 
+    def extend(self, prompts=None, **kwargs) -> dict:
+        """``graphdiff extend``: add prompts as the next revision of the current step (``stages.prompt_set``)."""
+        from .prompt_set import extend
+
+        return extend(self, prompts, **kwargs)
+
+    def retire(self, ids_file, *, restore: bool = False, **kwargs) -> dict:
+        """``graphdiff retire``: take prompts out of the candidate set (or put them back, ``restore``)."""
+        from .prompt_set import retire
+
+        return retire(self, ids_file, restore=restore, **kwargs)
+
     def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8,
                 progress: Progress = _noop) -> dict:
         """Write every prompt's (or ``ids_file``'s) estimates at the current step to ``out``, atomically."""
@@ -254,9 +283,7 @@ class Handoff:
         t_import = _import_torch()
         t1 = time.perf_counter()
         est = self.estimator()
-        index, retired = self.index, self.retired
-        if len(index) != est.n_nodes:
-            raise StateError(f"{self.sd.root}: the prompt set changed while it was read; run predict again")
+        index, retired = self._estimator_index(), self.retired
         if ids_file is not None:  # the ids asked for, retired or not
             ids, rows = id_file_nodes(ids_file, index, unique=False)
         else:  # every candidate: retired prompts are not predicted
@@ -345,4 +372,5 @@ def rollback(state, to, *, lock_timeout: float = 600.0, progress: Progress = _no
     progress(1, 1)
     return {"command": "rollback", "state": str(sd.root), "step": now[0], "revision": now[1],
             "previous_step": before[0], "previous_revision": before[1], "removed": removed,
+            "removed_versions": sd.removed_versions,
             "retained": sd.retained_steps(), "next_step": now[0] + 1}

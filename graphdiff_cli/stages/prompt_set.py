@@ -153,6 +153,11 @@ def _embed_new(model: _Model, texts: list[str], device: str, batch_size: int, pr
 def _check_new(model: _Model, path, ids: list[str], hashes: list[str]) -> None:
     """Refuse an id the STATE has, or a text it has under another id (or twice in the new prompts)."""
     have = set(model.ids)
+    first: dict[str, int] = {}
+    for j, pid in enumerate(ids):
+        if pid in first:
+            raise DataError(f"{path}: duplicate id {pid!r} (rows {first[pid] + 1} and {j + 1})")
+        first[pid] = j
     for pid in ids:
         if pid in have:
             raise DataError(f"{path}: prompt {pid!r} is already in the STATE (ids must be new; graphdiff retire "
@@ -264,9 +269,13 @@ def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: s
                 ADDED_EMBEDDINGS: x_new if added is None or not added.size else np.concatenate([added, x_new]),
                 ADDED_TEXT_HASH: np.asarray(list(model.text_hashes()[model.n_base:]) + hashes, dtype=object),
                 JOINED: np.concatenate([joined, np.full(m, step, np.int64)])}
-            model_attrs = {PROMPT_SET: model.info}
-            entry = {"event": "extend", "prompts": str(Path(source).resolve()), "prompts_hash": source_hash,
-                     "added": m, "n_prompts": n + m, "first_id": ids[0], "last_id": ids[-1],
+            info = dict(model.info)
+            if embeddings is not None:  # where the STATE's embeddings are now: later extends find them
+                info["embeddings"] = {**info["embeddings"], "path": str(Path(embeddings).resolve())}
+            model_attrs = {PROMPT_SET: info}
+            entry = {"event": "extend", "prompts_file": str(Path(source).resolve()), "prompts_hash": source_hash,
+                     "prompts": m, "added": m, "n_prompts": n + m, "first_id": ids[0], "last_id": ids[-1],
+                     "exact": info.get("index") in (None, "flat-ip"),
                      "changed_lists": int(ext.changed.size), "changed_rows": int(changed.size),
                      "edges": int(ext.graph.nnz // 2)}
             state = {**est.state_dict(copy=False), RETIRED: retired}
@@ -275,7 +284,7 @@ def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: s
         except BaseException:
             handoff.forget()
             raise
-        handoff.committed()
+        handoff.committed(model.ids + ids)
         t_write = time.perf_counter()
         progress(4, 4)
     new_labels = labels[n:]
@@ -305,8 +314,9 @@ def retire(handoff, ids_file, *, restore: bool = False, lock_timeout: float = 60
     progress(0, 2)
     ids_hash = hash_file(ids_file)
     with sd.locked(lock_timeout):
+        est = handoff.estimator()
         ids, rows = id_file_nodes(ids_file, handoff.index)
-        est, retired = handoff.estimator(), handoff.retired
+        retired = handoff.retired
         is_retired = np.isin(rows, retired)
         bad = np.flatnonzero(is_retired if not restore else ~is_retired)
         if bad.size:
@@ -318,7 +328,7 @@ def retire(handoff, ids_file, *, restore: bool = False, lock_timeout: float = 60
             raise DataError(f"{ids_file}: would retire every prompt of the STATE; none would be left to select")
         step, rev = sd.current_version()
         progress(1, 2)
-        entry = {"event": "restore" if restore else "retire", "ids": str(Path(ids_file).resolve()),
+        entry = {"event": "restore" if restore else "retire", "ids_file": str(Path(ids_file).resolve()),
                  "ids_hash": ids_hash, "prompts": len(ids), "n_retired": int(new.size)}
         try:
             pruned = sd.commit_revision({**est.state_dict(copy=False), RETIRED: new.astype(np.int64)}, entry,

@@ -16,6 +16,12 @@ Inbox conventions (docs/workflow.md, "graphdiff watch"):
   - ``complete="done"``: once a marker ``step-<T>.<ext>.done`` exists beside it (for writers that
     cannot rename: write the file, close it, then create the marker).
   Other names are never read.
+* the prompt set changes between steps the same way: ``prompts-<T>.<ext>`` (a prompts file, rows ``id,
+  prompt``) adds its prompts before step T's outcomes are applied, so they are candidates from step T on
+  (``graphdiff extend``), and ``retire-<T>.<ext>`` (ids: one per line or a table with an ``id`` column)
+  retires its prompts before step T (``graphdiff retire``). Both are complete by the same rule; when both
+  are there, prompts go first. Each is applied once: the STATE's log records the file's hash with the
+  change, and a file for a step already applied whose hash the log does not hold is reported as late.
 
 Exactly once, across kills and restarts: the STATE's ``CURRENT`` is the truth about what was applied.
 The watcher applies step ``current + 1`` and nothing else; a later step waits until every step before
@@ -42,6 +48,8 @@ from ..errors import DataError, InvalidArgumentError, StateError
 from ..io.locks import file_lock
 
 STEP_FILE = re.compile(r"^step-(\d{1,12})\.(jsonl|ndjson|json|csv|tsv|parquet|pq)$")
+CHANGE_FILE = re.compile(r"^(prompts|retire)-(\d{1,12})\.(jsonl|ndjson|json|csv|tsv|parquet|pq|txt)$")
+CHANGE_ORDER = {"prompts": 0, "retire": 1}
 DONE_SUFFIX = ".done"
 LOCK_NAME = ".graphdiff-watch.lock"
 COMPLETE_MODES = ("rename", "done")
@@ -67,6 +75,7 @@ class InboxScan:
     incomplete: list[str] = field(default_factory=list)       # step files without their .done marker
     duplicates: dict[int, list[str]] = field(default_factory=dict)  # step -> two or more complete files
     invalid: list[str] = field(default_factory=list)          # step-0 files (step 0 is init's)
+    changes: dict[int, list[tuple[str, Path]]] = field(default_factory=dict)  # step -> [(kind, file)] before it
 
 
 def scan_inbox(inbox, complete: str = "rename") -> InboxScan:
@@ -84,6 +93,16 @@ def scan_inbox(inbox, complete: str = "rename") -> InboxScan:
     found: dict[int, list[str]] = {}
     for name in sorted(names):
         m = STEP_FILE.match(name)
+        c = None if m else CHANGE_FILE.match(name)
+        if c:
+            step = int(c.group(2))
+            if step < 1 or (c.group(1) == "prompts" and c.group(3) == "txt"):
+                scan.invalid.append(name)
+            elif complete == "done" and name + DONE_SUFFIX not in names or not (inbox / name).is_file():
+                scan.incomplete.append(name)
+            else:
+                scan.changes.setdefault(step, []).append((c.group(1), inbox / name))
+            continue
         if not m:
             continue
         step = int(m.group(1))
@@ -97,6 +116,8 @@ def scan_inbox(inbox, complete: str = "rename") -> InboxScan:
             scan.incomplete.append(name)
             continue
         found.setdefault(step, []).append(name)
+    for step in scan.changes:
+        scan.changes[step].sort(key=lambda kp: (CHANGE_ORDER[kp[0]], kp[1].name))
     for step, files in sorted(found.items()):
         if len(files) > 1:
             scan.duplicates[step] = files
@@ -137,6 +158,7 @@ class _Watcher:
         self.device, self.durable, self.listener = device, durable, listener
         self.predict_ids = predict_ids
         self.applied: list[dict] = []
+        self.changed: list[dict] = []  # prompt set changes applied (prompts-T, retire-T files)
         self.conflicts: dict[str, dict] = {}
         self.predicted_steps: list[int] = []
         self._checked: dict[str, tuple] = {}   # name -> (size, mtime_ns) of applied-step files already checked
@@ -155,11 +177,13 @@ class _Watcher:
             if nxt in scan.duplicates:
                 raise DataError(f"{self.inbox}: two outcomes files for step {nxt}: "
                                 f"{', '.join(scan.duplicates[nxt])}; remove all but one")
+            if stop() or (until_step is not None and nxt > until_step):
+                return scan
+            if self._apply_changes(scan.changes.get(nxt, []), cur):
+                continue  # the STATE moved to a new revision: look again
             path = scan.ready.get(nxt)
             if path is None:
                 self._report_wait(scan, cur)
-                return scan
-            if stop() or (until_step is not None and nxt > until_step):
                 return scan
             self._apply(nxt, path)
 
@@ -186,6 +210,37 @@ class _Watcher:
         if self.predictions is not None:
             self.write_predictions(step)
 
+    def _apply_changes(self, changes: list[tuple[str, Path]], cur: int) -> bool:
+        """Apply the prompt set changes due before step cur + 1 that the log does not hold yet (the first one
+        only; the caller looks again). Returns whether one was applied."""
+        from ..io.artifacts import hash_file
+        from .prompt_set import extend, retire
+
+        if not changes:
+            return False
+        done = {e.get("prompts_hash") or e.get("ids_hash") for e in self.sd.log_entries()
+                if e.get("step") == cur and e.get("event") in ("extend", "retire")}
+        for kind, path in changes:
+            digest = hash_file(path)
+            if digest in done:
+                continue
+            try:
+                if kind == "prompts":
+                    res = extend(self.handoff, path, device=self.device or "auto", lock_timeout=self.lock_timeout)
+                else:
+                    res = retire(self.handoff, path, lock_timeout=self.lock_timeout)
+            except DataError as exc:
+                raise DataError(f"{exc} ({path.name} of inbox {self.inbox}; the watcher stops here: fix or "
+                                f"replace the file, then start it again)") from None
+            entry = {"kind": kind, "file": path.name, "version": res["version"],
+                     "prompts": res.get("added", res.get("prompts")), "seconds": round(res["timings"]["total_s"], 4)}
+            self.changed.append(entry)
+            self.listener({"event": "extended" if kind == "prompts" else "retired", **entry})
+            if self.predictions is not None:  # the next step's candidates changed
+                self.write_predictions(cur)
+            return True
+        return False
+
     def write_predictions(self, step: int) -> None:
         out = predictions_path(self.predictions, step)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -210,15 +265,34 @@ class _Watcher:
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
+    def _check_late(self, scan: InboxScan, cur: int) -> None:
+        """A prompts-T or retire-T file for a step already applied must be one the log holds; else it came late."""
+        from ..io.artifacts import hash_file
+
+        todo = [(step, kind, p) for step, changes in scan.changes.items() if step <= cur for kind, p in changes
+                if self._checked.get(p.name) != _signature(p)]
+        if not todo:
+            return
+        held = {(e["step"], e.get("prompts_hash") or e.get("ids_hash")) for e in self.sd.log_entries(upto=cur)
+                if e.get("event") in ("extend", "retire")}
+        for step, kind, p in todo:
+            self._checked[p.name] = _signature(p)
+            if (step - 1, hash_file(p)) in held:
+                continue
+            conflict = {"step": step, "file": p.name, "late": True, "applied_hash": None, "applied_from": None}
+            self.conflicts[p.name] = conflict
+            self.listener({"event": "conflict", **conflict})
+
     def _check_applied(self, scan: InboxScan, cur: int) -> None:
         """Files for steps <= current must be the bytes the STATE's log recorded; else a conflict."""
+        self._check_late(scan, cur)
         todo = {step: p for step, p in scan.ready.items() if step <= cur
                 and self._checked.get(p.name) != _signature(p)}
         if not todo:
             return
         from ..io.artifacts import hash_file
 
-        logged = {int(e["step"]): e for e in self.sd.log_entries(upto=cur)}
+        logged = {int(e["step"]): e for e in self.sd.log_entries(upto=cur) if not e.get("revision")}
         for step, p in sorted(todo.items()):
             sig = _signature(p)
             self._checked[p.name] = sig
@@ -315,6 +389,7 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
     cur = w.sd.current_step
     return {"command": "watch", "state": str(state), "inbox": str(inbox), "complete": complete,
             "start_step": start_step, "step": cur, "applied": w.applied, "n_applied": len(w.applied),
+            "prompt_set_changes": w.changed,
             "pending": sorted(s for s in scan.ready if s > cur + 1), "next_step": cur + 1,
             "incomplete": scan.incomplete, "duplicates": scan.duplicates, "invalid": scan.invalid,
             "conflicts": list(w.conflicts.values()),

@@ -1,6 +1,7 @@
 # Estimate stage: the estimator STATE a trainer starts from (graphdiff init, step 0), and a replay of
 # the training log into a second STATE the way a trainer would feed it: one outcomes file per step in
-# an inbox, applied in step order by graphdiff watch, with the predictions after the last step.
+# an inbox (and the prompt files that join or leave mid-run: replay.add_prompts, replay.retire), applied
+# in step order by graphdiff watch, with the predictions after the last step.
 
 
 rule init_state:
@@ -24,13 +25,23 @@ rule init_state:
         "--out {output:q} {params.args} 2> {log:q}"
 
 
+def prompt_set_changes():
+    """(kind, step, file) of every prompt set change the replay applies: replay.add_prompts, replay.retire."""
+    rp = config["replay"]
+    return ([("prompts", c["step"], c["prompts"]) for c in rp.get("add_prompts", [])]
+            + [("retire", c["step"], c["ids"]) for c in rp.get("retire", [])])
+
+
 rule split_log:
     input:
         log_file(),
+        [path for _kind, _step, path in prompt_set_changes()],
     output:
         directory(f"{ART}/replay/inbox"),
     log:
         f"{LOGS}/split_log.log",
+    params:
+        changes=prompt_set_changes(),
     conda:
         ENV
     threads: 1
@@ -44,6 +55,7 @@ rule replay:
     input:
         graph=GRAPH,
         clusters=CLUSTERS,
+        embeddings=EMBEDDINGS,  # what graphdiff extend reads for replay.add_prompts
         inbox=f"{ART}/replay/inbox",
     output:
         state=directory(f"{ART}/replay/STATE"),
@@ -62,6 +74,6 @@ rule replay:
         **gpu_resources("estimate"),
     shell:
         "(OMP_NUM_THREADS={threads} {params.gd} init --graph {input.graph:q} --clusters {input.clusters:q} "
-        "--out {output.state:q} {params.args} "
+        "--embeddings {input.embeddings:q} --out {output.state:q} {params.args} "
         "&& OMP_NUM_THREADS={threads} {params.gd} watch --state {output.state:q} --inbox {input.inbox:q} --once "
         "--predictions {output.predictions:q} --group-size {params.group_size} --json > {output.summary:q}) 2> {log:q}"

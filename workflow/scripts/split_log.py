@@ -2,7 +2,8 @@
 
 Writes ``step-<T>.jsonl`` (rows id, n, s) into the output folder, each to a temporary name first and
 then renamed into place: the convention ``graphdiff watch`` relies on to never read a half-written
-file (docs/workflow.md). Steps keep the log's numbers; a log whose steps do not run 1, 2, ... without
+file (docs/workflow.md). The files of replay.add_prompts and replay.retire go in beside them as
+``prompts-<T>.<ext>`` and ``retire-<T>.<ext>``. Steps keep the log's numbers; a log whose steps do not run 1, 2, ... without
 gaps is refused, because the STATE applies steps one after another.
 """
 
@@ -41,6 +42,23 @@ with open(sm.log[0], "w", encoding="utf-8") as log:
             final = out / step_file_name(t)
             tmp = out / (final.name + ".tmp")
             tmp.write_text("".join(json.dumps(r) + "\n" for r in steps[t]), encoding="utf-8")
+            os.replace(tmp, final)
+        # prompt set changes: prompts-<T>.<ext> / retire-<T>.<ext>, applied by watch before step T
+        seen = {}
+        for kind, t, path in sm.params.changes:
+            key = f"replay.{'add_prompts' if kind == 'prompts' else 'retire'}"
+            src_change = Path(path)
+            if not src_change.is_file():
+                raise DataError(f"{src_change}: no such file ({key})")
+            suffix = src_change.suffix.lower()
+            if kind == "prompts" and suffix not in (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet", ".pq"):
+                raise DataError(f"{src_change}: {key} needs a prompts table (.jsonl, .csv, .tsv or .parquet)")
+            if (kind, int(t)) in seen:
+                raise DataError(f"{key}: two files for step {t} ({seen[kind, int(t)]}, {path}); merge them into one")
+            seen[kind, int(t)] = path
+            final = out / f"{kind}-{int(t):06d}{suffix or '.txt'}"
+            tmp = out / (final.name + ".tmp")
+            tmp.write_bytes(src_change.read_bytes())
             os.replace(tmp, final)
     except GraphdiffError as exc:
         log.write(f"graphdiff: error: {exc}\n")

@@ -23,7 +23,7 @@ def rollback(
 
     with progress(f"rolling back to step {to}") as bar:
         res = run_rollback(state, to, lock_timeout=lock_timeout, progress=bar)
-    removed = ", ".join(map(str, res["removed"])) or "none"
+    removed = ", ".join(res.get("removed_versions") or map(str, res["removed"])) or "none"
     now = f"{res['step']}.{res['revision']}" if res["revision"] else str(res["step"])
     was = f"{res['previous_step']}.{res['previous_revision']}" if res["previous_revision"] else str(res["previous_step"])
     emit(res, f"step {now} is current (was {was}; removed step(s) {removed}); "

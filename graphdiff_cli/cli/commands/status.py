@@ -27,10 +27,10 @@ def _human(res: dict) -> str:
         if e.get("event") == "init":
             lines.append(f"  step 0: init from {e.get('graph')} + {e.get('clusters')} ({e.get('applied_at')})")
         elif e.get("event") == "extend":
-            lines.append(f"  step {at}: extend, {e.get('added')} prompts from {e.get('prompts')} "
+            lines.append(f"  step {at}: extend, {e.get('added')} prompts from {e.get('prompts_file')} "
                          f"({e.get('n_prompts')} now; {e.get('applied_at')})")
         elif e.get("event") in ("retire", "restore"):
-            lines.append(f"  step {at}: {e['event']} {e.get('prompts')} prompts from {e.get('ids')} "
+            lines.append(f"  step {at}: {e['event']} {e.get('prompts')} prompts from {e.get('ids_file')} "
                          f"({e.get('n_retired')} retired now; {e.get('applied_at')})")
         else:
             lines.append(f"  step {e['step']}: {e.get('prompts')} prompts, {e.get('successes')}/{e.get('rollouts')} "

@@ -1,4 +1,5 @@
-"""``graphdiff watch``: apply a trainer's per-step outcomes files from an inbox, in step order, exactly once."""
+"""``graphdiff watch``: apply a trainer's per-step outcomes files (and prompt set changes) from an inbox, in step
+order, exactly once."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ def _describe(event: dict) -> str | None:
         return (f"step {event['step']} <- {event['file']}: {event['prompts']} prompts, "
                 f"{event['successes']}/{event['rollouts']} successes, {event['iterations']} rounds "
                 f"({'converged' if event['converged'] else 'not converged'}) in {event['seconds']:.2f} s")
+    if kind in ("extended", "retired"):
+        return (f"step {event['version']} <- {event['file']}: {event['prompts']} prompts "
+                f"{'added' if kind == 'extended' else 'retired'} in {event['seconds']:.2f} s")
     if kind == "predicted":
         return f"  predictions of step {event['step']} -> {event['out']}"
     if kind == "waiting":
@@ -27,6 +31,9 @@ def _describe(event: dict) -> str | None:
         if event["invalid"]:
             parts.append(f"ignored (step 0 is init's): {', '.join(event['invalid'])}")
         return "; ".join(parts)
+    if kind == "conflict" and event.get("late"):
+        return (f"[yellow]warning:[/yellow] {event['file']} changes the prompts before step {event['step']}, which "
+                f"is already applied; left alone. To apply it, graphdiff rollback --to {event['step'] - 1} first.")
     if kind == "conflict":
         return (f"[yellow]warning:[/yellow] {event['file']} is for step {event['step']}, already applied from "
                 f"{event['applied_from']} with other bytes (hash {event['applied_hash']}, this file "
