@@ -372,3 +372,35 @@ def test_trainer_target_follows_extend_and_retire(state, tmp_path):
         BatchChooser(target, nodes, batch_size=11, strategy="uniform").choose(0, 0)
     stats = target.apply(1, [new_rows[2]["id"]], np.array([8]), np.array([3]))
     assert stats["step"] == 1 and target.estimates(nodes[-8:])["n_seen"][2] == 8
+
+
+def test_resident_handoff_follows_a_rollback_and_another_extend_under_the_same_model_name(state, tmp_path):
+    from graphdiff_cli.stages.handoff import Handoff
+
+    s, root, old_rows, new_rows = state
+    write_jsonl(tmp_path / "a.jsonl", new_rows[:4])
+    write_jsonl(tmp_path / "b.jsonl", new_rows[4:])
+    h = Handoff(s, durable=False)
+    h.extend(tmp_path / "a.jsonl")
+    _gd("rollback", "--state", s, "--to", "0.0")
+    _gd("extend", "--state", s, "--prompts", tmp_path / "b.jsonl")  # models/0.1.zarr again, other prompts
+    write_jsonl(tmp_path / "o1.jsonl", [{"id": new_rows[5]["id"], "n": 8, "s": 2}])
+    res = h.update(1, tmp_path / "o1.jsonl")
+    assert res["step"] == 1 and h.est.n_nodes == 36
+    assert h.index.ids[-4:] == [r["id"] for r in new_rows[4:]]
+    _gd("verify", s)
+    assert json.loads(_gd("status", "--state", s, "--json").stdout)["n_prompts"] == 36
+
+
+def test_keep_counts_steps_not_revisions(state, tmp_path):
+    s, root, old_rows, _new = state
+    for t in (1, 2, 3):
+        write_jsonl(tmp_path / f"o{t}.jsonl", [{"id": old_rows[t]["id"], "n": 4, "s": 1}])
+        _gd("update", "--state", s, "--step", t, "--outcomes", tmp_path / f"o{t}.jsonl")
+        for j in range(3):  # three revisions per step
+            (tmp_path / "x.txt").write_text(old_rows[10 + 3 * t + j]["id"] + "\n")
+            _gd("retire", "--state", s, "--ids", tmp_path / "x.txt")
+    status = json.loads(_gd("status", "--state", s, "--json").stdout)
+    assert status["retained"] == [0, 1, 2, 3] and status["retired"] == 9  # keep 5: no step is pruned
+    _gd("rollback", "--state", s, "--to", 1)
+    assert json.loads(_gd("status", "--state", s, "--json").stdout)["retired"] == 3  # step 1's newest revision

@@ -186,6 +186,12 @@ def _sorted_topk(cand: np.ndarray, sims: np.ndarray, k: int) -> tuple[np.ndarray
     return np.take_along_axis(cand, order, axis=1), np.take_along_axis(sims, order, axis=1)
 
 
+def _sorted_member(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Whether each of ``keys`` is in the ascending array ``sorted_keys`` (np.isin without its hashing)."""
+    pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
+    return sorted_keys[pos] == keys if sorted_keys.size else np.zeros(keys.size, bool)
+
+
 def list_similarities(x: np.ndarray, neighbors: np.ndarray, block: int = 8192) -> np.ndarray:
     """c_ij for every j in row i's list (float32, N x k), in row blocks (a graph artifact made before the
     similarities were stored keeps only the lists)."""
@@ -261,7 +267,9 @@ def extend_mutual_knn(w_old: sp.csr_matrix, neighbors_old: np.ndarray, similarit
                                           np.concatenate([sim_old[changed], add_s], axis=1), k)
         neighbors[changed], similarities[changed] = merged_c, merged_s
         rows_k = np.repeat(changed, k)
-        kept = np.isin(rows_k * total + old_l.ravel(), rows_k * total + merged_c.ravel())  # still in the list
+        # (row, prompt) keys of the changed rows' new lists, sorted: rows ascend, so sorting within rows suffices
+        list_keys = (rows_k * total + np.sort(merged_c, axis=1).ravel())
+        kept = _sorted_member(list_keys, rows_k * total + old_l.ravel())  # old entries still in the list
         dropped_r, dropped_c = rows_k[~kept], old_l.ravel()[~kept]
     # old-old edges: W minus those whose one end dropped the other
     w = sp.csr_matrix(w_old, dtype=np.float32)
@@ -275,7 +283,7 @@ def extend_mutual_knn(w_old: sp.csr_matrix, neighbors_old: np.ndarray, similarit
     f_cols = np.concatenate([new_nbr.ravel(), e_cols])
     f_sims = np.concatenate([new_sim.ravel(), e_sims])
     if changed.size:  # entering entries that did not survive the merge are not in the lists
-        keep_e = np.isin(e_rows * total + e_cols, np.repeat(changed, k) * total + neighbors[changed].ravel())
+        keep_e = _sorted_member(list_keys, e_rows * total + e_cols)
         f_keep = np.concatenate([np.ones(m * k, bool), keep_e])
         f_rows, f_cols, f_sims = f_rows[f_keep], f_cols[f_keep], f_sims[f_keep]
     f_new = mutual_knn_graph_from_entries(f_rows, f_cols, f_sims, total)

@@ -11,13 +11,15 @@ Two layouts:
   (K), per-prompt ``successes`` and ``rollouts``, ``window_evidence`` (steps x 2 x K, windowed variant)
   and whatever else ``Estimator.state_dict`` holds. Attributes: ``config`` and ``step``.
 - split, for a STATE directory of the step handoff (``io.state_dir``): an ``estimator-model`` artifact
-  written once (graph, labels, prompt ``ids``, ``config``) and one small ``estimator-step`` artifact
-  per applied step holding only what a step changes (every array of ``state_dict`` but the graph and
-  labels). A step artifact names its model by a path relative to itself (attribute ``model``) and by
-  content hash (``inputs.model``), so a 150k-prompt graph is not rewritten at every step.
+  (graph, labels, prompt ``ids``, ``config``; written by init and again by each ``graphdiff extend``) and
+  one small ``estimator-step`` artifact per applied version holding only what a step changes (every
+  array of ``state_dict`` but the graph and labels). A step artifact names its model by a path relative
+  to itself (attribute ``model``) and by content hash (``inputs.model``), so a 150k-prompt graph is not
+  rewritten at every step.
 
 ``read_state`` opens either kind, or a STATE directory: a folder with a ``CURRENT`` JSON pointer
-``{"step": T, "path": "<relative path>"}`` is read as the artifact that pointer names.
+``{"step": T, "path": "<relative path>"}`` (with ``"revision": R`` after an extend or retire) is read as the
+artifact that pointer names.
 """
 
 from __future__ import annotations
