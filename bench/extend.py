@@ -261,6 +261,7 @@ def cost(args) -> dict:
                "extended_edges": ext["edges"], "round_trips": {"warm_up": rounds[:len(rounds) - 5],
                                                                "before": before, "after": after}}
         if args.rebuild:  # the rebuild of the same N + add prompts, in the same run
+            shutil.rmtree(work / "S2", ignore_errors=True)
             t_g, g = _run("build-graph", work / "all.zarr", "--out", work / "all_g.zarr", *k)
             t_c, _ = _run("cluster", work / "all_g.zarr", "--out", work / "all_c.zarr", "--states", args.states)
             t_i, _ = _run("init", "--graph", work / "all_g.zarr", "--clusters", work / "all_c.zarr", "--out",
