@@ -223,3 +223,10 @@ CL_THREADS = int(CL.get("threads", 1))
 def _cl_policy_seed(seed):
     """The SFT policy a run of ``seed`` starts from: seed 0's for every seed when policy.shared_sft."""
     return str(CL["seeds"][0]) if CL["policy"].get("shared_sft", False) else str(seed)
+
+
+def prompt_set_changes():
+    """(kind, step, file) of every prompt set change the replay applies: replay.add_prompts, replay.retire."""
+    rp = config["replay"]
+    return ([("prompts", c["step"], c["prompts"]) for c in rp.get("add_prompts", [])]
+            + [("retire", c["step"], c["ids"]) for c in rp.get("retire", [])])

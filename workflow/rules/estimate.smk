@@ -25,13 +25,6 @@ rule init_state:
         "--out {output:q} {params.args} 2> {log:q}"
 
 
-def prompt_set_changes():
-    """(kind, step, file) of every prompt set change the replay applies: replay.add_prompts, replay.retire."""
-    rp = config["replay"]
-    return ([("prompts", c["step"], c["prompts"]) for c in rp.get("add_prompts", [])]
-            + [("retire", c["step"], c["ids"]) for c in rp.get("retire", [])])
-
-
 rule split_log:
     input:
         log_file(),
