@@ -334,8 +334,10 @@ def status(state, *, last: int = 10) -> dict:
     m_art, ids, w, labels, config = sd.model()
     art = sd.current_artifact()  # the version CURRENT names holds it: status reports what predict would serve
     entries = sd.log_entries(upto=(step, rev))
-    retired = int(art.array("retired").size) if "retired" in set(art.group.array_keys()) else 0
-    joined = m_art.array("joined") if "joined" in set(m_art.group.array_keys()) else np.zeros(len(ids), np.int64)
+    from .prompt_set import JOINED, RETIRED, has_array
+
+    retired = int(art.array(RETIRED).size) if has_array(art, RETIRED) else 0
+    joined = m_art.array(JOINED) if has_array(m_art, JOINED) else np.zeros(len(ids), np.int64)
     steps, counts = np.unique(joined, return_counts=True)
     return {"command": "status", "state": str(sd.root), "step": step, "revision": rev, "current": rel,
             "n_prompts": len(ids), "active": len(ids) - retired, "retired": retired,

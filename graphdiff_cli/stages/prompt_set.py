@@ -36,7 +36,8 @@ def _noop(done, total=None):
     return None
 
 
-def _has_array(art, name: str) -> bool:
+def has_array(art, name: str) -> bool:
+    """Whether artifact ``art`` holds an array ``name`` (arrays added by later versions may be absent)."""
     try:
         return name in set(art.group.array_keys())
     except Exception:  # noqa: BLE001 - an unlistable group reads as lacking it; reading it then says why
@@ -51,7 +52,7 @@ def init_model_extras(graph, embeddings=None) -> tuple[dict, dict]:
     n = len(graph.ids)
     arrays = {KNN_INDICES: graph.knn_indices().astype(np.int32 if n < 2**31 else np.int64),
               JOINED: np.zeros(n, dtype=np.int64)}
-    if _has_array(graph.art, KNN_SIMILARITIES):
+    if has_array(graph.art, KNN_SIMILARITIES):
         arrays[KNN_SIMILARITIES] = graph.art.array(KNN_SIMILARITIES).astype(np.float32)
     emb_hash = graph.art.inputs.get("embeddings")
     path = embeddings if embeddings is not None else graph.art.attr("embeddings_path")
@@ -115,7 +116,7 @@ class _Model:
         return attrs[PROMPT_SET]
 
     def array(self, name: str):
-        if _has_array(self.art, name):
+        if has_array(self.art, name):
             return self.art.array(name)
         legacy = getattr(self, "_legacy_arrays", None)
         return None if legacy is None else legacy.get(name)
@@ -132,10 +133,11 @@ class _Model:
             raise ArtifactError(f"{self.art.path}: {x.shape[0]} embeddings for {len(self.ids)} prompts")
         return x
 
-    def text_hashes(self) -> list[str]:
-        base = [str(h) for h in self.base.array("text_hash")]
+    def text_hashes(self, base: bool = True) -> list[str]:
+        """Text hashes of every prompt in node order (``base=False``: of the added ones only)."""
         added = self.array(ADDED_TEXT_HASH)
-        return base + ([] if added is None else [str(h) for h in added])
+        added = [] if added is None else [str(h) for h in added]
+        return ([str(h) for h in self.base.array("text_hash")] if base else []) + added
 
 
 def _embed_new(model: _Model, texts: list[str], device: str, batch_size: int, progress: Progress) -> np.ndarray:
@@ -261,13 +263,14 @@ def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: s
         try:
             changed = est.extend(ext.graph, labels)
             added = model.array(ADDED_EMBEDDINGS)
+            added_hashes = model.text_hashes(base=False)  # the added rows' only: no second read of the base
             joined = model.array(JOINED)
             joined = np.zeros(n, np.int64) if joined is None else joined.astype(np.int64)
             model_arrays = {
                 KNN_INDICES: ext.neighbors.astype(np.int32 if n + m < 2**31 else np.int64),
                 KNN_SIMILARITIES: ext.similarities,
                 ADDED_EMBEDDINGS: x_new if added is None or not added.size else np.concatenate([added, x_new]),
-                ADDED_TEXT_HASH: np.asarray(list(model.text_hashes()[model.n_base:]) + hashes, dtype=object),
+                ADDED_TEXT_HASH: np.asarray(added_hashes + hashes, dtype=object),
                 JOINED: np.concatenate([joined, np.full(m, step, np.int64)])}
             info = dict(model.info)
             if embeddings is not None:  # where the STATE's embeddings are now: later extends find them
