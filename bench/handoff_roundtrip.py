@@ -16,6 +16,10 @@ timed from outcomes file in to predictions file out, with the ratio to the two-p
 same run. Prints one JSON object (and writes it to --out if given). Not run by the tests.
 
     .venv/bin/python bench/handoff_roundtrip.py --n 150000 --k 320 --deg 40 --batch 256 --max-iters 50
+
+``--graph G.zarr --clusters C.zarr`` replaces the planted graph by existing artifacts (a real mutual-kNN
+graph, e.g. the 150,000-prompt one that ``bench/extend.py cost --work DIR`` leaves in DIR/all_g.zarr and
+DIR/all_c.zarr); --n and --k are then theirs.
 """
 
 from __future__ import annotations
@@ -78,6 +82,18 @@ def write_inputs(folder: Path, n, k, deg):
                    params={"states": k, "seed": 0, "planted": True}, inputs={"graph": g_hash},
                    content_hash=hash_arrays(ids, labels, extra="clusters"))
     return ids, labels, w
+
+
+def read_inputs(graph: Path, clusters: Path):
+    """ids, labels and W of existing graph and clusters artifacts (the clusters' order mapped to the graph's)."""
+    from graphdiff_cli import load_graph
+    from graphdiff_cli.io.artifacts import read_artifact
+
+    w, ids = load_graph(graph)
+    c = read_artifact(clusters, "clusters")
+    pos = {pid: i for i, pid in enumerate(str(x) for x in c.array("ids"))}
+    labels = np.asarray(c.array("labels"))[[pos[str(i)] for i in ids]].astype(np.int64)
+    return np.asarray(ids, dtype=str), labels, w
 
 
 def run(*args) -> tuple[dict, float]:
@@ -159,18 +175,28 @@ def main():
                     "CLI ones (0: skip)")
     ap.add_argument("--workdir", default=None, help="Keep the files here (default: a temporary folder).")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--graph", default=None, help="an existing graph artifact instead of the planted one")
+    ap.add_argument("--clusters", default=None, help="its clusters artifact (with --graph)")
     args = ap.parse_args()
+    if bool(args.graph) != bool(args.clusters):
+        ap.error("--graph and --clusters go together")
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="graphdiff-roundtrip-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.perf_counter()
-        ids, labels, w = write_inputs(work, args.n, args.k, args.deg)
+        if args.graph:
+            ids, labels, w = read_inputs(Path(args.graph), Path(args.clusters))
+            args.n, args.k = len(ids), int(labels.max()) + 1
+            graph, clusters = Path(args.graph), Path(args.clusters)
+        else:
+            ids, labels, w = write_inputs(work, args.n, args.k, args.deg)
+            graph, clusters = work / "graph.zarr", work / "clusters.zarr"
         t_inputs = time.perf_counter() - t0
         state = work / "STATE"
         shutil.rmtree(state, ignore_errors=True)
         extra = ["--schedule", args.schedule] if args.schedule else []
-        init, init_wall = run("init", "--graph", work / "graph.zarr", "--clusters", work / "clusters.zarr",
+        init, init_wall = run("init", "--graph", graph, "--clusters", clusters,
                               "--out", state, "--device", "cpu", "--max-iters", args.max_iters, *extra)
         rng = np.random.default_rng(1)
         p_state = rng.beta(2, 2, args.k)
@@ -191,7 +217,7 @@ def main():
             "date": date.today().isoformat(),
             "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                         "python": platform.python_version()},
-            "n": args.n, "k": args.k, "mean_degree": float(w.nnz / args.n), "batch": args.batch,
+            "graph": args.graph or "planted", "n": args.n, "k": args.k, "mean_degree": float(w.nnz / args.n), "batch": args.batch,
             "rollouts": args.rollouts, "schedule": init["config"]["schedule"], "max_iters": args.max_iters,
             "updates": steps,
             "make_inputs_s": t_inputs,
