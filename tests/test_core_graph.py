@@ -133,3 +133,22 @@ def test_symmetry_check_in_row_blocks_finds_any_asymmetry(block_nnz):
     one_sided = w.tolil()
     one_sided[299, 0] = 0.5 if w[299, 0] == 0 else 0.0
     assert not _is_symmetric(one_sided.tocsr(), 1e-9, block_nnz)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_row_parallel_matvec_equals_the_plain_product_to_the_bit(threads):
+    from graphdiff_cli.core.graph import PARALLEL_MIN_NNZ, row_parallel_matvec
+
+    rng = np.random.default_rng(threads)
+    n = 20_000
+    per_row = rng.integers(0, 110, n)  # uneven rows, some empty
+    per_row[:500] = 0
+    rows = np.repeat(np.arange(n), per_row)
+    w = sp.csr_matrix((rng.random(rows.size), (rows, rng.integers(0, n, rows.size))), shape=(n, n))
+    assert w.nnz >= PARALLEL_MIN_NNZ  # the threaded path, not the plain one
+    product = row_parallel_matvec(w, threads=threads)
+    assert product is not w.__matmul__
+    for x in (rng.random(n), rng.random(n).astype(np.float32)):
+        assert np.array_equal(product(x), w @ x)
+    small = w[:100, :100]
+    assert row_parallel_matvec(small, threads=threads) == small.__matmul__
