@@ -70,9 +70,12 @@ def test_every_command_prints_one_json_object(state, inputs, tmp_path):
     # the global --json before the command name works as well
     res = runner.invoke(app, ["--json", "status", "--state", str(state)])
     assert res.exit_code == 0 and json.loads(res.stdout)["step"] == 0
-    # and without --json, a human summary goes to stderr and nothing to stdout
+    # without --json the summary is status's answer: plain text on stdout (so `status | grep step` works),
+    # never wrapped when piped, nothing on stderr
     res = gd("status", "--state", state)
-    assert res.stdout == "" and "step 0" in res.stderr
+    assert res.stderr == "" and res.stdout.startswith(f"STATE {state}: step 0, 40 prompts")
+    config_line = next(line for line in res.stdout.splitlines() if line.startswith("config:"))
+    assert len(config_line) > 80 and "device" in config_line  # one line however long
 
 
 @pytest.mark.parametrize("args,code,words", [
@@ -168,6 +171,34 @@ def test_predict_help_lists_every_column():
     res = gd("predict", "--help")
     text = " ".join(res.stdout.replace("│", " ").split())
     assert f"Write {', '.join(PREDICT_COLUMNS)} for each prompt." in text
+
+
+def test_help_shows_flags_as_flags_and_values_with_their_type():
+    import re
+
+    text = gd("watch", "--help").stdout
+    rows = {m.group(1): m.group(2) or "" for m in re.finditer(r"(?m)^│\s+(?:\*\s+)?(--[a-z-]+)(?:\s+-\w)?\s+(<\w+>)?",
+                                                             text)}
+    assert rows["--once"] == rows["--json"] == rows["--help"] == ""  # take no value: no <bool>
+    assert rows["--poll"] == "<float>" and rows["--until-step"] == "<int>"
+    assert "<bool>" not in gd("--help").stdout
+
+
+def test_shell_completion_completes_commands_and_options():
+    import os
+    import subprocess
+
+    from _handoff_fixtures import GRAPHDIFF
+
+    def complete(words: str) -> list[str]:
+        env = {**os.environ, "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1),
+               "_GRAPHDIFF_COMPLETE": "complete_bash"}
+        return subprocess.run([str(GRAPHDIFF)], env=env, capture_output=True, text=True).stdout.split()
+
+    assert complete("graphdiff upd") == ["update"]
+    assert complete("graphdiff update --st") == ["--state", "--step"]
+    script = subprocess.run([str(GRAPHDIFF), "--show-completion", "bash"], capture_output=True, text=True)
+    assert script.returncode == 0 and "_GRAPHDIFF_COMPLETE=complete_bash" in script.stdout
 
 
 def test_shared_options_after_the_command_name(state):

@@ -8,6 +8,23 @@ from .._version import __version__
 from .common import JSON_OPTION, OUT, QUIET_OPTION, VERBOSE_OPTION, app
 
 
+def _flags_without_type() -> None:
+    """Boolean flags (``--json``, ``--once``, ``--help``) take no value, but typer's help shows them as
+    ``--json <bool>``, which reads as if ``--json true`` were expected (it is refused). Their type column is
+    left empty; every other option keeps its ``<int>``, ``<path>``, ..."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_type()
+
+
 def _version(value: bool):
     if value:
         typer.echo(f"graphdiff {__version__}")

@@ -25,7 +25,7 @@ app = typer.Typer(
     name="graphdiff",
     help="Online graph-based estimates of each RL prompt's success probability under the current policy.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # graphdiff --install-completion / --show-completion [bash|zsh|fish|powershell]
     pretty_exceptions_enable=False,
 )
 
@@ -45,13 +45,16 @@ OUT = Output()
 
 
 def stderr_console():
+    """rich's console on stderr; lines are never wrapped when stderr is not a terminal (a log file, a pipe:
+    rich would otherwise break them at 80 columns)."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=not sys.stderr.isatty())
 
 
 def info(message: str) -> None:
-    """A line for humans on stderr (hidden by -q)."""
+    """A line for humans on stderr (hidden by -q). Messages may use rich markup; user input in them is
+    escaped by the caller (``rich.markup.escape``) or the message is plain."""
     if not OUT.quiet:
         stderr_console().print(message)
 
@@ -61,10 +64,16 @@ def debug(message: str) -> None:
         stderr_console().print(f"[dim]{message}[/dim]")
 
 
-def emit(result: dict, human: str | None = None) -> None:
-    """Print the command's result: one JSON object on stdout with --json, else a summary on stderr."""
+def emit(result: dict, human: str | None = None, *, report: bool = False) -> None:
+    """Print the command's result: one JSON object on stdout with --json; else the human summary, on stderr
+    for commands that act (init, update, ...: their output is a log), on stdout as plain unwrapped text for
+    commands whose output *is* the answer (``report=True``: status, verify, settings), so that
+    ``graphdiff status --state S | grep step`` works."""
     if OUT.json:
         sys.stdout.write(json.dumps(result, default=_default, sort_keys=True) + "\n")
+        sys.stdout.flush()
+    elif human is not None and report:
+        sys.stdout.write(human.rstrip("\n") + "\n")
         sys.stdout.flush()
     elif human is not None:
         info(human)

@@ -47,4 +47,4 @@ def status(
     from ...stages.handoff import status as run_status
 
     res = run_status(state, last=last)
-    emit(res, _human(res))
+    emit(res, _human(res), report=True)

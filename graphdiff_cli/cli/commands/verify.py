@@ -19,6 +19,6 @@ def verify(path: Path = typer.Argument(..., help="A STATE directory, or any grap
     lines = [f"{res['kind']} {res['path']}: " + ("intact" if res["intact"] else f"{len(res['problems'])} problem(s)")
              + f" ({len(res['checked'])} part(s) checked)"]
     lines += [f"problem: {p}" for p in res["problems"]] + [f"notice: {n}" for n in res["notices"]]
-    emit(res, "\n".join(lines))
+    emit(res, "\n".join(lines), report=True)
     if not res["intact"]:
         raise typer.Exit(EXIT_ERROR)
