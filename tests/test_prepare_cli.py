@@ -191,6 +191,29 @@ def test_cluster_auto_and_explicit(graph40, tmp_path):
     assert len(set(lab4[hist])) == 1 and np.sum(lab4 == lab4[hist[0]]) == len(hist)
 
 
+def test_progress_in_a_log_file_is_plain_lines(embedded, graph40, tmp_path):
+    """With stderr a file (Snakemake, SLURM), embed and cluster log plain progress lines: the start, the
+    end, and (GRAPHDIFF_PROGRESS_SECONDS=0 here) every batch in between; no terminal escapes."""
+    prompts = embedded[0]
+    env = {**os.environ, "GRAPHDIFF_PROGRESS_SECONDS": "0"}
+    log = tmp_path / "embed.log"
+    with open(log, "w") as err:
+        subprocess.run([str(GRAPHDIFF), "embed", str(prompts), "--out", str(tmp_path / "e.zarr"), "--batch-size",
+                        "4"], stderr=err, env=env, check=True)
+    lines = [ln for ln in log.read_text().splitlines() if ln.startswith("embedding prompts:")]
+    # 40 prompts in encoder calls of 4 batches x 4: 0, 16, 32, 40
+    assert [ln.split()[2] for ln in lines] == ["0/40", "16/40", "32/40", "40/40"], log.read_text()
+    assert lines[-1].startswith("embedding prompts: 40/40 (100%), ") and lines[-1].endswith(" s")
+    assert "\x1b" not in log.read_text()
+    log = tmp_path / "cluster.log"
+    with open(log, "w") as err:
+        subprocess.run([str(GRAPHDIFF), "cluster", str(graph40[0]), "--out", str(tmp_path / "c.zarr"), "--states",
+                        "4"], stderr=err, env=env, check=True)
+    lines = [ln for ln in log.read_text().splitlines() if ln.startswith("spectral clustering:")]
+    assert lines[0].startswith("spectral clustering: 0/40 (0%)") and lines[-1].startswith(
+        "spectral clustering: 40/40 (100%)"), log.read_text()
+
+
 def test_auto_states_rule():
     assert [auto_states(n) for n in (2, 49, 50, 75, 1000, 8000, 8025, 10**6)] == [2, 2, 2, 3, 40, 320, 320, 320]
 

@@ -33,8 +33,8 @@ DEFAULT_INSTRUCTION = ("Given a prompt, encode it into a dense vector that captu
 TEMPLATE = "Instruction: {instruction}\nPrompt: {text}"
 
 # Texts handed to SentenceTransformer.encode per call: large enough that the per-call overhead is
-# negligible next to the model, small enough that the progress bar moves.
-CHUNK_BATCHES = 16
+# negligible next to the model, small enough that progress moves (4 x 64 prompts: every ~5 s on a CPU).
+CHUNK_BATCHES = 4
 
 
 def bundled_model_path() -> Path:

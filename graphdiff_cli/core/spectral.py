@@ -110,8 +110,9 @@ def allocate_states(sizes: np.ndarray, n_states: int) -> np.ndarray:
 
 
 def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
-                        fallback_neighbors: np.ndarray | None = None) -> np.ndarray:
-    """Static cluster labels c_i in [0, K) of W (see the module docstring for components/orphans)."""
+                        fallback_neighbors: np.ndarray | None = None, progress=None) -> np.ndarray:
+    """Static cluster labels c_i in [0, K) of W (see the module docstring for components/orphans).
+    ``progress(done, n)``, when given, is called with the prompts placed so far, once per component."""
     from scipy.sparse.csgraph import connected_components
 
     n = w.shape[0]
@@ -129,7 +130,9 @@ def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
         # component with the most states (it loses the least resolution)
         alloc[np.argmax(alloc)] -= 1
     labels = np.full(n, -1, dtype=np.int64)
-    next_label = 0
+    next_label, placed = 0, 0
+    if progress:
+        progress(0, n)
     for c in np.flatnonzero(alloc > 0):
         nodes = np.flatnonzero(comp == c)
         kc = int(alloc[c])
@@ -139,6 +142,9 @@ def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
             emb = spectral_embedding(w[nodes][:, nodes], kc, seed=seed)
             labels[nodes] = next_label + kmeans(emb, kc, seed=seed)
         next_label += kc
+        placed += nodes.size
+        if progress:
+            progress(placed, n)
     orphans = np.flatnonzero(labels < 0)
     if orphans.size:
         if fallback_neighbors is not None:
@@ -147,6 +153,8 @@ def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
         if still.any():
             labels[still] = next_label
             next_label += 1
+        if progress:
+            progress(n, n)
     # If every orphan found a placed neighbour, the state kept free for them stays empty. Empty states
     # are legal: no prompt's prior favours them and their Beta stays at the prior.
     return labels

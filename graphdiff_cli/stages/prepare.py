@@ -384,9 +384,7 @@ def cluster(graph, out, *, states="auto", seed: int = 0, progress: Progress = _n
     k = auto_states(n) if requested is None else requested
     if k > n:
         raise InvalidArgumentError(f"--states {k} is more than the {n} prompts in {graph}; choose at most {n}")
-    progress(0, 1)
-    labels = spectral_clustering(w, k, seed=seed, fallback_neighbors=knn).astype(np.int64)
-    progress(1, 1)
+    labels = spectral_clustering(w, k, seed=seed, fallback_neighbors=knn, progress=progress).astype(np.int64)
     sizes = np.bincount(labels, minlength=k)
     ids_arr = ids_for_hash(ids)
     content_hash = hash_arrays(ids_arr, labels, extra="clusters")
