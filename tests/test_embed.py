@@ -114,3 +114,15 @@ def test_gpu_encode_matches_cpu(encoder, prompt_rows):
     gpu = Encoder("bundled", "cuda")
     assert gpu.device.startswith("cuda")
     np.testing.assert_allclose(gpu.encode(texts), encoder.encode(texts), atol=1e-4)
+
+
+def test_locate_encoder_finds_the_model_without_loading_it(tmp_path):
+    from graphdiff_cli.backends.embed import bundled_model_path, locate_encoder
+    from graphdiff_cli.errors import BackendError
+
+    assert locate_encoder("bundled") == str(bundled_model_path())
+    assert locate_encoder(str(bundled_model_path())) == str(bundled_model_path().resolve())
+    with pytest.raises(BackendError, match="holds no modules.json or config.json"):
+        locate_encoder(str(tmp_path))  # a folder, but no model in it
+    with pytest.raises(BackendError, match=r"not in the local Hugging Face cache .*hf download org/absent-model"):
+        locate_encoder("org/absent-model")

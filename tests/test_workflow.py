@@ -157,6 +157,15 @@ def test_files_source_without_paths_and_bad_config_are_refused(tmp_path):
     assert res.returncode != 0 and "betta" in res.stdout + res.stderr  # the schema refuses unknown keys
 
 
+def test_a_missing_encoder_is_refused_at_plan_time(tmp_path):
+    """Not once per embed shard when the jobs run: the dry run itself fails in one line naming the fix."""
+    override = write_yaml(tmp_path / "m.yaml", {"embed": {"model": "someone/not-downloaded-model"}, "embed_shards": 4})
+    res = smk(tmp_path, override, args=["-n"], check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "embed.model: embedding model 'someone/not-downloaded-model' is not in the " \
+        "local Hugging Face cache" in out and "hf download someone/not-downloaded-model" in out, out
+
+
 def test_dry_run_with_the_slurm_profile(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm", reason="snakemake-executor-plugin-slurm not installed")
     res = smk(tmp_path, CONFIGS / "grid.yaml", args=["-n", "--profile", CONFIGS / "profiles" / "slurm"])

@@ -76,6 +76,34 @@ def resolve_model(model: str) -> tuple[str, bool]:
     return model, False
 
 
+def _not_cached_message(target: str) -> str:
+    hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
+    return (f"embedding model {target!r} is not in the local Hugging Face cache ({hf_home}) and graphdiff never "
+            f"downloads: download it on a machine with network (hf download {target}) and pass "
+            f"--model /local/path, or set HF_HOME to a cache that holds it")
+
+
+def locate_encoder(model: str) -> str:
+    """Where ``model`` ("bundled", a folder or a hub name) would be loaded from, found without loading it
+    (no torch, no weights read): a check a workflow can run at plan time. Raises the same one-line
+    ``BackendError`` the embed job would, a hub name missing from the local cache included."""
+    target, local = resolve_model(model)
+    if local:
+        if not (Path(target) / "modules.json").is_file() and not (Path(target) / "config.json").is_file():
+            raise BackendError(f"--model {model}: {target} holds no modules.json or config.json; pass the "
+                               "folder of a sentence-transformers model")
+        return target
+    from huggingface_hub import try_to_load_from_cache
+
+    # sentence-transformers reads a bare name ("all-MiniLM-L6-v2") as sentence-transformers/<name>
+    for repo in ([target] if "/" in target else [target, f"sentence-transformers/{target}"]):
+        for name in ("modules.json", "config.json"):
+            hit = try_to_load_from_cache(repo, name)
+            if isinstance(hit, str):
+                return str(Path(hit).parent)
+    raise BackendError(_not_cached_message(target))
+
+
 @lru_cache(maxsize=4)
 def _load(target: str, local: bool, device: str):
     """Load (and keep, for repeated calls in one process) a SentenceTransformer, offline only."""
@@ -96,11 +124,7 @@ def _load(target: str, local: bool, device: str):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise BackendError(f"cannot load the embedding model folder {target} ({exc.__class__.__name__}: "
                                f"{first[:200]})") from None
-        hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
-        raise BackendError(
-            f"embedding model {target!r} is not in the local Hugging Face cache ({hf_home}) and graphdiff never "
-            f"downloads: download it on a machine with network (hf download {target}) and pass "
-            f"--model /local/path, or set HF_HOME to a cache that holds it") from None
+        raise BackendError(_not_cached_message(target)) from None
     model.eval()
     return model
 

@@ -225,6 +225,23 @@ def _cl_policy_seed(seed):
     return str(CL["seeds"][0]) if CL["policy"].get("shared_sft", False) else str(seed)
 
 
+def check_encoder(model):
+    """At plan time, before any embed job: is the configured encoder on this machine? A missing one fails
+    here in one line naming the fix, instead of in every embed shard (each retried). Skipped when the
+    embeddings exist (nothing to embed) or when graphdiff cannot be run here (rules deployed with conda)."""
+    import subprocess
+
+    if Path(EMBEDDINGS).exists():
+        return
+    res = subprocess.run(f"{GD} check-encoder --model {shlex.quote(model)}", shell=True, capture_output=True,
+                         text=True)
+    if res.returncode in (126, 127):  # no graphdiff in this environment: the jobs bring their own
+        return
+    if res.returncode != 0:
+        line = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"
+        raise WorkflowError(f"embed.model: {line.removeprefix('graphdiff: error: ')}")
+
+
 def prompt_set_changes():
     """(kind, step, file) of every prompt set change the replay applies: replay.add_prompts, replay.retire."""
     rp = config["replay"]

@@ -4,6 +4,7 @@
 
 SHARDS = config["embed_shards"]
 _E = config["embed"]
+check_encoder(_E["model"])
 _ID, _TEXT = id_text_fields()
 EMBED_ARGS = " ".join(
     [
