@@ -212,6 +212,12 @@ def test_progress_in_a_log_file_is_plain_lines(embedded, graph40, tmp_path):
     lines = [ln for ln in log.read_text().splitlines() if ln.startswith("spectral clustering:")]
     assert lines[0].startswith("spectral clustering: 0/40 (0%)") and lines[-1].startswith(
         "spectral clustering: 40/40 (100%)"), log.read_text()
+    # with the default 30 s, a command that takes less prints no progress at all: only its summary line
+    with open(log, "w") as err:
+        subprocess.run([str(GRAPHDIFF), "cluster", str(graph40[0]), "--out", str(tmp_path / "c2.zarr"), "--states",
+                        "4"], stderr=err, env={k: v for k, v in os.environ.items()
+                                               if k != "GRAPHDIFF_PROGRESS_SECONDS"}, check=True)
+    assert len(log.read_text().splitlines()) == 1 and "40 prompts in K = 4 states" in log.read_text()
 
 
 def test_auto_states_rule():

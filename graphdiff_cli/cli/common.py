@@ -94,21 +94,23 @@ PROGRESS_LOG_SECONDS = float(os.environ.get("GRAPHDIFF_PROGRESS_SECONDS", "30"))
 
 
 def _log_lines(description: str, interval: float):
-    """A progress callback for a log file: one plain line when work starts, at most every ``interval``
-    seconds while it goes on, and when it is done (``embedding prompts: 2048/7500 (27%), 41 s``)."""
+    """A progress callback for a log file: a plain line (``embedding prompts: 2048/7500 (27%), 41 s``) once
+    ``interval`` seconds have passed and then at most every ``interval`` seconds, and the last one when the
+    work is done if any was printed before. A command that takes less than ``interval`` prints none: a
+    trainer's `update` and `predict` keep their one summary line (or their one error line)."""
     import time
 
     start = time.monotonic()
-    state = {"last": None}
+    state = {"last": start, "printed": interval <= 0, "finished": False}
 
     def update(done, total=None):
         now = time.monotonic()
         finished = total is not None and done >= total
-        if state["last"] is not None and now - state["last"] < interval and not finished:
+        if state["finished"]:
             return
-        if finished and state.get("finished"):
+        if not (now - state["last"] >= interval or (finished and state["printed"])):
             return
-        state["last"], state["finished"] = now, finished
+        state["last"], state["printed"], state["finished"] = now, True, finished
         share = f" ({100.0 * done / total:.0f}%)" if total else ""
         sys.stderr.write(f"{description}: {done}/{total if total is not None else '?'}{share}, "
                          f"{now - start:.0f} s\n")
