@@ -1,0 +1,643 @@
+"""Chaos and soak suite: real graphdiff processes killed, raced, starved of disk and fed damaged files.
+
+    .venv/bin/python bench/chaos.py all --trials 10 --soak-steps 5000 --out chaos.json   # everything
+    .venv/bin/python bench/chaos.py kill --trials 30                                     # one part
+
+Parts (each a sub-command; ``all`` runs them in this order):
+
+* ``kill``: ``kill -9`` of ``update``, ``rollback``, ``init``, ``predict``, ``extend`` and ``watch`` at a random
+  moment (half the trials anywhere in the command's run, half in its last 30%, where the commits are).
+  After each kill: ``graphdiff verify`` says intact, the STATE is at the old or the new version (nothing in
+  between), the interrupted command run again completes, and the predictions then equal, byte for byte,
+  those of a reference STATE that was never interrupted; the next writer leaves no temporary debris.
+* ``race``: four ``update`` processes of one step at once (exactly one applies it, the others are refused in
+  one line), and ``predict`` processes reading while updates commit (every read succeeds and equals a
+  reference step's predictions: no torn state).
+* ``tamper``: every array of the current step and of the model damaged four ways (first chunk deleted,
+  truncated, one byte flipped, swapped with the previous step's chunk), plus hand edits of the model's
+  config, CURRENT pointed at an older step or outside the STATE, and an emptied log; ``verify``,
+  ``predict`` and ``update`` must each refuse in one line and leave every byte of the STATE as it was.
+* ``diskfull``: ``update``, ``predict`` and ``extend`` under a file-size limit (RLIMIT_FSIZE, SIGXFSZ
+  ignored so writes fail with EFBIG as on a full disk) at several sizes: a one-line error, the STATE intact
+  and unchanged, then the same command without the limit completes.
+* ``soak``: one ``graphdiff watch`` process fed one outcomes file per step for ``--soak-steps`` steps, in
+  lockstep like a trainer; its resident memory, the STATE's size and file count and the time per step
+  recorded every ``--every`` steps.
+
+Inputs are synthetic clustered embeddings written as real embeddings artifacts (no encoder run: the
+encoder is not what is tested), a real ``build-graph``, ``cluster`` and ``init``, and real outcome files.
+Prints one JSON object (and writes it to --out); exits 1 if any check failed. Not run by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from _emit import emit  # bench/ is on sys.path when a script runs
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
+STEPS = 6  # reference steps
+DEBRIS = (".staging-", ".tmp")
+
+
+# ---------------------------------------------------------------------------------------------------
+# processes and checks
+
+
+def gd(*argv, check=False, limit_bytes=None, timeout=600) -> subprocess.CompletedProcess:
+    """Run one graphdiff command to completion (optionally under a file-size limit)."""
+    pre = None
+    if limit_bytes is not None:
+        def pre():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    p = subprocess.run([str(GRAPHDIFF), *map(str, argv)], capture_output=True, text=True, preexec_fn=pre,
+                       timeout=timeout)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"graphdiff {' '.join(map(str, argv))} failed: {p.stderr.strip()}")
+    return p
+
+
+def start(*argv) -> subprocess.Popen:
+    return subprocess.Popen([str(GRAPHDIFF), *map(str, argv)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def kill_after(proc: subprocess.Popen, delay: float) -> bool:
+    """SIGKILL ``proc`` after ``delay`` seconds; whether it was still running then."""
+    try:
+        proc.wait(timeout=delay)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return True
+
+
+def sha(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        h.update(os.path.relpath(dirpath, root).encode())
+        for name in sorted(filenames):
+            h.update(name.encode())
+            h.update(Path(dirpath, name).read_bytes())
+    return h.hexdigest()
+
+
+def debris(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if any(d in p.name for d in DEBRIS))
+
+
+# The checks after a trial run in this process, through the same functions the commands call (a process
+# start costs ~1 s here); what is killed, raced and starved is always a real graphdiff process.
+
+
+def version(state: Path) -> tuple[int, int]:
+    from graphdiff_cli.io.state_dir import StateDir
+
+    return tuple(StateDir.open(state).current_version())
+
+
+def intact(state: Path) -> bool:
+    from graphdiff_cli.stages.verify import verify
+
+    return bool(verify(state)["intact"])
+
+
+def one_line(p: subprocess.CompletedProcess) -> bool:
+    """A refusal as promised: non-zero exit, exactly one line on stderr, no traceback."""
+    err = p.stderr.strip()
+    return p.returncode != 0 and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+class Tally:
+    def __init__(self):
+        self.parts: dict[str, dict] = {}
+        self.failures: list[str] = []
+
+    def record(self, part: str, case: str, ok: bool, detail: str = "") -> None:
+        row = self.parts.setdefault(part, {}).setdefault(case, {"trials": 0, "passed": 0})
+        row["trials"] += 1
+        row["passed"] += bool(ok)
+        if not ok:
+            self.failures.append(f"{part}/{case}: {detail}")
+            print(f"FAIL {part}/{case}: {detail}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the world: inputs, a reference run, snapshots
+
+
+class World:
+    def __init__(self, work: Path, n: int, add: int, seed: int = 0):
+        from graphdiff_cli.backends.embed import DEFAULT_INSTRUCTION
+        from graphdiff_cli.io.artifacts import hash_arrays, write_artifact
+        from graphdiff_cli.stages.prepare import ids_for_hash
+
+        self.work, self.n = work, n
+        rng = np.random.default_rng(seed)
+        dim, topics = 32, max(4, n // 20)
+        centres = rng.standard_normal((topics, dim)).astype(np.float32)
+        x = centres[rng.integers(0, topics, n + add)] + 0.6 * rng.standard_normal((n + add, dim)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        self.ids = [f"p{i:05d}" for i in range(n + add)]
+        params = {"model": "bundled", "instruction": DEFAULT_INSTRUCTION, "dim": dim, "batch_size": 64,
+                  "shard": None, "id_field": "id", "text_field": "prompt"}
+        for name, rows in (("old", np.arange(n)), ("new", np.arange(n, n + add))):
+            ids_arr = ids_for_hash([self.ids[i] for i in rows])
+            write_artifact(work / f"{name}.zarr", "embeddings",
+                           {"ids": ids_arr.astype(object), "embeddings": x[rows],
+                            "text_hash": np.asarray([f"{i:016x}" for i in rows], dtype=object)},
+                           params=params, inputs={"prompts": "synthetic"}, content_hash=hash_arrays(ids_arr, x[rows]),
+                           attrs={"native_dim": dim})
+        self.embeddings, self.new = work / "old.zarr", work / "new.zarr"
+        self.graph, self.clusters = work / "graph.zarr", work / "clusters.zarr"
+        gd("build-graph", self.embeddings, "--out", self.graph, "--k-nn", 10, check=True)
+        gd("cluster", self.graph, "--out", self.clusters, "--states", 8, check=True)
+        self.outcomes = {}
+        batch = max(8, n // 10)
+        for t in range(1, STEPS + 2):
+            rows = rng.choice(n, batch, replace=False)
+            path = work / "outcomes" / f"step-{t:06d}.jsonl"
+            path.parent.mkdir(exist_ok=True)
+            path.write_text("".join(json.dumps({"id": self.ids[i], "n": 8, "s": int(rng.integers(0, 9))}) + "\n"
+                                    for i in rows))
+            self.outcomes[t] = path
+        # the reference: never interrupted; a snapshot and the predictions' hash after every step
+        self.snap = {}
+        self.pred = {}
+        ref = work / "ref"
+        gd("init", "--graph", self.graph, "--clusters", self.clusters, "--embeddings", self.embeddings, "--out", ref,
+           "--device", "cpu", check=True)
+        self._snapshot(ref, 0)
+        for t in range(1, STEPS + 1):
+            gd("update", "--state", ref, "--step", t, "--outcomes", self.outcomes[t], check=True)
+            self._snapshot(ref, t)
+        ext = work / "ref_ext"
+        shutil.copytree(self.snap[3], ext)
+        gd("extend", "--state", ext, "--embedded", self.new, check=True)
+        self.pred_ext = self.predictions(ext)
+        self.durations: dict[str, float] = {}
+
+    def _snapshot(self, state: Path, t: int) -> None:
+        self.snap[t] = self.work / "snap" / f"{t}"
+        shutil.copytree(state, self.snap[t])
+        self.pred[t] = self.predictions(state)
+
+    def predictions(self, state: Path) -> str:
+        from graphdiff_cli.stages.handoff import predict
+
+        out = self.work / "ref_pred.jsonl"
+        predict(state, out)
+        return sha(out)
+
+    def fresh(self, t: int, name: str = "S") -> Path:
+        """A copy of the reference STATE after step t, to be damaged."""
+        dst = self.work / "trial" / name
+        shutil.rmtree(dst, ignore_errors=True)
+        dst.parent.mkdir(exist_ok=True)
+        shutil.copytree(self.snap[t], dst)
+        return dst
+
+    def duration(self, key: str, run) -> float:
+        """How long an uninterrupted run of a command takes (measured once, on a scratch copy)."""
+        if key not in self.durations:
+            t0 = time.perf_counter()
+            run()
+            self.durations[key] = time.perf_counter() - t0
+        return self.durations[key]
+
+
+def delay(rng: random.Random, d: float) -> float:
+    return rng.uniform(0.0, d) if rng.random() < 0.5 else rng.uniform(0.7 * d, d)
+
+
+# ---------------------------------------------------------------------------------------------------
+# parts
+
+
+def part_kill(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    o = w.outcomes
+
+    def after_writer_check(cmd, s, want_pred, detail=""):
+        tally.record("kill", cmd, w.predictions(s) == want_pred and not debris(s.parent) and intact(s),
+                     f"{detail} predictions/debris/verify after completion: {debris(s.parent)}")
+
+    # update: step 3 -> 4
+    d = w.duration("update", lambda: gd("update", "--state", w.fresh(3), "--step", 4, "--outcomes", o[4], check=True))
+    for _ in range(trials):
+        s = w.fresh(3)
+        killed = kill_after(start("update", "--state", s, "--step", 4, "--outcomes", o[4]), delay(rng, d))
+        v = version(s)
+        if not (intact(s) and v[0] in (3, 4)):
+            tally.record("kill", "update", False, f"after kill: version {v}, intact {intact(s)}")
+            continue
+        if v[0] == 3:
+            gd("update", "--state", s, "--step", 4, "--outcomes", o[4], check=True)
+        gd("update", "--state", s, "--step", 5, "--outcomes", o[5], check=True)  # the next writer sweeps
+        after_writer_check("update", s, w.pred[5], f"killed={killed} version={v}")
+
+    # rollback: step 6 -> 3, then step 4 replayed
+    d = w.duration("rollback", lambda: gd("rollback", "--state", w.fresh(6), "--to", 3, check=True))
+    for _ in range(trials):
+        s = w.fresh(6)
+        kill_after(start("rollback", "--state", s, "--to", 3), delay(rng, d))
+        v = version(s)
+        if not (intact(s) and v[0] in (3, 6)):
+            tally.record("kill", "rollback", False, f"after kill: version {v}")
+            continue
+        if v[0] == 6:
+            gd("rollback", "--state", s, "--to", 3, check=True)
+        ok3 = w.predictions(s) == w.pred[3]
+        gd("update", "--state", s, "--step", 4, "--outcomes", o[4], check=True)
+        tally.record("kill", "rollback", ok3 and w.predictions(s) == w.pred[4] and not debris(s) and intact(s),
+                     f"version {v}: rollback then replay not identical, or debris {debris(s)}")
+
+    # init: nothing -> step 0
+    def init(s):
+        return ["init", "--graph", w.graph, "--clusters", w.clusters, "--embeddings", w.embeddings, "--out", s,
+                "--device", "cpu"]
+
+    scratch = w.work / "trial" / "init"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    d = w.duration("init", lambda: gd(*init(scratch / "S"), check=True))
+    for i in range(trials):
+        folder = w.work / "trial" / f"init{i}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        s = folder / "S"
+        kill_after(start(*init(s)), delay(rng, d))
+        existed = s.exists()
+        if existed and not intact(s):
+            tally.record("kill", "init", False, "a half-made STATE is visible under its name")
+            continue
+        if not existed:
+            gd(*init(s), check=True)
+        tally.record("kill", "init", w.predictions(s) == w.pred[0] and intact(s)
+                     and (existed or not debris(folder)), f"existed={existed} debris {debris(folder)}")
+        shutil.rmtree(folder, ignore_errors=True)
+
+    # predict: the table is the old one or the new one, never a part
+    d = w.duration("predict", lambda: gd("predict", "--state", w.snap[3], "--out", w.work / "trial" / "p.jsonl",
+                                         check=True))
+    for _ in range(trials):
+        folder = w.work / "trial" / "pred"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        out = folder / "p.jsonl"
+        gd("predict", "--state", w.snap[2], "--out", out, check=True)
+        kill_after(start("predict", "--state", w.snap[3], "--out", out), delay(rng, d))
+        seen = sha(out)
+        gd("predict", "--state", w.snap[3], "--out", out, check=True)
+        tally.record("kill", "predict", seen in (w.pred[2], w.pred[3]) and sha(out) == w.pred[3]
+                     and not debris(folder), f"table after kill is neither version, or debris {debris(folder)}")
+
+    # extend: step 3 -> 3.1
+    d = w.duration("extend", lambda: gd("extend", "--state", w.fresh(3), "--embedded", w.new, check=True))
+    for _ in range(trials):
+        s = w.fresh(3)
+        kill_after(start("extend", "--state", s, "--embedded", w.new), delay(rng, d))
+        v = version(s)
+        if not (intact(s) and v in ((3, 0), (3, 1))):
+            tally.record("kill", "extend", False, f"after kill: version {v}")
+            continue
+        if v == (3, 0):
+            gd("extend", "--state", s, "--embedded", w.new, check=True)
+        tally.record("kill", "extend", w.predictions(s) == w.pred_ext and intact(s), f"version {v}")
+
+    # watch: steps 1..6 from an inbox, killed and restarted until done; exactly once
+    def inbox_for(folder):
+        inbox = folder / "inbox"
+        inbox.mkdir(parents=True)
+        for t in range(1, STEPS + 1):
+            shutil.copyfile(o[t], inbox / o[t].name)
+        return inbox
+
+    def watch(s, inbox):
+        return ["watch", "--state", s, "--inbox", inbox, "--until-step", STEPS, "--poll", 0.05]
+
+    folder = w.work / "trial" / "watch0"
+    shutil.rmtree(folder, ignore_errors=True)
+    d = w.duration("watch", lambda: gd(*watch(w.fresh(0), inbox_for(folder)), check=True))
+    for i in range(trials):
+        folder = w.work / "trial" / f"watch{i + 1}"
+        shutil.rmtree(folder, ignore_errors=True)
+        s, inbox = w.fresh(0), inbox_for(folder)
+        kills = 0
+        while kill_after(start(*watch(s, inbox)), delay(rng, d)) and kills < 5:
+            kills += 1
+            if not intact(s):
+                break
+        if version(s)[0] != STEPS:
+            gd(*watch(s, inbox), check=True)
+        log = [json.loads(x) for x in (s / "log.jsonl").read_text().splitlines() if x.strip()]
+        applied = [r["step"] for r in log if r.get("event", "update") == "update" and r.get("step", 0) > 0]
+        tally.record("kill", "watch", applied == list(range(1, STEPS + 1)) and w.predictions(s) == w.pred[STEPS]
+                     and intact(s), f"{kills} kills, steps in the log {applied}")
+
+
+def part_race(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    o = w.outcomes
+    for _ in range(trials):
+        s = w.fresh(2)
+        procs = [subprocess.Popen([str(GRAPHDIFF), "update", "--state", str(s), "--step", "3", "--outcomes",
+                                   str(o[3])], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for _ in range(4)]
+        errs = [(p.wait(), p.stderr.read()) for p in procs]
+        wins = sum(code == 0 for code, _ in errs)
+        refusals_one_line = all(len(e.strip().splitlines()) == 1 for code, e in errs if code != 0)
+        tally.record("race", "4 writers of one step", wins == 1 and refusals_one_line and intact(s)
+                     and w.predictions(s) == w.pred[3], f"{wins} applied; {[e.strip()[:120] for _, e in errs]}")
+    # readers while updates commit
+    s = w.fresh(2)
+    folder = w.work / "trial" / "readers"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    writer = subprocess.Popen(["bash", "-c", " && ".join(
+        f"{GRAPHDIFF} update --state {s} --step {t} --outcomes {o[t]} -q" for t in range(3, STEPS + 1))])
+    reads = 0
+    good = {w.pred[t] for t in range(2, STEPS + 1)}
+    while writer.poll() is None or reads < 2 * trials:
+        out = folder / f"r{reads}.jsonl"
+        p = gd("predict", "--state", s, "--out", out)
+        tally.record("race", "predict during updates", p.returncode == 0 and sha(out) in good,
+                     f"exit {p.returncode} {p.stderr.strip()[:200]}")
+        reads += 1
+        if writer.poll() is not None and reads >= 2 * trials:
+            break
+    tally.record("race", "updates under concurrent reads", writer.wait() == 0 and w.predictions(s) == w.pred[STEPS],
+                 "the writer failed or ended elsewhere")
+
+
+def _chunks(array_dir: Path) -> list[Path]:
+    return sorted(p for p in (array_dir / "c").rglob("*") if p.is_file()) if (array_dir / "c").is_dir() else \
+        sorted(p for p in array_dir.iterdir() if p.name != "zarr.json")
+
+
+def part_tamper(w: World, tally: Tally, trials: int, rng: random.Random, only: str | None = None) -> None:
+    t = 3
+    base = w.snap[t]
+    step_dir = f"steps/{t:08d}.zarr"
+    arrays = [f"{step_dir}/{a.name}" for a in sorted((base / step_dir).iterdir()) if a.is_dir()]
+    arrays += [f"model.zarr/{a.name}" for a in sorted((base / "model.zarr").iterdir()) if a.is_dir()]
+
+    def delete(s, rel):
+        _chunks(s / rel)[0].unlink()
+
+    def truncate(s, rel):
+        p = _chunks(s / rel)[0]
+        p.write_bytes(p.read_bytes()[: max(0, p.stat().st_size // 2)])
+
+    def flip(s, rel):
+        p = _chunks(s / rel)[0]
+        b = bytearray(p.read_bytes())
+        b[len(b) // 2] ^= 0x10
+        p.write_bytes(bytes(b))
+
+    def swap(s, rel):
+        src = s / rel.replace(step_dir, f"steps/{t - 1:08d}.zarr")
+        a, b = _chunks(src), _chunks(s / rel)
+        if not a or not b or a[0].read_bytes() == b[0].read_bytes():
+            raise LookupError("identical in both steps")
+        shutil.copyfile(a[0], b[0])
+
+    cases = []
+    for rel in arrays:
+        if not _chunks(base / rel):
+            continue
+        cases += [(f"{rel}: chunk deleted", lambda s, r=rel: delete(s, r)),
+                  (f"{rel}: chunk truncated", lambda s, r=rel: truncate(s, r)),
+                  (f"{rel}: byte flipped", lambda s, r=rel: flip(s, r))]
+        if rel.startswith("steps/"):
+            cases.append((f"{rel}: chunk from the previous step", lambda s, r=rel: swap(s, r)))
+
+    def edit_config(s):
+        meta = s / "model.zarr" / "zarr.json"
+        doc = json.loads(meta.read_text())
+        doc["attributes"]["config"]["beta"] = float(doc["attributes"]["config"].get("beta", 1.0)) + 1.0
+        meta.write_text(json.dumps(doc))
+
+    def current_to(path):
+        def tamper(s):
+            doc = json.loads((s / "CURRENT").read_text())
+            doc["path"] = path
+            (s / "CURRENT").write_text(json.dumps(doc))
+        return tamper
+
+    def current_older(s):
+        (s / "CURRENT").write_text(json.dumps({"step": t - 1, "path": f"steps/{t - 1:08d}.zarr"}))
+
+    cases += [("model config.beta edited", edit_config),
+              ("CURRENT points outside the STATE", current_to("../../../../etc")),
+              ("log.jsonl emptied", lambda s: (s / "log.jsonl").write_text("")),
+              ("CURRENT names an older step", current_older)]
+    # who must refuse: the kNN lists are read only by extend (predict and update never read them, so their
+    # estimates stay right); every other array by predict and update; verify checks everything
+    only_extend = ("model.zarr/knn_indices", "model.zarr/knn_similarities")
+    for name, tamper in cases:
+        if only and only not in name:
+            continue
+        s = w.fresh(t)
+        try:
+            tamper(s)
+        except LookupError:
+            continue  # an array whose content did not change between the steps: no swap to make
+        before = tree_hash(s)
+        readers = {"verify": ("verify", s),
+                   "predict": ("predict", "--state", s, "--out", w.work / "trial" / "t.jsonl"),
+                   "update": ("update", "--state", s, "--step", t + 1, "--outcomes", w.outcomes[t + 1]),
+                   "extend": ("extend", "--state", s, "--embedded", w.new)}
+        if name.startswith(only_extend):
+            readers = {k: readers[k] for k in ("verify", "extend")}
+        elif name != "CURRENT names an older step":
+            del readers["extend"]
+        tally.parts.setdefault("tamper", {}).setdefault("cases", []).append(name)
+        for reader, argv in readers.items():
+            p = gd(*argv)
+            if name == "CURRENT names an older step":
+                # indistinguishable from an update killed after its step folder and log line but before
+                # CURRENT (handoff.md, invariant 2): every reader must see step t - 1, the same one
+                if reader == "verify":
+                    ok = p.returncode == 0 and "above CURRENT" in p.stdout + p.stderr
+                elif reader == "predict":
+                    ok = p.returncode == 0 and sha(w.work / "trial" / "t.jsonl") == w.pred[t - 1]
+                else:
+                    ok = one_line(p)  # update --step t + 1 is not the next step of t - 1; extend: see below
+                    if reader == "extend":
+                        ok = p.returncode == 0 and version(s) == (t - 1, 1)
+                        before = tree_hash(s)
+                tally.record("tamper", f"{reader} (older CURRENT)", ok and tree_hash(s) == before,
+                             f"{name}: exit {p.returncode}, {p.stderr.strip()[:300]!r}")
+                continue
+            ok = one_line(p) if reader != "verify" else (p.returncode != 0 and "Traceback" not in p.stderr)
+            tally.record("tamper", reader, ok and tree_hash(s) == before,
+                         f"{name}: exit {p.returncode}, {p.stderr.strip()[:300]!r}")
+
+
+def part_diskfull(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    o = w.outcomes
+    step_bytes = sum(f.stat().st_size for f in (w.snap[3] / "steps" / f"{3:08d}.zarr").rglob("*") if f.is_file())
+    limits = [0, 512, 4096, step_bytes // 8, step_bytes // 2]
+    commands = {"update": lambda s: ("update", "--state", s, "--step", 4, "--outcomes", o[4]),
+                "extend": lambda s: ("extend", "--state", s, "--embedded", w.new),
+                "predict": lambda s: ("predict", "--state", s, "--out", w.work / "trial" / "full.jsonl")}
+    for name, argv in commands.items():
+        for limit in limits:
+            s = w.fresh(3)
+            before = tree_hash(s)
+            p = gd(*argv(s), limit_bytes=limit)
+            if p.returncode == 0:
+                continue  # fitted under this limit (predict's table is small): nothing to check
+            unchanged = tree_hash(s) == before or (intact(s) and version(s) == (3, 0))
+            ok = one_line(p) and unchanged
+            gd(*argv(s), check=True)  # and without the limit it completes
+            tally.record("diskfull", name, ok and intact(s) and not debris(s.parent),
+                         f"limit {limit} B: exit {p.returncode} {p.stderr.strip()[:200]!r}, unchanged {unchanged}")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def du(root: Path) -> tuple[float, int]:
+    """(MB, files) under root, tolerant of folders the writer prunes while we walk."""
+    size, files = 0, 0
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            try:
+                size += os.stat(os.path.join(dirpath, name)).st_size
+                files += 1
+            except FileNotFoundError:
+                pass
+    return size / 2**20, files
+
+
+def part_soak(w: World, tally: Tally, steps: int, every: int) -> dict:
+    s = w.fresh(0, "soak")
+    inbox = w.work / "trial" / "soak_inbox"
+    shutil.rmtree(inbox, ignore_errors=True)
+    inbox.mkdir(parents=True)
+    pred = w.work / "trial" / "soak_pred.jsonl"
+    rng = np.random.default_rng(7)
+    n_base = w.n
+    rows_per_step = max(8, n_base // 10)
+    proc = subprocess.Popen([str(GRAPHDIFF), "watch", "--state", str(s), "--inbox", str(inbox), "--until-step",
+                             str(steps), "--poll", "0.01", "--predictions", str(pred), "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    samples = []
+    t_last = time.perf_counter()
+    current = s / "CURRENT"
+    for t in range(1, steps + 1):
+        rows = rng.choice(n_base, rows_per_step, replace=False)
+        tmp = inbox / f".step-{t:07d}.jsonl.part"
+        tmp.write_text("".join(json.dumps({"id": w.ids[i], "n": 8, "s": int(rng.integers(0, 9))}) + "\n"
+                               for i in rows))
+        os.replace(tmp, inbox / f"step-{t:07d}.jsonl")
+        while True:  # lockstep: the trainer waits for the step before it writes the next
+            try:
+                if json.loads(current.read_text())["step"] >= t:
+                    break
+            except (OSError, ValueError):
+                pass
+            if proc.poll() is not None:
+                tally.record("soak", "watch", False, f"watch exited at step {t}: {proc.stderr.read()[-300:]}")
+                return {"samples": samples}
+            time.sleep(0.002)
+        (inbox / f"step-{t:07d}.jsonl").unlink()  # the trainer cleans up applied files
+        if t % every == 0 or t == 1:
+            now = time.perf_counter()
+            mb, files = du(s)
+            samples.append({"step": t, "rss_mb": rss_mb(proc.pid), "state_mb": mb, "state_files": files,
+                            "s_per_step": (now - t_last) / (every if t > 1 else 1)})
+            t_last = now
+    proc.wait(timeout=120)
+    first, last = samples[min(1, len(samples) - 1)], samples[-1]
+    tally.record("soak", "watch", proc.returncode == 0 and intact(s), f"exit {proc.returncode}")
+    return {"steps": steps, "prompts": n_base, "rows_per_step": rows_per_step, "samples": samples,
+            "rss_growth_mb_after_first_sample": last["rss_mb"] - first["rss_mb"],
+            "state_mb_first_last": [first["state_mb"], last["state_mb"]],
+            "s_per_step_first_last": [first["s_per_step"], last["s_per_step"]]}
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("part", choices=["all", "kill", "race", "tamper", "diskfull", "soak"])
+    ap.add_argument("--trials", type=int, default=10, help="kills per command, races, readers")
+    ap.add_argument("--soak-steps", type=int, default=5000)
+    ap.add_argument("--every", type=int, default=250, help="soak: a sample every this many steps")
+    ap.add_argument("--n", type=int, default=600, help="prompts in the STATE")
+    ap.add_argument("--only", default=None, help="tamper: only the cases whose name contains this")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work", default=None, help="keep the files here (default: a temporary folder, removed)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="graphdiff-chaos-"))
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    rng = random.Random(args.seed)
+    tally = Tally()
+    t0 = time.perf_counter()
+    try:
+        world = World(work, args.n, max(4, args.n // 15), args.seed)
+        soak = None
+        parts = ["kill", "race", "tamper", "diskfull", "soak"] if args.part == "all" else [args.part]
+        if args.soak_steps < 1:
+            parts = [p for p in parts if p != "soak"]
+        timings = {}
+        for part in parts:
+            t1 = time.perf_counter()
+            if part == "soak":
+                soak = part_soak(world, tally, args.soak_steps, args.every)
+            else:
+                extra = {"only": args.only} if part == "tamper" else {}
+                globals()[f"part_{part}"](world, tally, args.trials, rng, **extra)
+            timings[part] = round(time.perf_counter() - t1, 1)
+        result = {
+            "benchmark": "chaos", "date": date.today().isoformat(),
+            "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                        "python": platform.python_version(), "system": platform.platform()},
+            "prompts": args.n, "trials": args.trials, "seed": args.seed,
+            "uninterrupted_s": {k: round(v, 2) for k, v in world.durations.items()},
+            "parts": tally.parts, "soak": soak, "part_s": timings,
+            "checks": sum(r["trials"] for p in tally.parts.values() for k, r in p.items() if k != "cases"),
+            "failures": tally.failures, "wall_s": round(time.perf_counter() - t0, 1),
+        }
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    emit(result, args.out)
+    sys.exit(1 if tally.failures else 0)
+
+
+if __name__ == "__main__":
+    main()
