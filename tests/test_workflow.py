@@ -97,7 +97,9 @@ def test_dry_run_grid_shares_embeddings_graphs_and_clusters(tmp_path):
 
 def test_dry_run_paper_on_user_files(tmp_path, user_files):
     prompts, log = user_files
-    override = write_yaml(tmp_path / "mine.yaml", {"source": {"prompts": str(prompts), "log": str(log)}})
+    # the paper's encoder is not on this machine: the plan is inspected without the plan-time model check
+    override = write_yaml(tmp_path / "mine.yaml", {"source": {"prompts": str(prompts), "log": str(log)},
+                                                   "embed": {"check_model": False}})
     res = smk(tmp_path, CONFIGS / "paper.yaml", override, args=["-n", "-p"])
     out = res.stdout + res.stderr
     assert "--model Qwen/Qwen3-Embedding-0.6B" in out and "--k-nn 80" in out and "--states 320" in out

@@ -4,7 +4,8 @@
 
 SHARDS = config["embed_shards"]
 _E = config["embed"]
-check_encoder(_E["model"])
+if _E["check_model"]:
+    check_encoder(_E["model"])
 _ID, _TEXT = id_text_fields()
 EMBED_ARGS = " ".join(
     [
