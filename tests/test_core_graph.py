@@ -147,7 +147,7 @@ def test_row_parallel_matvec_equals_the_plain_product_to_the_bit(threads):
     w = sp.csr_matrix((rng.random(rows.size), (rows, rng.integers(0, n, rows.size))), shape=(n, n))
     assert w.nnz >= PARALLEL_MIN_NNZ  # the threaded path, not the plain one
     product = row_parallel_matvec(w, threads=threads)
-    assert product is not w.__matmul__
+    assert product != w.__matmul__
     for x in (rng.random(n), rng.random(n).astype(np.float32)):
         assert np.array_equal(product(x), w @ x)
     small = w[:100, :100]

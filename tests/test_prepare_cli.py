@@ -220,6 +220,19 @@ def test_progress_in_a_log_file_is_plain_lines(embedded, graph40, tmp_path):
     assert len(log.read_text().splitlines()) == 1 and "40 prompts in K = 4 states" in log.read_text()
 
 
+def test_log_progress_reports_every_phase_of_one_callback(capsys):
+    """evaluate reuses one callback for its replay and then its counterfactual: both reach the log."""
+    from graphdiff_cli.cli.common import _log_lines
+
+    update = _log_lines("evaluating", 0)
+    for phase_total in (3, 2):
+        for done in range(phase_total + 1):
+            update(done, phase_total)
+    update(2, 2)  # a repeated last call prints nothing more
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split()[1] for ln in lines] == ["0/3", "1/3", "2/3", "3/3", "0/2", "1/2", "2/2"]
+
+
 def test_auto_states_rule():
     assert [auto_states(n) for n in (2, 49, 50, 75, 1000, 8000, 8025, 10**6)] == [2, 2, 2, 3, 40, 320, 320, 320]
 

@@ -14,7 +14,9 @@ def _flags_without_type() -> None:
     left empty; every other option keeps its ``<int>``, ``<path>``, ..."""
     from typer.core import TyperOption
 
-    shown = TyperOption.display_type_rich
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:  # a typer without the type column: nothing to hide
+        return
 
     def display_type_rich(self, ctx):
         return None if self.is_flag else shown(self, ctx)

@@ -67,7 +67,7 @@ def debug(message: str) -> None:
 def emit(result: dict, human: str | None = None, *, report: bool = False) -> None:
     """Print the command's result: one JSON object on stdout with --json; else the human summary, on stderr
     for commands that act (init, update, ...: their output is a log), on stdout as plain unwrapped text for
-    commands whose output *is* the answer (``report=True``: status, verify, settings), so that
+    commands whose output *is* the answer (``report=True``: status, verify, check-encoder), so that
     ``graphdiff status --state S | grep step`` works."""
     if OUT.json:
         sys.stdout.write(json.dumps(result, default=_default, sort_keys=True) + "\n")
@@ -90,7 +90,14 @@ def _default(o):
 
 
 # with stderr not a terminal (Snakemake and SLURM logs), a plain progress line at most this often
-PROGRESS_LOG_SECONDS = float(os.environ.get("GRAPHDIFF_PROGRESS_SECONDS", "30"))
+def _progress_seconds(default: float = 30.0) -> float:
+    try:
+        return max(0.0, float(os.environ.get("GRAPHDIFF_PROGRESS_SECONDS", default)))
+    except ValueError:  # "30s": not worth failing a command over
+        return default
+
+
+PROGRESS_LOG_SECONDS = _progress_seconds()
 
 
 def _log_lines(description: str, interval: float):
@@ -101,11 +108,13 @@ def _log_lines(description: str, interval: float):
     import time
 
     start = time.monotonic()
-    state = {"last": start, "printed": interval <= 0, "finished": False}
+    state = {"last": start, "printed": interval <= 0, "finished": False, "total": None}
 
     def update(done, total=None):
         now = time.monotonic()
         finished = total is not None and done >= total
+        if total != state["total"] or not finished:  # a new phase reuses the callback (evaluate: replay, then
+            state["finished"], state["total"] = False, total  # the counterfactual): report it as well
         if state["finished"]:
             return
         if not (now - state["last"] >= interval or (finished and state["printed"])):

@@ -30,6 +30,7 @@ handed outcomes of the batch it is predicting.
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -38,6 +39,8 @@ import scipy.sparse as sp
 from ..errors import DataError, InvalidArgumentError
 from . import beta as B
 from .graph import row_parallel_matvec
+
+_SOLVE_LOCK = threading.Lock()
 
 __all__ = [
     "OnlineEstimator", "BeliefEstimator", "OracleEstimator", "aggregate_counts", "HistoryMean",
@@ -438,8 +441,9 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     start = None if x0 is None else mask * np.asarray(x0, dtype=np.float64)
     # CG's dot products call OpenBLAS, whose threads then spin for a while and take the cores the threaded
     # product with W needs (22 instead of 13 ms per product on two cores); vectors this short gain nothing
-    # from BLAS threads
-    with threadpool_limits(limits=1, user_api="blas"):
+    # from BLAS threads. The limit is process-wide, so solves from several threads take turns (each uses
+    # every core already): entered and left by one thread at a time, the saved setting is always restored.
+    with _SOLVE_LOCK, threadpool_limits(limits=1, user_api="blas"):
         full, info = cg(op, rhs, x0=start, rtol=rtol, atol=0.0, maxiter=20 * solve.size + 100, M=pre)
     sol = full[solve]
     if info != 0:  # not converged (should not happen for an SPD system): fall back to the exact solve

@@ -10,6 +10,7 @@ turns its output into W and checks graphs handed to the estimator, so it stays p
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -316,16 +317,23 @@ def mutual_knn_graph_from_entries(rows: np.ndarray, cols: np.ndarray, sims: np.n
 
 
 # below this many stored entries a product with W is too short for threads to pay (measured: 11.3 M entries
-# took 32 ms on one core, 20 ms over two)
+# took 24-32 ms on one core, 12.5-13.4 ms over two)
 PARALLEL_MIN_NNZ = 1 << 20
 _POOL = None
+
+
+def _forget_pool_after_fork() -> None:  # a forked child inherits the pool object but none of its threads
+    global _POOL
+    _POOL = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def matvec_threads() -> int:
     """Threads for products with W: the CPUs this process may run on, capped by OMP_NUM_THREADS when set
     (a SLURM job that asks for one core sets it) and by 16."""
-    import os
-
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
@@ -335,14 +343,15 @@ def matvec_threads() -> int:
 
 def row_parallel_matvec(w: sp.csr_matrix, threads: int | None = None):
     """A function x -> W @ x that splits W's rows into blocks of equal stored entries and multiplies them in
-    threads (scipy's CSR kernel releases the GIL). The blocks are views of W's arrays: nothing is copied.
-    Same result as ``w @ x`` to the bit (each row's sum is formed in the same order); a plain product when W
-    is small or one thread is available."""
+    threads (scipy's CSR kernel releases the GIL). scipy copies a block's slice of W's arrays when it is
+    under half of them (with two threads one block: 65 MB and 17 ms at 11.3 M entries), so build the
+    function once per solve, not per product. Same result as ``w @ x`` to the bit (each row's sum is formed
+    in the same order); a plain product when W is small, not CSR, or one thread is available."""
     from concurrent.futures import ThreadPoolExecutor
 
     global _POOL
     threads = matvec_threads() if threads is None else int(threads)
-    if threads <= 1 or w.nnz < PARALLEL_MIN_NNZ:
+    if threads <= 1 or w.nnz < PARALLEL_MIN_NNZ or w.format != "csr":
         return w.__matmul__
     n_rows = w.shape[0]
     cuts = np.searchsorted(w.indptr, np.linspace(0, w.nnz, threads + 1)[1:-1])
