@@ -166,6 +166,58 @@ def test_choices_follow_the_predictions_of_the_step_they_used(run):
     assert moved >= 2  # later choices used updated estimates, not the prior
 
 
+def test_step_metrics_reach_the_trainers_log(run):
+    """graphdiff's per-step scalars are in the trainer's own log history (what report_to sends to W&B /
+    TensorBoard), each checked against the trainer's figures or an estimator replayed here."""
+    gd, trainer = run["gd"], run["trainer"]
+    from graphdiff_cli.io.estimator_store import read_model
+
+    _, ids, w, labels, config = read_model(run["state"] / "model.zarr")
+    cfg = {k: v for k, v in config.items() if k != "n_states"}
+    est = Estimator(w, labels, config["n_states"], **{**cfg, "device": "cpu"})
+    index = {pid: i for i, pid in enumerate(ids)}
+    logs = {h["step"]: h for h in trainer.state.log_history if "graphdiff/step" in h}
+    assert sorted(logs) == list(range(1, STEPS + 1))
+    for e in gd.applied:
+        h = logs[e["step"]]
+        nodes = np.array([index[i] for i in e["ids"]])
+        before = est.estimates(nodes, group_size=N_GEN)
+        assert h["graphdiff/mean_p"] == pytest.approx(before["mean"].mean(), abs=1e-6)
+        assert h["graphdiff/predicted_effective"] == pytest.approx(1 - before["p_zero_variance"].mean(), abs=1e-6)
+        est.update(nodes, e["n"], e["s"])
+        # the observed figures are the trainer's own: its mean reward and its share of zero-spread groups
+        assert h["graphdiff/success_rate"] == pytest.approx(h["reward"])
+        assert h["graphdiff/effective"] == pytest.approx(1 - h["frac_reward_zero_std"])
+        assert h["graphdiff/step"] == e["step"] and h["graphdiff/prompts"] == PER_STEP
+        assert h["graphdiff/update_seconds"] > 0
+        assert h["graphdiff/kappa"] == est.kappa_
+        assert ("graphdiff/propagation" in h) == (est.propagation_ is not None)
+    assert 0 < np.mean([logs[t]["graphdiff/effective"] for t in logs]) < 1  # informative, not constant
+
+
+def test_step_metrics_without_grpo_metrics_go_through_on_log():
+    """A Trainer without GRPO's metric window gets the scalars from the callback's on_log, averaged."""
+    from graphdiff_cli.core.graph import drop_self, exact_knn, mutual_knn_graph
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(12, 4))
+    nbr, sim = drop_self(*exact_knn(x, 4), 4)
+    gd = GraphdiffTRL(Estimator(mutual_knn_graph(nbr, sim), np.arange(12) % 2, 2, device="cpu"))
+    gd._trainer = object()  # attached to something without _metrics
+    r = gd.reward(lambda prompts, completions, **kw: [1.0, 0.0, 1.0, 1.0])
+    for step in (0, 1):
+        r(prompts=["."] * 4, completions=["."] * 4, id=["1", "1", "5", "5"],
+          trainer_state=type("S", (), {"global_step": step}))
+        gd.apply_step(step + 1)
+    logs = {"loss": 1.0}
+    gd.callback().on_log(None, None, None, logs=logs)
+    assert logs["graphdiff/success_rate"] == pytest.approx(0.75) and logs["graphdiff/effective"] == 0.5
+    assert logs["graphdiff/step"] == 1.5  # the window's mean, like TRL's own metrics
+    again = {}
+    gd.callback().on_log(None, None, None, logs=again)
+    assert again == {}  # taken once
+
+
 def test_resume_refuses_a_state_ahead_of_the_trainer(run, tmp_path):
     gd = GraphdiffTRL(run["state"], durable=False)
     with pytest.raises(StateError, match="at step 4 but the trainer starts at step 2"):

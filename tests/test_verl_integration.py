@@ -70,7 +70,7 @@ def test_batches_follow_the_target_rule_and_updates_apply_one_step():
     e = sampler.applied[0]
     assert e["ids"] == [str(100 + r) for r in first] and e["n"].tolist() == [2] * 4
     assert e["s"].tolist() == [1, 2, 0, 1]
-    assert target.estimator.successes_[first].tolist() == [1, 2, 0, 1]
+    assert target.estimator().successes_[first].tolist() == [1, 2, 0, 1]
     # the next batch is chosen only now, from the updated estimates (no read-ahead with num_workers=0)
     second = [next(it) for _ in range(4)]
     assert sampler.chooser.decisions[1].estimator_step == 1 and len(set(second)) == 4

@@ -9,12 +9,16 @@
 * ``count_outcomes`` - rows -> per-prompt (n, s): a rollout succeeds when reward >= threshold.
 * ``BatchChooser`` - draws a candidate pool and keeps B prompts by a ``core.decisions`` strategy, from
   the target's current estimates; every decision is kept (``decisions``) for inspection and tests.
+* ``StepMetrics`` - what a trainer's dashboard shows per step (``graphdiff/...`` scalars): the step's
+  prompts' mean p-hat and predicted effective-group share before their outcomes, the observed ones, the
+  estimator's update time and the settings in use (kappa, nu, propagation weight, time forgetting).
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,13 +73,17 @@ class Target:
     def estimates(self, nodes: np.ndarray, group_size: int = 8) -> dict[str, np.ndarray]:
         return self._estimates(np.asarray(nodes, dtype=np.int64), int(group_size))
 
+    def estimator(self):
+        """The ``Estimator`` of the current step (read from the STATE when it moved)."""
+        raise NotImplementedError
+
 
 class InMemoryTarget(Target):
     """An ``Estimator`` held in memory; ``ids[i]`` is node i's prompt id (default: "0", "1", ...)."""
 
     def __init__(self, estimator, ids=None):
         super().__init__()
-        self.estimator = estimator
+        self._estimator = estimator
         self.ids = [str(i) for i in (range(estimator.n_nodes) if ids is None else ids)]
         if len(self.ids) != estimator.n_nodes:
             raise InvalidArgumentError(f"{len(self.ids)} ids for an estimator of {estimator.n_nodes} prompts")
@@ -84,13 +92,16 @@ class InMemoryTarget(Target):
 
     @property
     def step(self) -> int:
-        return int(self.estimator.step_)
+        return int(self._estimator.step_)
 
     def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
-        return self.estimator.update(nodes, n, s)
+        return self._estimator.update(nodes, n, s)
+
+    def estimator(self):
+        return self._estimator
 
     def _estimates(self, nodes, group_size):
-        return self.estimator.estimates(nodes, group_size=group_size)
+        return self._estimator.estimates(nodes, group_size=group_size)
 
 
 class StateTarget(Target):
@@ -162,6 +173,9 @@ class StateTarget(Target):
 
     def retired(self) -> np.ndarray:
         return self._current()[1]
+
+    def estimator(self):
+        return self._current()[0]
 
     def _estimates(self, nodes, group_size):
         return self._current()[0].estimates(nodes, group_size=group_size)
@@ -285,3 +299,71 @@ class BatchChooser:
                                        p=np.asarray(est["p"], dtype=np.float64), chosen=chosen,
                                        extra={"epoch": epoch, "p_zero_variance": est["p_zero_variance"]}))
         return chosen
+
+
+# ----------------------------------------------------------------------------------------------------
+# what the trainer's dashboard shows
+
+
+METRIC_PREFIX = "graphdiff/"
+
+
+def settings_in_use(est) -> dict[str, float]:
+    """The estimator's settings as they act after its last step, online choices included: kappa (prior
+    strength), nu (belief strength), label propagation's weight, the prompts' time forgetting; a setting
+    that is off is left out."""
+    out = {}
+    for key, attr in (("kappa", "kappa_"), ("nu", "nu_"), ("propagation", "propagation_"),
+                      ("time_forgetting", "time_forgetting_")):
+        value = getattr(est, attr, None)
+        if value is not None:
+            out[key] = float(value)
+    return out
+
+
+class StepMetrics:
+    """One trainer step's scalars for the trainer's logger, measured around ``Target.apply``.
+
+    ``before(target, ids, n)`` reads the estimates of the step's prompts as they were when the batch was
+    chosen (the estimator's previous step), ``after(target, n, s, seconds)`` returns the dict:
+
+    * ``graphdiff/mean_p``: the step's prompts' mean p-hat before their outcomes; ``graphdiff/success_rate``:
+      the share of the step's rollouts that succeeded (what mean_p predicts);
+    * ``graphdiff/predicted_effective``: the predicted share of the step's groups with both outcomes
+      (1 - P(zero variance) at each prompt's own group size); ``graphdiff/effective``: the observed share
+      (0 < s < n), which is TRL's 1 - frac_reward_zero_std;
+    * ``graphdiff/update_seconds``, ``graphdiff/step`` (the estimator's step), ``graphdiff/prompts``;
+    * ``graphdiff/kappa``, ``graphdiff/nu``, ``graphdiff/propagation``, ``graphdiff/time_forgetting``: the
+      settings in use after the update (``settings_in_use``).
+    """
+
+    def __init__(self):
+        self._before: tuple[float, float] | None = None
+        self._t0 = 0.0
+
+    def before(self, target: Target, ids: list[str], n: np.ndarray) -> None:
+        self._before = None
+        if ids:
+            nodes = target.nodes(ids, "outcomes")
+            mean_p = np.zeros(len(ids))
+            pzv = np.zeros(len(ids))
+            for g in np.unique(n):  # p_zero_variance depends on the group size: one read per size
+                rows = np.flatnonzero(n == g)
+                est = target.estimates(nodes[rows], max(int(g), 1))
+                mean_p[rows], pzv[rows] = est["mean"], est["p_zero_variance"]
+            grouped = n > 1  # a single rollout is no group: it has no spread to lose
+            self._before = (float(mean_p.mean()), float(1.0 - pzv[grouped].mean()) if grouped.any() else None)
+        self._t0 = time.perf_counter()
+
+    def after(self, target: Target, n: np.ndarray, s: np.ndarray) -> dict[str, float]:
+        seconds = time.perf_counter() - self._t0
+        n, s = np.asarray(n, np.int64), np.asarray(s, np.int64)
+        out = {"step": float(target.step), "prompts": float(n.size), "update_seconds": seconds}
+        if self._before is not None and n.sum() > 0:
+            out["mean_p"], out["success_rate"] = self._before[0], float(s.sum() / n.sum())
+            grouped = n > 1
+            if grouped.any():
+                out["predicted_effective"] = self._before[1]
+                out["effective"] = float(((s > 0) & (s < n))[grouped].mean())
+        out.update(settings_in_use(target.estimator()))
+        return {METRIC_PREFIX + k: v for k, v in out.items()}

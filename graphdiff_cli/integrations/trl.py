@@ -19,6 +19,10 @@
   ``num_iterations > 1``, is applied as an empty step so the two step counters stay equal). At the
   start of training it checks that the estimator is at the trainer's step (resuming from checkpoint
   step C needs the STATE at step C: ``graphdiff rollback --to C``).
+* Per step, ``graphdiff/...`` scalars (``tracking.StepMetrics``: the batch's mean p-hat and predicted
+  effective-group share before its outcomes, the observed ones, the update's seconds, kappa / nu /
+  propagation weight / time forgetting in use) join the trainer's own metrics, so they reach W&B,
+  TensorBoard or whatever ``report_to`` names, averaged over each ``logging_steps`` window like TRL's.
 * ``gd.sampler(trainer)`` replaces GRPO's ``RepeatSampler``: for each generation batch it draws a pool
   of ``pool_factor`` x B prompts and keeps B by ``strategy`` (``core.decisions.select``), then repeats
   each prompt ``num_generations`` times and the batch ``num_iterations x steps_per_generation`` times,
@@ -43,7 +47,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError
-from .tracking import BatchChooser, OutcomeRecorder, count_outcomes, open_target
+from .tracking import BatchChooser, OutcomeRecorder, StepMetrics, count_outcomes, open_target
 
 
 def _dist():
@@ -71,6 +75,8 @@ class GraphdiffTRL:
         self.recorder = OutcomeRecorder()
         self.applied: list[dict] = []  # one entry per trainer step: step, ids, n, s, stats
         self.chooser: BatchChooser | None = None
+        self._trainer = None  # set by attach(): where the step metrics go
+        self._pending: dict[str, list[float]] = {}
 
     # -- rewards -----------------------------------------------------------------------------------
 
@@ -106,14 +112,36 @@ class GraphdiffTRL:
             dist.all_gather_object(gathered, rows)
             rows = [r for part in gathered for r in part]
         ids, n, s = count_outcomes(rows, self.success_threshold)
+        metrics = StepMetrics()
+        metrics.before(self.target, ids, n)
         stats = None
         if dist is None or not hasattr(self.target, "sd") or dist.get_rank() == 0:
             stats = self.target.apply(step, ids, n, s)
         if dist is not None and hasattr(self.target, "sd"):
             dist.barrier()
-        entry = {"step": step, "ids": ids, "n": n, "s": s, "rows": len(rows), "stats": stats}
+        entry = {"step": step, "ids": ids, "n": n, "s": s, "rows": len(rows), "stats": stats,
+                 "metrics": metrics.after(self.target, n, s)}
         self.applied.append(entry)
+        self._log(entry["metrics"])
         return entry
+
+    def _log(self, metrics: dict[str, float]) -> None:
+        """Hand a step's ``graphdiff/...`` scalars to the trainer's logger: GRPOTrainer averages its own
+        per-step metrics (``_metrics``) over each logging window and logs them to every ``report_to``
+        (W&B, TensorBoard, ...) at the next log; graphdiff's join them there. Another Trainer gets them
+        from the callback's ``on_log`` (added first so that every reporting callback sees them)."""
+        trainer = self._trainer
+        window = getattr(trainer, "_metrics", None) if trainer is not None else None
+        if isinstance(window, dict) and "train" in window:
+            for key, value in metrics.items():
+                window["train"][key].append(value)
+        else:
+            for key, value in metrics.items():
+                self._pending.setdefault(key, []).append(value)
+
+    def _take_pending(self) -> dict[str, float]:
+        pending, self._pending = self._pending, {}
+        return {key: sum(values) / len(values) for key, values in pending.items()}
 
     def extend(self, prompts=None, **kwargs) -> dict | None:
         """Add prompts to the STATE between steps (``graphdiff extend``; ``embedded=`` for an embeddings
@@ -164,6 +192,10 @@ class GraphdiffTRL:
 
             def on_step_end(self, args, state, control, **kwargs):
                 owner.apply_step(int(state.global_step))
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs is not None:
+                    logs.update(owner._take_pending())
 
         return GraphdiffCallback()
 
@@ -219,6 +251,8 @@ class GraphdiffTRL:
         return GraphdiffRepeatSampler()
 
     def attach(self, trainer) -> None:
-        """Install the step callback and the sampler on a ``GRPOTrainer`` (before ``train()``)."""
-        trainer.add_callback(self.callback())
+        """Install the step callback and the sampler on a ``GRPOTrainer`` (before ``train()``); the step
+        metrics go to the trainer's logger."""
+        self._trainer = trainer
+        trainer.callback_handler.callbacks.insert(0, self.callback())  # before the reporting callbacks
         trainer._get_train_sampler = lambda dataset=None: self.sampler(trainer, dataset)
