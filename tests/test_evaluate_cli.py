@@ -73,7 +73,7 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["report.md", "metrics.json", "batch_mean.png", "mae_over_steps.png", "reliability.png"])
+        ["report.md", "report.html", "metrics.json", "batch_mean.png", "mae_over_steps.png", "reliability.png"])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
     assert summary["methods"][:2] == ["graphdiff", "history"] and "vip" in summary["methods"]
     assert summary["oracles"] == ["oracle-sbr", "oracle-sbs"]
@@ -104,6 +104,26 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
     md = (out / "report.md").read_text()
     assert "Table 2" in md and "**" in md and "oracle-sbs †" in md and "![Reliability diagram](reliability.png)" in md
     assert "Is graphdiff better" in md
+    # the headline: graphdiff against the strongest real baseline per question, the point estimates
+    # equal to the tables' figures, the decision replay on by default
+    h = doc["headline"]
+    full = {n: m["phases"]["full"]["all"] for n, m in doc["metrics"]["methods"].items() if not m["oracle"]}
+    rivals = {n: v for n, v in full.items() if n != "graphdiff"}
+    assert h["estimate"]["baseline"] == min(rivals, key=lambda n: rivals[n]["mae"])
+    assert h["estimate"]["difference"]["estimate"] == pytest.approx(
+        full["graphdiff"]["mae"] - rivals[h["estimate"]["baseline"]]["mae"], abs=1e-9)
+    assert h["ranking"]["baseline"] == max(rivals, key=lambda n: rivals[n]["within_r"])
+    assert h["ranking"]["difference"]["estimate"] == pytest.approx(
+        full["graphdiff"]["within_r"] - rivals[h["ranking"]["baseline"]]["within_r"], abs=1e-9)
+    for q in ("estimate", "ranking", "selection"):
+        d = h[q]["difference"]
+        assert d["lo"] <= d["estimate"] <= d["hi"]
+    target = {r["estimator"]: r for r in doc["counterfactual"]["selection"]["results"] if r["strategy"] == "target"}
+    assert h["selection"]["difference"]["estimate"] == pytest.approx(
+        target["graphdiff"]["effective_rate"] - target[h["selection"]["baseline"]]["effective_rate"], abs=1e-9)
+    assert md.index("## The answer first") < md.index("## Is graphdiff better") < md.index("Table 2")
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 3 and "<table>" in page and "The answer first" in page
 
 
 def test_methods_subset_and_vip_needs_embeddings(world, tmp_path):
@@ -145,9 +165,17 @@ def test_counterfactual_section_matches_the_stage_run_directly(world, tmp_path):
     bad = _eval(world, tmp_path / "r3", "--methods", "history", "--counterfactual", "--explore", "-1")
     assert bad.exit_code == 2 and "explore must be a number of pseudo-rollouts >= 0" in bad.output
     assert not (tmp_path / "r3").exists()
-    # without the flag: no section
-    assert _eval(world, tmp_path / "r2", "--methods", "history").exit_code == 0
-    assert "Decisions driven" not in (tmp_path / "r2" / "report.md").read_text()
+    # --no-counterfactual: no section, and the headline says the selection question was not measured
+    assert _eval(world, tmp_path / "r2", "--methods", "graphdiff,history", "--no-counterfactual").exit_code == 0
+    md = (tmp_path / "r2" / "report.md").read_text()
+    assert "Decisions driven" not in md and "Does it choose batches with more signal?** Not measured" in md
+    # by default the replay runs where the log allows it; a pool larger than any round: the report says
+    # so (no failure), while --counterfactual asked for by name refuses that log in one line
+    assert _eval(world, tmp_path / "r4", "--methods", "history", "--pool-factor", "4").exit_code == 0
+    md = (tmp_path / "r4" / "report.md").read_text()
+    assert "Not replayed on this log: no round has 120 prompts" in md
+    bad = _eval(world, tmp_path / "r5", "--methods", "history", "--counterfactual", "--pool-factor", "4")
+    assert bad.exit_code != 0 and "no round has 120 prompts" in bad.output and not (tmp_path / "r5").exists()
 
 
 def test_log_rows_are_sorted_by_step_and_unknown_ids_refused(world, tmp_path):

@@ -268,6 +268,11 @@ def test_small_real_run_of_the_default_workflow(tmp_path):
     metrics = json.loads((report / "metrics.json").read_text())
     assert metrics["run"]["steps"] == 6 and metrics["run"]["n_prompts"] == 60 and metrics["run"]["n_states"] == 4
     assert "graphdiff" in metrics["metrics"]["methods"]
+    md = (report / "report.md").read_text()
+    assert md.index("## The answer first") < md.index("## Accuracy and overhead")  # the headline opens it
+    assert metrics["headline"]["selection"]["baseline"]  # the decision replay ran by default
+    page = (report / "report.html").read_text()
+    assert "The answer first" in page and page.count('src="data:image/png;base64,') == 3
 
     # the STATE a trainer starts from, and the replay of the log through graphdiff watch
     status = json.loads(subprocess.run([str(REPO / ".venv" / "bin" / "graphdiff"), "status", "--state",
@@ -286,6 +291,10 @@ def test_small_real_run_of_the_default_workflow(tmp_path):
     assert (grid / "comparison.png").stat().st_size > 0 and len((grid / "points.csv").read_text().splitlines()) == 3
 
     assert (tmp_path / "logs" / "tiny" / "embed.log").is_file()
+    # snakemake's own report gathers the evaluation page and plots
+    smk(tmp_path, tiny, args=["--report", tmp_path / "snakemake_report.html"], timeout=300)
+    page = (tmp_path / "snakemake_report.html").read_text()
+    assert "report.html" in page and "batch_mean.png" in page and "graphdiff's evaluation" in page
     # a second run has nothing to do
     res = smk(tmp_path, tiny, args=["--cores", "2", "-n"])
     assert "Nothing to be done" in res.stdout + res.stderr

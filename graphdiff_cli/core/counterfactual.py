@@ -120,7 +120,8 @@ class SelectionRun:
         return {"strategy": self.strategy, "estimator": self.estimator, "pools": int(self.chosen.size),
                 "groups": int(self.chosen.sum()), "effective_groups": int(self.effective.sum()),
                 "effective_rate": rate(np.ones_like(first)), "effective_rate_round0": rate(first),
-                "effective_rate_later": rate(~first), "seconds": round(self.seconds, 3)}
+                "effective_rate_later": rate(~first), "seconds": round(self.seconds, 3),
+                "effective_per_pool": self.effective.tolist()}  # for paired intervals (same pools for all)
 
 
 def _pools(rounds, ids, batch_size: int, pool_size: int, seed: int) -> list[tuple[int, np.ndarray]]:

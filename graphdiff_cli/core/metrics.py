@@ -98,29 +98,81 @@ def batch_pearson(step, p, r) -> float:
     return pearson(bp, br)
 
 
+def within_batch_scores(step, p, r) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per batch (one per distinct step, in order): (Pearson, Spearman, scored). A batch with all-equal
+    observed rates or fewer than 2 rows is not scored (NaN); constant predictions score 0 there."""
+    step, p, r = np.asarray(step), _f(p), _f(r)
+    starts = _batch_starts(step)
+    ends = np.r_[starts[1:], step.size] if starts.size else starts
+    pr, sr = np.full(starts.size, np.nan), np.full(starts.size, np.nan)
+    for j, (a, b) in enumerate(zip(starts, ends)):
+        rb, pb = r[a:b], p[a:b]
+        if b - a < 2 or np.all(rb == rb[0]):
+            continue
+        if np.all(pb == pb[0]):
+            pr[j] = sr[j] = 0.0
+            continue
+        pr[j], sr[j] = pearson(pb, rb), spearman(pb, rb)
+    return pr, sr, ~np.isnan(pr)
+
+
 def within_batch(step, p, r) -> dict:
     """Within-batch Pearson and Spearman averaged over informative batches.
 
     Returns {"pearson", "spearman", "batches"}: a batch with all-equal observed rates or fewer than 2
     rows is skipped; constant predictions in a batch score 0 there. NaN when no batch is informative.
     """
-    step, p, r = np.asarray(step), _f(p), _f(r)
-    starts = _batch_starts(step)
-    ends = np.r_[starts[1:], step.size] if starts.size else starts
-    pr, sr = [], []
-    for a, b in zip(starts, ends):
-        rb, pb = r[a:b], p[a:b]
-        if b - a < 2 or np.all(rb == rb[0]):
-            continue
-        if np.all(pb == pb[0]):
-            pr.append(0.0)
-            sr.append(0.0)
-            continue
-        pr.append(pearson(pb, rb))
-        sr.append(spearman(pb, rb))
-    if not pr:
+    pr, sr, ok = within_batch_scores(step, p, r)
+    if not ok.any():
         return {"pearson": float("nan"), "spearman": float("nan"), "batches": 0}
-    return {"pearson": float(np.mean(pr)), "spearman": float(np.mean(sr)), "batches": len(pr)}
+    return {"pearson": float(np.mean(pr[ok])), "spearman": float(np.mean(sr[ok])), "batches": int(ok.sum())}
+
+
+def ratio_bootstrap(num, den, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                    block: int | None = None) -> dict:
+    """Confidence interval of sum(num) / sum(den) over units in order (steps, pools), by a moving-block
+    bootstrap: blocks of ``block`` consecutive units (default ceil(units^(1/3)), so that the correlation
+    of neighbouring steps stays inside a block) are drawn with replacement until the units are covered.
+
+    For a paired difference, num holds each unit's difference (e.g. the summed |p_a - r| - |p_b - r| of a
+    step's rows) and den its weight (the step's rows). Returns {"estimate", "lo", "hi", "level",
+    "units", "block", "n_boot"}; NaN bounds for fewer than 2 units with weight.
+    """
+    num, den = _f(num), _f(den)
+    if num.shape != den.shape or num.ndim != 1:
+        raise InvalidArgumentError("num and den must be 1-d arrays of one length")
+    units = int(num.size)
+    total = den.sum()
+    est = float(num.sum() / total) if total > 0 else float("nan")
+    block = max(1, int(np.ceil(units ** (1 / 3)))) if block is None else int(block)
+    out = {"estimate": est, "lo": float("nan"), "hi": float("nan"), "level": level, "units": units,
+           "block": block, "n_boot": int(n_boot)}
+    if units < 2 or np.count_nonzero(den) < 2:
+        return out
+    block = min(block, units)
+    starts = units - block + 1
+    cn, cd = np.r_[0.0, np.cumsum(num)], np.r_[0.0, np.cumsum(den)]
+    bn, bd = cn[block:] - cn[:-block], cd[block:] - cd[:-block]  # every block's sums
+    draws = np.random.default_rng(seed).integers(0, starts, size=(int(n_boot), -(-units // block)))
+    sn, sd = bn[draws].sum(axis=1), bd[draws].sum(axis=1)
+    stats = sn[sd > 0] / sd[sd > 0]
+    a = (1.0 - level) / 2.0
+    out["lo"], out["hi"] = (float(v) for v in np.quantile(stats, [a, 1.0 - a]))
+    return out
+
+
+def paired_comparison(step, p_a, p_b, r, **bootstrap) -> dict:
+    """Method a against method b on the same rows (grouped by step), each with a confidence interval from
+    ``ratio_bootstrap`` over steps: "mae_diff" = MAE(a) - MAE(b) (negative: a is closer), "within_r_diff"
+    = mean over scored batches of a's within-batch Pearson r minus b's (positive: a ranks better)."""
+    step, p_a, p_b, r = np.asarray(step), _f(p_a), _f(p_b), _f(r)
+    starts = _batch_starts(step)
+    rows = np.diff(np.r_[starts, step.size]).astype(np.float64)
+    gap = np.add.reduceat(np.abs(p_a - r) - np.abs(p_b - r), starts) if starts.size else np.zeros(0)
+    ra, _, ok = within_batch_scores(step, p_a, r)
+    rb, _, _ = within_batch_scores(step, p_b, r)  # the same batches are scored: they depend on r only
+    return {"mae_diff": ratio_bootstrap(gap, rows, **bootstrap),
+            "within_r_diff": ratio_bootstrap(np.where(ok, ra - rb, 0.0), ok.astype(np.float64), **bootstrap)}
 
 
 def brier(p, n, s) -> float:

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import DataError, InvalidArgumentError
 
 Progress = Callable[..., None]
 
@@ -52,28 +52,80 @@ def _verdict(metrics: dict) -> list[dict]:
     return rows
 
 
+def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
+    """The three questions a user asks, graphdiff against the strongest real baseline for each, with a
+    95% moving-block bootstrap interval: is the estimate closer (MAE, over steps), does it rank a batch's
+    prompts better (within-batch r, over steps), does it choose batches with more signal (the target
+    rule's effective-group rate in the counterfactual, over pools)."""
+    from ..core.metrics import paired_comparison, ratio_bootstrap
+
+    methods = metrics["methods"]
+    others = [n for n in res.methods if n != "graphdiff" and not res.oracle[n]]
+    if "graphdiff" not in res.methods or not others:
+        return None
+    full = {n: methods[n]["phases"]["full"]["all"] for n in res.methods}
+
+    def finite(v):
+        return v is not None and math.isfinite(v)
+
+    def best(key, higher):
+        scored = [n for n in others if finite(full[n][key])]
+        if not scored:
+            return None
+        return max(scored, key=lambda n: full[n][key]) if higher else min(scored, key=lambda n: full[n][key])
+
+    out: dict = {"level": 0.95, "method": "moving-block bootstrap, 2,000 resamples"}
+    for question, key, diff, higher in (("estimate", "mae", "mae_diff", False),
+                                        ("ranking", "within_r", "within_r_diff", True)):
+        b = best(key, higher)
+        if b is None or not finite(full["graphdiff"][key]):
+            continue
+        ci = paired_comparison(res.step, res.predictions["graphdiff"], res.predictions[b], res.rate)[diff]
+        out[question] = {"metric": key, "baseline": b, "graphdiff": full["graphdiff"][key],
+                         "baseline_value": full[b][key], "difference": ci, "units": "steps"}
+    sel = (decisions or {}).get("selection")
+    if sel:
+        target = {r["estimator"]: r for r in sel["results"] if r["strategy"] == "target"}
+        rivals = [n for n in target if n != "graphdiff" and finite(target[n]["effective_rate"])]
+        if "graphdiff" in target and rivals:
+            b = max(rivals, key=lambda n: target[n]["effective_rate"])
+            ours, theirs = np.asarray(target["graphdiff"]["effective_per_pool"], float), \
+                np.asarray(target[b]["effective_per_pool"], float)
+            chosen = np.full(ours.size, float(sel["batch_size"]))
+            uniform = next(r for r in sel["results"] if r["strategy"] == "uniform")
+            out["selection"] = {"metric": "effective_rate", "strategy": "target", "baseline": b,
+                                "graphdiff": target["graphdiff"]["effective_rate"],
+                                "baseline_value": target[b]["effective_rate"],
+                                "uniform": uniform["effective_rate"],
+                                "difference": ratio_bootstrap(ours - theirs, chosen), "units": "pools"}
+    return out
+
+
 def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods=None, device: str | None = None,
-             counterfactual: bool = False, pool_factor: float = 2.0, seed: int = 0, explore: float | None = None,
+             counterfactual: bool | None = None, pool_factor: float = 2.0, seed: int = 0, explore: float | None = None,
              progress: Progress = _noop) -> dict:
     """Replay ``log`` through the chosen methods and write the report folder ``out`` atomically.
 
     ``counterfactual``: also replay selection and allocation driven by each (non-oracle) method
     (``stages.counterfactual``), with the log's median batch size as B and a pool of ``pool_factor`` x B;
-    the target rule at ``explore`` (None: select's default) and at 0.
+    the target rule at ``explore`` (None: select's default) and at 0. None (the default): where the log
+    allows it (a round of the log holds a pool); a log that does not gets a report that says so. True:
+    a log that does not is refused.
 
     Returns the result summary (also stored in metrics.json under "run").
     """
     from ..core.metrics import evaluate_replay
     from ..core.replay import replay
     from ..io.readers import embedding_matrix, read_clusters, read_graph, read_log
-    from ..methods import build_methods, load_config, parse_methods, tune_discounted, with_device
+    from ..methods import (COUNTERFACTUAL_METHODS, build_methods, load_config, parse_methods, tune_discounted,
+                           with_device)
     from .report import to_jsonable, write_report
 
     t0 = time.perf_counter()
     out = Path(out)
     cfg = with_device(load_config(config), device)
     keys = parse_methods(methods)
-    if counterfactual and explore is not None:
+    if counterfactual is not False and explore is not None:
         from ..core.decisions import check_explore
 
         check_explore(explore)  # before the replays, not after them
@@ -110,15 +162,19 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     n_steps = int(res.steps.size)
     sizes = np.diff(np.r_[np.flatnonzero(np.r_[True, res.step[1:] != res.step[:-1]]), res.step.size])
     decisions = None
-    if counterfactual:
-        from ..methods import COUNTERFACTUAL_METHODS
+    cf_methods = [m for m in keys if m in COUNTERFACTUAL_METHODS]
+    if counterfactual or (counterfactual is None and cf_methods):
         from .counterfactual import run_counterfactual
 
         progress(0, None)
-        decisions = run_counterfactual(lg, cfg, w, labels, k, emb, n_nodes,
-                                       methods=[m for m in keys if m in COUNTERFACTUAL_METHODS],
-                                       batch_size=int(np.median(sizes)), pool_factor=pool_factor, seed=seed,
-                                       explore=explore, progress=progress)
+        try:
+            decisions = run_counterfactual(lg, cfg, w, labels, k, emb, n_nodes, methods=cf_methods,
+                                           batch_size=int(np.median(sizes)), pool_factor=pool_factor, seed=seed,
+                                           explore=explore, progress=progress)
+        except DataError as exc:
+            if counterfactual:  # asked for by name: the log cannot give it
+                raise
+            decisions = {"skipped": str(exc)}
     run = {
         "command": "evaluate", "log": str(log), "graph": str(graph), "clusters": str(clusters),
         "embeddings": None if embeddings is None else str(embeddings), "config": None if config is None else str(config),
@@ -132,6 +188,7 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
                                        "seconds_per_step")}
                     for name, m in metrics["methods"].items()}
     document = {"run": run, "settings": described, "metrics": metrics, "verdict": _verdict(metrics),
+                "headline": _headline(res, metrics, decisions),
                 "discounted_grid": grid, "discounted_best": tuned, "ground_truth": truth,
                 "counterfactual": decisions}
 
@@ -141,5 +198,6 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
         files = write_report(staging, document)
     run["files"] = files
     run["timings"] = {"total_s": time.perf_counter() - t0}
-    return to_jsonable({**run, "summary": summary_rows, "verdict": document["verdict"],
+    return to_jsonable({**run, "summary": summary_rows, "headline": document["headline"],
+                        "verdict": document["verdict"],
                         "discounted_best": tuned})

@@ -1,5 +1,6 @@
-"""The evaluation report folder: report.md (tables laid out like the paper's Table 2), PNG plots and
-metrics.json with every figure.
+"""The evaluation report folder: report.md (the answer first: a headline with intervals, then tables
+laid out like the paper's Table 2), report.html (the same page with the plots inline), PNG plots
+(graphdiff and the best baseline highlighted) and metrics.json with every figure.
 
 ``write_report(folder, document)`` fills an existing (staging) folder; the evaluate stage renames it
 into place. Plots use matplotlib's object API (``Figure``, Agg canvas): no pyplot global state.
@@ -15,6 +16,8 @@ import numpy as np
 
 from ..core.metrics import HIGHER_IS_BETTER, N_BINS, PHASES
 
+HIGHLIGHT = {"graphdiff": ("tab:red", 2.4), "best": ("tab:blue", 1.8)}  # colour, line width
+
 PHASE_TITLES = {"early": "Early", "middle": "Middle", "last": "Last", "full": "Full"}
 METRIC_TITLES = {
     "mae": "MAE (sample-level, lower is better)",
@@ -26,6 +29,10 @@ METRIC_TITLES = {
     "auroc": "AUROC of the zero-variance score for all-correct / all-wrong groups (higher is better)",
 }
 PLOTS = ("batch_mean.png", "mae_over_steps.png", "reliability.png")
+HTML_STYLE = """body{font:15px/1.5 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px}
+th{background:#f3f3f3}img{max-width:100%}code,pre{background:#f6f6f6}pre{padding:.6em;overflow-x:auto}
+h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}"""
 
 
 def to_jsonable(obj):
@@ -80,6 +87,62 @@ def _label(name: str, oracle: bool) -> str:
     return f"{name} †" if oracle else name
 
 
+def _signed(x, digits: int = 3) -> str:
+    return "–" if x is None or not math.isfinite(x) else f"{x:+.{digits}f}".replace("-", "−")
+
+
+def _call(diff: dict, lower_is_better: bool, name: str) -> str:
+    """The verdict of a difference (graphdiff minus baseline) from its interval: better only when the
+    whole interval is on graphdiff's side."""
+    lo, hi = diff.get("lo"), diff.get("hi")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "too few steps for an interval"
+    good, bad = (hi < 0, lo > 0) if lower_is_better else (lo > 0, hi < 0)
+    return "**graphdiff better**" if good else f"**{name} better**" if bad else "**no clear difference**"
+
+
+def _headline_markdown(h: dict | None, run: dict) -> list[str]:
+    """One sentence per question, each with its interval and a verdict."""
+    if not h:
+        return []
+    pct = int(round(100 * h["level"]))
+    out = ["## The answer first", ""]
+    e = h.get("estimate")
+    if e:
+        d = e["difference"]
+        rel = d["estimate"] / e["baseline_value"] if e["baseline_value"] else float("nan")
+        out.append(f"- **Is the estimate closer than what you use?** MAE {_fmt(e['graphdiff'], 4)} for graphdiff vs "
+                   f"{_fmt(e['baseline_value'], 4)} for {e['baseline']} (the best real baseline here by MAE): "
+                   f"{_signed(d['estimate'], 4)} ({_signed(100 * rel, 1)}%), {pct}% interval "
+                   f"[{_signed(d['lo'], 4)}, {_signed(d['hi'], 4)}] over {d['units']:,} steps → "
+                   f"{_call(d, True, e['baseline'])}.")
+    r = h.get("ranking")
+    if r:
+        d = r["difference"]
+        out.append(f"- **Does it rank a batch's prompts better?** within-batch r {_fmt(r['graphdiff'])} vs "
+                   f"{_fmt(r['baseline_value'])} for {r['baseline']} (the best real baseline here by within r): "
+                   f"{_signed(d['estimate'])}, {pct}% interval [{_signed(d['lo'])}, {_signed(d['hi'])}] → "
+                   f"{_call(d, False, r['baseline'])}.")
+    s = h.get("selection")
+    if s:
+        d = s["difference"]
+        out.append(f"- **Does it choose batches with more signal?** With the target rule, "
+                   f"{_fmt(100 * s['graphdiff'], 1)}% of the groups graphdiff chose had both outcomes vs "
+                   f"{_fmt(100 * s['baseline_value'], 1)}% for {s['baseline']} (the best other estimator) and "
+                   f"{_fmt(100 * s['uniform'], 1)}% for uniform choice: {_signed(100 * d['estimate'], 1)} points, "
+                   f"{pct}% interval [{_signed(100 * d['lo'], 1)}, {_signed(100 * d['hi'], 1)}] over "
+                   f"{d['units']:,} pools → {_call(d, False, s['baseline'])}. Offline: the policy's response to "
+                   "the choice is not simulated (see Decisions).")
+    else:
+        out.append("- **Does it choose batches with more signal?** Not measured here: the decision replay was "
+                   "turned off (`--no-counterfactual`) or this log cannot give it (see Decisions), or neither "
+                   "graphdiff nor a rival estimator was among the methods.")
+    out += ["", f"Intervals: {h['method']} of whole steps (pools), blocks of consecutive units so that neighbouring "
+            "steps' correlation is kept; \"better\" only when the whole interval is on one side. Baselines tuned "
+            "in hindsight (discounted history) are flattered.", ""]
+    return out
+
+
 def render_markdown(doc: dict) -> str:
     run, metrics = doc["run"], doc["metrics"]
     methods = metrics["methods"]
@@ -102,11 +165,13 @@ def render_markdown(doc: dict) -> str:
             "the batch's own outcome, probed " + ("by a binomial resample of n rollouts" if any(
                 "resample" == doc["settings"].get(n, {}).get("probe") for n in names) else "exactly") +
             "); they are references, never bold.", ""]
+    out[4:4] = _headline_markdown(doc.get("headline"), run)  # after the title and the log line
 
     verdict = doc.get("verdict") or []
     if verdict:
         out += ["## Is graphdiff better than what you use now?", ""]
-        out += ["Full log, all rows: graphdiff against each real baseline.", ""]
+        out += ["Full log, all rows: graphdiff against each real baseline (in brackets graphdiff minus the "
+                "baseline; the intervals are in the answer above).", ""]
         header = ["Baseline", "MAE", "batch r", "within r", "within ρ", "Brier", "ECE", "AUROC"]
         lines = ["| " + " | ".join(header) + " |", "|:---|" + "---:|" * (len(header) - 1)]
         for row in verdict:
@@ -116,8 +181,8 @@ def render_markdown(doc: dict) -> str:
                 if v is None:
                     cells.append("–")
                 else:
-                    mark = "better" if v["graphdiff_better"] else "not better"
-                    cells.append(f"{_fmt(v['graphdiff'])} vs {_fmt(v['baseline'])} ({mark})")
+                    cells.append(f"{_fmt(v['graphdiff'])} vs {_fmt(v['baseline'])} "
+                                 f"({_signed(v['graphdiff'] - v['baseline'])})")
             lines.append("| " + " | ".join(cells) + " |")
         out += lines + [""]
 
@@ -212,6 +277,9 @@ def _counterfactual_markdown(cf: dict | None) -> list[str]:
     """The decisions section (evaluate --counterfactual): selection and allocation tables, best first."""
     if not cf:
         return []
+    if "skipped" in cf:
+        return ["## Decisions driven by each estimator (offline counterfactual)", "",
+                f"Not replayed on this log: {cf['skipped']}.", ""]
     out = ["## Decisions driven by each estimator (offline counterfactual)", "", cf["note"], ""]
     sel = cf.get("selection")
     if sel:
@@ -242,6 +310,24 @@ def _counterfactual_markdown(cf: dict | None) -> list[str]:
     return out
 
 
+def _styles(doc: dict) -> dict[str, dict]:
+    """Line style per method: graphdiff and the best real baseline (the headline's, by MAE) in colour
+    and drawn last, the rest thin and grey (oracles dashed), each still named in the legend."""
+    methods = doc["metrics"]["methods"]
+    best = ((doc.get("headline") or {}).get("estimate") or {}).get("baseline")
+    greys = ["0.45", "0.6", "0.75"]
+    styles = {}
+    for i, n in enumerate(methods):
+        if n == "graphdiff" or n == best:
+            colour, lw = HIGHLIGHT["graphdiff" if n == "graphdiff" else "best"]
+            styles[n] = {"color": colour, "lw": lw, "zorder": 4 if n == "graphdiff" else 3,
+                         "label": n if n == "graphdiff" else f"{n} (best baseline)"}
+        else:
+            styles[n] = {"color": greys[i % len(greys)], "lw": 0.9, "zorder": 2, "alpha": 0.9, "label": n,
+                         "ls": "--" if methods[n]["oracle"] else (":" if i % 2 else "-")}
+    return styles
+
+
 def _plots(folder: Path, doc: dict) -> None:
     from matplotlib.figure import Figure
 
@@ -249,13 +335,13 @@ def _plots(folder: Path, doc: dict) -> None:
     series = metrics["series"]
     steps = np.asarray(series["step"])
     names = list(metrics["methods"])
-    styles = {n: ("--" if metrics["methods"][n]["oracle"] else "-") for n in names}
+    styles = _styles(doc)
 
     fig = Figure(figsize=(10, 5.5))
     ax = fig.subplots()
-    ax.plot(steps, series["observed"], color="black", lw=2.2, label="observed")
+    ax.plot(steps, series["observed"], color="black", lw=2.2, label="observed", zorder=5)
     for n in names:
-        ax.plot(steps, series[n]["predicted"], styles[n], lw=1.1, label=n)
+        ax.plot(steps, series[n]["predicted"], **styles[n])
     ax.set_xlabel("step")
     ax.set_ylabel("batch-mean success rate")
     ax.set_title("Batch-mean prediction vs observed rate")
@@ -270,7 +356,7 @@ def _plots(folder: Path, doc: dict) -> None:
     for n in names:
         y = np.asarray(series[n]["mae"], dtype=float)
         ys = np.convolve(y, kernel, mode="valid") if y.size >= width else y
-        ax.plot(steps[width - 1:width - 1 + ys.size], ys, styles[n], lw=1.1, label=n)
+        ax.plot(steps[width - 1:width - 1 + ys.size], ys, **styles[n])
     ax.set_xlabel("step")
     ax.set_ylabel(f"MAE within the batch (moving average over {width} step{'s' if width > 1 else ''})")
     ax.set_title("Sample-level MAE over training")
@@ -286,7 +372,7 @@ def _plots(folder: Path, doc: dict) -> None:
         cnt = np.asarray(rel["count"])
         ok = cnt > 0
         ax.plot(np.asarray(rel["mean_pred"], dtype=float)[ok], np.asarray(rel["mean_obs"], dtype=float)[ok],
-                styles[n], marker="o", ms=3, lw=1.1, label=n)
+                marker="o", ms=3, **styles[n])
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel(f"mean predicted p ({N_BINS} equal-width bins)")
@@ -297,6 +383,30 @@ def _plots(folder: Path, doc: dict) -> None:
     fig.savefig(folder / "reliability.png", dpi=110)
 
 
+def render_html(markdown: str, folder: Path) -> str:
+    """report.md as one self-contained HTML page: the plots inline (base64 data URIs), nothing fetched."""
+    import base64
+    import html
+    import re
+
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+
+    def inline(match):
+        name = html.unescape(match.group(1))
+        path = folder / name
+        if "/" in name or not path.is_file():
+            return match.group(0)
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f'src="data:image/png;base64,{data}"'
+
+    body = re.sub(r'src="([^"]+\.png)"', inline, body)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>graphdiff evaluation report</title><style>{HTML_STYLE}</style></head>\n"
+            f"<body>\n{body}</body></html>\n")
+
+
 def write_report(folder, doc: dict) -> list[str]:
     """Write report.md, metrics.json and the plots into ``folder``; returns the file names."""
     # plain writes: the whole folder is the unit of atomicity (a staging folder renamed into place)
@@ -304,5 +414,7 @@ def write_report(folder, doc: dict) -> list[str]:
     _plots(folder, doc)
     (folder / "metrics.json").write_text(json.dumps(to_jsonable(doc), indent=1, allow_nan=False) + "\n",
                                          encoding="utf-8")
-    (folder / "report.md").write_text(render_markdown(to_jsonable(doc)), encoding="utf-8")
-    return ["report.md", "metrics.json", *PLOTS]
+    markdown = render_markdown(to_jsonable(doc))
+    (folder / "report.md").write_text(markdown, encoding="utf-8")
+    (folder / "report.html").write_text(render_html(markdown, folder), encoding="utf-8")
+    return ["report.md", "report.html", "metrics.json", *PLOTS]

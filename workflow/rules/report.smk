@@ -32,13 +32,16 @@ rule report:
         embeddings=EMBEDDINGS,
         config=evaluate_config_path(BETA, GAMMA, WINDOW),
     output:
-        directory(f"{ART}/report"),
+        # snakemake --report: the HTML page and the plots of the report folder
+        report(directory(f"{ART}/report"), patterns=["{name}.html", "{name}.png"],
+               caption="../report/evaluate.rst", category="Evaluation"),
     log:
         f"{LOGS}/report.log",
     params:
         gd=GD,
         methods=",".join(config["evaluate"]["methods"]),
-        counterfactual="--counterfactual" if config["evaluate"]["counterfactual"] else "",
+        counterfactual={True: "--counterfactual", False: "--no-counterfactual"}.get(
+            config["evaluate"]["counterfactual"], ""),
     conda:
         ENV
     threads: THREADS["evaluate"]

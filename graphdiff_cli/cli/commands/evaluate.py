@@ -26,9 +26,11 @@ def evaluate(
                                                 "labelprop, sbr, sbs (oracles), or all (default)."),
     device: Optional[str] = typer.Option(None, "--device", help="graphdiff's device: auto, cpu, cuda "
                                          "(overrides the config)."),
-    counterfactual: bool = typer.Option(False, "--counterfactual", help="Also replay prompt selection and "
-                                        "rollout allocation driven by each estimator (offline counterfactual: "
-                                        "effective-group rates, expected non-degenerate groups)."),
+    counterfactual: Optional[bool] = typer.Option(None, "--counterfactual/--no-counterfactual", help="Replay "
+                                                  "prompt selection and rollout allocation driven by each "
+                                                  "estimator (offline counterfactual: effective-group rates, "
+                                                  "expected non-degenerate groups). Default: where the log "
+                                                  "allows it; --counterfactual refuses a log that does not."),
     pool_factor: float = typer.Option(2.0, "--pool-factor", help="--counterfactual: candidate pool = this x the "
                                       "log's median batch size."),
     seed: int = typer.Option(0, "--seed", help="--counterfactual: seed of the pools and random strategies."),
