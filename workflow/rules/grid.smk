@@ -23,7 +23,7 @@ rule grid_point:
         **gpu_resources("evaluate"),
     shell:
         "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log:q} --graph {input.graph:q} "
-        "--clusters {input.clusters:q} --config {input.config:q} --methods graphdiff --out {output:q} 2> {log:q}"
+        "--clusters {input.clusters:q} --config {input.config:q} --methods graphdiff --no-counterfactual --out {output:q} 2> {log:q}"
 
 
 rule grid_baselines:
@@ -45,7 +45,7 @@ rule grid_baselines:
     shell:
         "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log:q} --graph {input.graph:q} "
         "--clusters {input.clusters:q} --config {input.config:q} {params.embeddings} --methods {params.methods} "
-        "--out {output:q} 2> {log:q}"
+        "--no-counterfactual --out {output:q} 2> {log:q}"
 
 
 rule grid_table:
