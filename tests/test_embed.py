@@ -126,3 +126,29 @@ def test_locate_encoder_finds_the_model_without_loading_it(tmp_path):
         locate_encoder(str(tmp_path))  # a folder, but no model in it
     with pytest.raises(BackendError, match=r"not in the local Hugging Face cache .*hf download org/absent-model"):
         locate_encoder("org/absent-model")
+    (tmp_path / "modules.json").write_text("[]")  # the configuration of a model without its weights
+    with pytest.raises(BackendError, match="holds no model weights"):
+        locate_encoder(str(tmp_path))
+
+
+def test_locate_encoder_reads_the_sentence_transformers_cache_and_wants_weights(tmp_path, monkeypatch):
+    """A hub name is looked up where sentence-transformers looks (SENTENCE_TRANSFORMERS_HOME, laid out as a
+    hub cache); a cached configuration without weights (an interrupted download) is refused in one line."""
+    from graphdiff_cli.backends.embed import locate_encoder
+    from graphdiff_cli.errors import BackendError
+
+    repo = tmp_path / "models--org--tiny"
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    (snap / "modules.json").write_text("[]")
+    monkeypatch.setenv("SENTENCE_TRANSFORMERS_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(BackendError, match=r"'org/tiny' is in the cache without its weights .*hf download org/tiny"):
+        locate_encoder("org/tiny")
+    (snap / "model.safetensors").write_bytes(b"0")
+    assert locate_encoder("org/tiny") == str(snap)
+    monkeypatch.delenv("SENTENCE_TRANSFORMERS_HOME")
+    with pytest.raises(BackendError, match="not in the local Hugging Face cache"):
+        locate_encoder("org/tiny")

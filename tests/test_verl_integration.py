@@ -71,6 +71,12 @@ def test_batches_follow_the_target_rule_and_updates_apply_one_step():
     assert e["ids"] == [str(100 + r) for r in first] and e["n"].tolist() == [2] * 4
     assert e["s"].tolist() == [1, 2, 0, 1]
     assert target.estimator().successes_[first].tolist() == [1, 2, 0, 1]
+    # the step's graphdiff/... scalars for the trainer's logger: predicted before the outcomes, observed
+    m = sampler.metrics
+    assert m["graphdiff/mean_p"] == pytest.approx(d.p[np.isin(d.pool, first)].mean(), abs=1e-9)
+    assert m["graphdiff/success_rate"] == 0.5 and m["graphdiff/effective"] == 0.5
+    assert 0 < m["graphdiff/predicted_effective"] < 1 and m["graphdiff/step"] == 1 and m["graphdiff/prompts"] == 4
+    assert m["graphdiff/kappa"] == target.estimator().kappa_ and e["metrics"] is m
     # the next batch is chosen only now, from the updated estimates (no read-ahead with num_workers=0)
     second = [next(it) for _ in range(4)]
     assert sampler.chooser.decisions[1].estimator_step == 1 and len(set(second)) == 4

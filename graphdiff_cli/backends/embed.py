@@ -83,24 +83,41 @@ def _not_cached_message(target: str) -> str:
             f"--model /local/path, or set HF_HOME to a cache that holds it")
 
 
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+
 def locate_encoder(model: str) -> str:
     """Where ``model`` ("bundled", a folder or a hub name) would be loaded from, found without loading it
     (no torch, no weights read): a check a workflow can run at plan time. Raises the same one-line
-    ``BackendError`` the embed job would, a hub name missing from the local cache included."""
+    ``BackendError`` the embed job would, a hub name missing from the local cache included, and a model
+    whose weights are missing (an interrupted download). Hub names are looked up where
+    sentence-transformers looks: ``SENTENCE_TRANSFORMERS_HOME`` when set, and the Hugging Face cache."""
     target, local = resolve_model(model)
     if local:
-        if not (Path(target) / "modules.json").is_file() and not (Path(target) / "config.json").is_file():
+        folder = Path(target)
+        if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
             raise BackendError(f"--model {model}: {target} holds no modules.json or config.json; pass the "
                                "folder of a sentence-transformers model")
+        if not any(next(folder.rglob(w), None) for w in WEIGHTS):
+            raise BackendError(f"--model {model}: {target} holds no model weights ({' or '.join(WEIGHTS)}); "
+                               "copy the whole model folder")
         return target
     from huggingface_hub import try_to_load_from_cache
 
+    caches = [None]  # the Hugging Face cache (HF_HOME / HF_HUB_CACHE)
+    if os.environ.get("SENTENCE_TRANSFORMERS_HOME"):
+        caches.insert(0, os.environ["SENTENCE_TRANSFORMERS_HOME"])
     # sentence-transformers reads a bare name ("all-MiniLM-L6-v2") as sentence-transformers/<name>
     for repo in ([target] if "/" in target else [target, f"sentence-transformers/{target}"]):
-        for name in ("modules.json", "config.json"):
-            hit = try_to_load_from_cache(repo, name)
-            if isinstance(hit, str):
-                return str(Path(hit).parent)
+        for cache in caches:
+            hit = next((h for name in ("modules.json", "config.json")
+                        if isinstance(h := try_to_load_from_cache(repo, name, cache_dir=cache), str)), None)
+            if hit is None:
+                continue
+            if not any(isinstance(try_to_load_from_cache(repo, w, cache_dir=cache), str) for w in WEIGHTS):
+                raise BackendError(f"embedding model {repo!r} is in the cache without its weights (an interrupted "
+                                   f"download?): run hf download {repo} again on a machine with network")
+            return str(Path(hit).parent)
     raise BackendError(_not_cached_message(target))
 
 

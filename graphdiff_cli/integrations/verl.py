@@ -38,7 +38,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError
-from .tracking import BatchChooser, open_target
+from .tracking import BatchChooser, StepMetrics, open_target
 
 try:  # the class verl checks with isinstance; without verl (or with verl >= 0.8) a plain torch Sampler
     from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _Base
@@ -128,6 +128,7 @@ class GraphdiffCurriculumSampler(_Base):
                                     explore=float(opts["explore"]))
         self.epoch = 0
         self.applied: list[dict] = []
+        self.metrics: dict[str, float] = {}  # the last step's graphdiff/... scalars (tracking.StepMetrics)
 
     def __iter__(self):
         epoch, self.epoch = self.epoch, self.epoch + 1
@@ -142,5 +143,8 @@ class GraphdiffCurriculumSampler(_Base):
         """Apply one training step's outcomes (called by verl after every step)."""
         ids, n, s = outcomes_from_batch(batch, self.success_threshold)
         step = self.target.step + 1
+        metrics = StepMetrics()
+        metrics.before(self.target, ids, n)
         stats = self.target.apply(step, ids, n, s)
-        self.applied.append({"step": step, "ids": ids, "n": n, "s": s, "stats": stats})
+        self.metrics = metrics.after(self.target, n, s)
+        self.applied.append({"step": step, "ids": ids, "n": n, "s": s, "stats": stats, "metrics": self.metrics})
