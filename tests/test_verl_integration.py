@@ -1,9 +1,11 @@
-"""The verl curriculum sampler adapter.
+"""The verl adapters: the curriculum sampler (verl <= 0.7) and the v1 trainer mode (verl 0.9).
 
-Without verl installed the adapter is exercised through objects shaped like verl's (a dataset with a
+Without verl installed the adapters are exercised through objects shaped like verl's (a dataset with a
 ``dataframe`` holding ``extra_info``, a batch with ``non_tensor_batch`` and ``batch`` as DataProto
-has them in verl 0.7); with verl installed, against verl's own ``AbstractCurriculumSampler`` and
-``DataProto`` as well.
+has them in verl 0.7, the v1 trainer's ``index`` / ``rm_scores`` fields and tags); with verl 0.7
+installed, against its ``AbstractCurriculumSampler`` and ``DataProto``; with verl 0.9, against its v1
+trainer registry, ``PPOTrainerSync``, ``StatefulDataLoader`` and ``collate_fn`` (the TransferQueue read
+is the one part replaced, as it needs a running Ray cluster).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from graphdiff_cli.core.graph import drop_self, exact_knn, mutual_knn_graph
 from graphdiff_cli.errors import DataError, InvalidArgumentError
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.integrations.tracking import InMemoryTarget
-from graphdiff_cli.integrations.verl import (GraphdiffCurriculumSampler, outcomes_from_batch,
-                                             row_prompt_ids)
+from graphdiff_cli.integrations.verl import (GraphdiffCurriculumSampler, check_v1_config, outcomes_from_batch,
+                                             outcomes_from_fields, row_prompt_ids)
 
 N = 24
 
@@ -148,3 +150,131 @@ def test_with_verl_installed():
                                 non_tensors={"index": np.array([str(100 + r) for r in rows], dtype=object)})
     sampler.update(batch)
     assert sampler.applied[0]["s"].tolist() == [1, 1, 1, 1]
+
+
+# ------------------------------------------------------------------------------------------ verl 0.9 (v1)
+
+def test_v1_outcomes_skip_padding_and_sum_token_scores():
+    scores = torch.zeros(5, 3)
+    scores[:, -1] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0])
+    index = np.array([7, 7, 9, 9, 7], dtype=object)
+    tags = [{}, {}, {"is_padding": False}, {}, {"is_padding": True}]  # the last row is verl's padding
+    ids, n, s = outcomes_from_fields(index, scores, tags)
+    assert ids == ["7", "9"] and n.tolist() == [2, 2] and s.tolist() == [1, 2]
+    ids, n, s = outcomes_from_fields([np.int64(3)], [np.array([0.0, 2.0])], None, success_threshold=2.0)
+    assert ids == ["3"] and s.tolist() == [1]
+    with pytest.raises(DataError, match="2 tags for 5 rollouts"):
+        outcomes_from_fields(index, scores, tags[:2])
+
+
+def test_v1_config_checks():
+    ok = {"data": {"dataloader_num_workers": 0}, "algorithm": {}, "trainer": {"v1": {"sampler": {}}}}
+    check_v1_config(ok)
+    with pytest.raises(InvalidArgumentError, match="dataloader_num_workers=0"):
+        check_v1_config({**ok, "data": {"dataloader_num_workers": 8}})
+    with pytest.raises(InvalidArgumentError, match="filter_groups"):
+        check_v1_config({**ok, "algorithm": {"filter_groups": {"enable": True}}})
+    with pytest.raises(InvalidArgumentError, match="sync_refill_failed_groups"):
+        check_v1_config({**ok, "trainer": {"v1": {"sampler": {"sync_refill_failed_groups": True}}}})
+
+
+def test_v1_module_without_verl_names_the_cause():
+    try:
+        import verl.trainer.ppo.v1  # noqa: F401
+    except Exception:  # noqa: BLE001
+        with pytest.raises(ImportError, match="needs verl >= 0.9 with its dependencies, and importing them failed"):
+            import graphdiff_cli.integrations.verl_v1  # noqa: F401
+    else:
+        pytest.skip("verl's v1 trainer imports here: the real-class test below runs instead")
+
+
+class _Rows(torch.utils.data.Dataset):
+    """A data set as verl's RLHFDataset presents itself to the sampler and to collate_fn."""
+
+    def __init__(self, indexes):
+        self.dataframe = {"extra_info": [{"index": i} for i in indexes]}
+        self.indexes = list(indexes)
+
+    def __len__(self):
+        return len(self.indexes)
+
+    def __getitem__(self, r):
+        return {"input_ids": torch.tensor([r, r]), "index": self.indexes[r], "raw_prompt": f"p{r}"}
+
+
+def test_v1_trainer_with_verl_installed(monkeypatch):
+    v1 = pytest.importorskip("verl.trainer.ppo.v1", reason="verl >= 0.9 is not installed (its v1 trainer needs "
+                                                          "ray and transfer_queue); tested on verl-shaped objects")
+    from omegaconf import OmegaConf
+
+    from graphdiff_cli.integrations import verl_v1
+
+    cls = v1.get_trainer_cls("graphdiff")
+    assert cls is verl_v1.GraphdiffPPOTrainer and issubclass(cls, v1.PPOTrainerSync)
+    target = _target()
+    config = OmegaConf.create({"data": {"train_batch_size": 4, "gen_batch_size": None, "dataloader_num_workers": 0,
+                                        "val_batch_size": None},
+                               "algorithm": {}, "trainer": {"v1": {"trainer_mode": "graphdiff", "sampler": {}}},
+                               "graphdiff": {"strategy": "target", "pool_factor": 2, "seed": 4}})
+    trainer = object.__new__(cls)  # verl's __init__ starts Ray workers; the graphdiff parts are what is tested
+    trainer.config = config
+    rows = _Rows(range(100, 100 + N))
+
+    def base_init(self):  # what verl's _init_dataloader leaves behind that graphdiff's reads
+        self.train_dataset, self.train_dataloader = rows, None
+
+    monkeypatch.setattr(v1.PPOTrainer, "_init_dataloader", base_init)
+    monkeypatch.setattr(verl_v1, "GraphdiffCurriculumSampler",
+                        lambda ds, data, options, batch_size: GraphdiffCurriculumSampler(
+                            ds, data, target=target, options=options, batch_size=batch_size))
+    trainer._init_dataloader()
+    sampler = trainer.graphdiff_sampler
+    assert sampler.batch_size == 4 and sampler.chooser.pool_factor == 2.0
+    batch = next(iter(trainer.train_dataloader))  # verl's own StatefulDataLoader and collate_fn
+    chosen = sampler.chooser.decisions[0].chosen
+    assert sorted(batch["index"].tolist()) == sorted((100 + chosen).tolist())
+    # one step: verl's step() runs (replaced here), then the step's outcomes are read and applied
+    trainer.global_steps = 1
+    trainer.on_train_begin()
+    keys = [f"k{j}" for j in range(9)]
+    tags = [{}] * 8 + [{"is_padding": True}]
+    scores = torch.zeros(9, 2)
+    scores[[0, 2, 3, 8], -1] = 1.0
+    fields = {"index": np.array([str(100 + r) for r in chosen for _ in range(2)] + ["100"], dtype=object),
+              "rm_scores": scores}
+    meta = SimpleNamespace(keys=keys, tags=tags, partition_id="train")
+    monkeypatch.setattr(v1.PPOTrainerSync, "step", lambda self, metrics, timing_raw: meta)
+    monkeypatch.setattr(verl_v1.tq, "kv_batch_get", lambda keys, partition_id, select_fields: fields)
+    metrics = {"actor/loss": 0.1}
+    assert trainer.step(metrics, {}) is meta
+    assert target.step == 1 and sampler.applied[0]["s"].tolist() == [1, 2, 0, 0]
+    assert metrics["graphdiff/success_rate"] == 3 / 8 and metrics["graphdiff/effective"] == 0.25
+    assert metrics["actor/loss"] == 0.1
+    # a resume whose STATE is not at the trainer's step is refused
+    trainer.global_steps = 5
+    with pytest.raises(Exception, match="rollback --to 4"):
+        trainer.on_train_begin()
+    with pytest.raises(InvalidArgumentError, match="dataloader_num_workers=0"):
+        cls(OmegaConf.create({**OmegaConf.to_container(config), "data": {"dataloader_num_workers": 2}}))
+
+
+def test_a_verl_that_fails_to_import_is_named_not_swallowed(tmp_path):
+    """verl installed but broken (here: a dependency missing): building the sampler says so in one line."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "verl"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import ray_is_not_installed_here\n")
+    code = ("from types import SimpleNamespace\n"
+            "from graphdiff_cli.errors import BackendError\n"
+            "import graphdiff_cli.integrations.verl as v\n"
+            "try:\n"
+            "    v.GraphdiffCurriculumSampler(SimpleNamespace(dataframe={'extra_info': [{'index': 1}]}), {})\n"
+            "except BackendError as e:\n"
+            "    print('REFUSED', e)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "REFUSED verl is installed but cannot be imported (ModuleNotFoundError: No module named " \
+           "'ray_is_not_installed_here')" in out.stdout, out.stdout + out.stderr

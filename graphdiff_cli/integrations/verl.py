@@ -25,9 +25,10 @@ environment fallback ``GRAPHDIFF_STATE``), ``strategy`` (target), ``pool_factor`
 ``target`` (0.5), ``success_threshold`` (1.0), ``group_size`` (= actor_rollout_ref.rollout.n, for
 p_zero_variance; 8), ``outcomes_dir`` (next to the STATE).
 
-verl 0.8 removed the ``data.sampler.class_path`` hook and the ``update`` call: there, pass an instance
-as ``RayPPOTrainer(train_sampler=...)`` and call ``sampler.update(batch)`` yourself after each step
-(docs/trainers.md).
+verl 0.8 removed the ``data.sampler.class_path`` hook and the ``update`` call. For verl's v1 trainer (the
+default from 0.9, ``trainer.use_v1: true``) ``integrations.verl_v1`` registers a trainer that builds this
+sampler itself and feeds it each step's outcomes (``apply``, ``outcomes_from_fields``); its settings
+then live under a top-level ``graphdiff:`` section.
 """
 
 from __future__ import annotations
@@ -37,17 +38,23 @@ import os
 import numpy as np
 
 from ..core import decisions as dec
-from ..errors import DataError, InvalidArgumentError
+from ..errors import BackendError, DataError, InvalidArgumentError
 from .tracking import BatchChooser, StepMetrics, open_target
 
 try:  # the class verl checks with isinstance; without verl (or with verl >= 0.8) a plain torch Sampler
     from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _Base
 
-    VERL_HOOK = True
-except Exception:  # noqa: BLE001 - any import failure means "no usable verl hook"
+    VERL_HOOK, VERL_IMPORT_ERROR = True, None
+except Exception as _exc:  # noqa: BLE001 - reported by the sampler below when it matters
     from torch.utils.data import Sampler as _Base
 
     VERL_HOOK = False
+    # verl absent, or a verl without the 0.7 hook (0.8+): a plain sampler is right. verl present but failing
+    # to import (a missing ray, a broken torch): kept, and raised in one line when the sampler is built,
+    # instead of a silent fallback that verl's own isinstance check would then reject with no cause.
+    _absent = isinstance(_exc, ModuleNotFoundError) and (_exc.name or "").split(".")[0] == "verl" and (
+        _exc.name == "verl" or _exc.name.startswith("verl.experimental"))
+    VERL_IMPORT_ERROR = None if _absent else f"{type(_exc).__name__}: {str(_exc).strip().splitlines()[0][:200]}"
 
 DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5,
             "explore": dec.TARGET_EXPLORE,
@@ -62,6 +69,22 @@ def _get(cfg, key, default=None):
     except AttributeError:
         value = getattr(cfg, key, default)
     return default if value is None else value
+
+
+def check_v1_config(config) -> None:
+    """verl v1 (``integrations.verl_v1``): refuse the settings under which the chosen batches would not be
+    the ones trained on next."""
+    data = _get(config, "data")
+    if int(_get(data, "dataloader_num_workers", 8)) != 0:
+        raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff needs data.dataloader_num_workers=0: worker "
+                                   "processes read batches ahead, before the previous step's outcomes are applied")
+    groups = _get(_get(config, "algorithm"), "filter_groups")
+    if _get(groups, "enable", False):
+        raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff does not support algorithm.filter_groups "
+                                   "(DAPO refill): a step then consumes a varying number of prompts")
+    if _get(_get(_get(_get(config, "trainer"), "v1"), "sampler"), "sync_refill_failed_groups", False):
+        raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff does not support "
+                                   "trainer.v1.sampler.sync_refill_failed_groups")
 
 
 def row_prompt_ids(data_source) -> list[str]:
@@ -87,6 +110,32 @@ def row_prompt_ids(data_source) -> list[str]:
     return ids
 
 
+def outcomes_from_fields(index, scores, tags=None, success_threshold: float = 1.0) -> tuple[list[str], np.ndarray,
+                                                                                           np.ndarray]:
+    """(prompt ids, n, s) from the v1 trainer's per-trajectory fields: ``index`` (each row's
+    extra_info.index), ``scores`` (``rm_scores``: per-token, the score on the last token; summed per row,
+    as verl does) and ``tags`` (rows tagged ``is_padding`` are verl's padding, not rollouts)."""
+    from .tracking import count_outcomes
+
+    index = list(index)
+    if hasattr(scores, "sum") and hasattr(scores, "detach"):
+        rewards = scores.sum(dim=1).detach().float().cpu().numpy().tolist()
+    else:
+        rewards = [float(np.sum(r)) for r in scores]
+    if len(index) != len(rewards):
+        raise DataError(f"{len(index)} prompt indexes for {len(rewards)} rollouts in the batch")
+    keep = [not (t or {}).get("is_padding", False) for t in tags] if tags is not None else [True] * len(index)
+    if len(keep) != len(index):
+        raise DataError(f"{len(keep)} tags for {len(index)} rollouts in the batch")
+    rows = [(0, _plain_id(i), float(r)) for i, r, k in zip(index, rewards, keep) if k]
+    return count_outcomes(rows, success_threshold)
+
+
+def _plain_id(value) -> str:
+    """str() of an index as the data set holds it (a numpy scalar or 0-d array prints as its value)."""
+    return str(value.item() if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 else value)
+
+
 def outcomes_from_batch(batch, success_threshold: float = 1.0) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(prompt ids, n, s) of one step's ``DataProto``: ids from non_tensor_batch["index"] (not "uid")."""
     from .tracking import count_outcomes
@@ -106,8 +155,11 @@ def outcomes_from_batch(batch, success_threshold: float = 1.0) -> tuple[list[str
 class GraphdiffCurriculumSampler(_Base):
     """verl curriculum sampler driven by a graphdiff STATE directory (or an in-memory target)."""
 
-    def __init__(self, data_source, data_config, target=None):
-        sampler_cfg = _get(data_config, "sampler")
+    def __init__(self, data_source, data_config, target=None, *, options=None, batch_size: int | None = None):
+        if VERL_IMPORT_ERROR:
+            raise BackendError(f"verl is installed but cannot be imported ({VERL_IMPORT_ERROR}); fix the training "
+                               "environment (pip check) before graphdiff can hook into it")
+        sampler_cfg = _get(data_config, "sampler") if options is None else options
         opts = {k: _get(sampler_cfg, k, v) for k, v in DEFAULTS.items()}
         if target is None:
             state = opts["state"] or os.environ.get("GRAPHDIFF_STATE")
@@ -118,7 +170,7 @@ class GraphdiffCurriculumSampler(_Base):
         kwargs = {"outcomes_dir": opts["outcomes_dir"]} if isinstance(target, (str, os.PathLike)) else {}
         self.target = open_target(target, **kwargs)
         self.success_threshold = float(opts["success_threshold"])
-        self.batch_size = int(_get(data_config, "gen_batch_size") or _get(data_config, "train_batch_size"))
+        self.batch_size = int(batch_size or _get(data_config, "gen_batch_size") or _get(data_config, "train_batch_size"))
         self.data_source = data_source
         self.row_ids = row_prompt_ids(data_source)
         self.chooser = BatchChooser(self.target, self.target.nodes(self.row_ids, "extra_info.index"),
@@ -140,11 +192,16 @@ class GraphdiffCurriculumSampler(_Base):
         return (len(self.row_ids) // self.batch_size) * self.batch_size
 
     def update(self, batch) -> None:
-        """Apply one training step's outcomes (called by verl after every step)."""
-        ids, n, s = outcomes_from_batch(batch, self.success_threshold)
+        """Apply one training step's outcomes (called by verl <= 0.7 after every step)."""
+        self.apply(*outcomes_from_batch(batch, self.success_threshold))
+
+    def apply(self, ids: list[str], n: np.ndarray, s: np.ndarray) -> dict[str, float]:
+        """Apply one training step's per-prompt outcomes as the estimator's next step; returns (and keeps
+        in ``metrics``) the step's ``graphdiff/...`` scalars for the trainer's logger."""
         step = self.target.step + 1
         metrics = StepMetrics()
         metrics.before(self.target, ids, n)
         stats = self.target.apply(step, ids, n, s)
         self.metrics = metrics.after(self.target, n, s)
         self.applied.append({"step": step, "ids": ids, "n": n, "s": s, "stats": stats, "metrics": self.metrics})
+        return self.metrics

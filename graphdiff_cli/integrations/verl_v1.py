@@ -1,0 +1,84 @@
+"""graphdiff in verl's v1 trainer (verl 0.9, the default ``trainer.use_v1: true``): a registered trainer mode.
+
+verl 0.9 builds its training sampler with ``create_rl_sampler`` (random or sequential, no class_path hook)
+and calls no curriculum ``update``. Its v1 trainer does look trainer classes up by name
+(``trainer.v1.trainer_mode``, ``@register_trainer``) and imports the modules named in
+``VERL_USE_EXTERNAL_MODULES`` in every process at ``import verl``. This module registers
+``trainer.v1.trainer_mode=graphdiff``: verl's own synchronous trainer (``PPOTrainerSync``, so every
+``trainer_mode == "sync"`` path is unchanged) with two differences:
+
+* its training data loader draws from ``integrations.verl.GraphdiffCurriculumSampler``: blocks of
+  ``data.train_batch_size`` rows (one training step's prompts) chosen from a pool of ``pool_factor`` x
+  that by the configured rule from the current estimates. With ``data.dataloader_num_workers=0`` the
+  loader asks for step t + 1's prompts only inside step t + 1, after step t's outcomes were applied;
+* after each step (``step``, before verl saves the checkpoint, clears the batch and logs), it reads the
+  step's ``index`` and ``rm_scores`` from the TransferQueue, applies them as exactly one estimator step
+  and adds the ``graphdiff/...`` scalars (``tracking.StepMetrics``) to the step's metrics, so they reach
+  the trainer's W&B / TensorBoard / console logger.
+
+Settings: a top-level ``graphdiff:`` section (``+graphdiff.state=runs/STATE`` on the command line), with
+the keys of ``integrations.verl.DEFAULTS``. Refused in one line at start-up: ``dataloader_num_workers``
+other than 0 (the loader would choose ahead of the outcomes), DAPO ``algorithm.filter_groups`` and
+``trainer.v1.sampler.sync_refill_failed_groups`` (a step then takes a varying number of prompts, one at a
+time), and a STATE that is not at the trainer's step (resume from checkpoint C needs the STATE at C:
+``graphdiff rollback --to C``).
+
+Importing this module imports verl; where verl (or one of its dependencies: ray, transfer_queue, ...)
+cannot be imported, it raises ``ImportError`` naming the cause.
+"""
+
+from __future__ import annotations
+
+try:
+    import transfer_queue as tq
+    from omegaconf import open_dict
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+    from verl.utils.dataset.rl_dataset import collate_fn
+except Exception as exc:  # noqa: BLE001 - one specific message whatever failed
+    raise ImportError(f"graphdiff's verl v1 trainer needs verl >= 0.9 with its dependencies, and importing them "
+                      f"failed: {type(exc).__name__}: {str(exc).strip()[:300]}") from exc
+
+from ..errors import StateError
+from .verl import GraphdiffCurriculumSampler, check_v1_config, outcomes_from_fields
+
+TRAINER_MODE = "graphdiff"
+
+
+@register_trainer(TRAINER_MODE)
+class GraphdiffPPOTrainer(PPOTrainerSync):
+    """verl's synchronous v1 trainer whose prompts are chosen by graphdiff, fed every step's outcomes."""
+
+    def __init__(self, config, *args, **kwargs):
+        check_v1_config(config)
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = "sync"  # verl branches on "sync": behave exactly as it
+        super().__init__(config, *args, **kwargs)
+
+    def _init_dataloader(self):
+        super()._init_dataloader()  # datasets, the validation loader, verl's checks and sizes
+        self.graphdiff_sampler = GraphdiffCurriculumSampler(self.train_dataset, self.config.data,
+                                                    options=self.config.get("graphdiff", None),
+                                                    batch_size=int(self.config.data.train_batch_size))
+        gen_batch_size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
+        self.train_dataloader = StatefulDataLoader(dataset=self.train_dataset, batch_size=gen_batch_size,
+                                                   num_workers=0, drop_last=True, collate_fn=collate_fn,
+                                                   sampler=self.graphdiff_sampler)
+        self.train_dataloader_it = None
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        # fit() counts steps from 1 and has advanced global_steps to the step about to run
+        done = int(self.global_steps) - 1
+        if self.graphdiff_sampler.target.step != done:
+            raise StateError(f"the graphdiff estimator is at step {self.graphdiff_sampler.target.step} but verl resumes "
+                             f"after step {done}; roll the STATE back to the checkpoint's step (graphdiff "
+                             f"rollback --to {done}) or start a fresh STATE")
+
+    def step(self, metrics: dict, timing_raw: dict):
+        batch = super().step(metrics, timing_raw)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["index", "rm_scores"])
+        ids, n, s = outcomes_from_fields(data["index"], data["rm_scores"], batch.tags,
+                                         self.graphdiff_sampler.success_threshold)
+        metrics.update(self.graphdiff_sampler.apply(ids, n, s))
+        return batch
