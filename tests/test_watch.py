@@ -87,6 +87,29 @@ def run_watch(state, inbox, **kw):
 # --------------------------------------------------------------------------------------------- order
 
 
+def test_a_long_watch_keeps_bounded_bookkeeping(state, inbox, inputs, monkeypatch):
+    """A watcher lives for the whole run: the result lists only the last APPLIED_KEPT steps (all counted),
+    and step files the trainer deleted are forgotten (the soak's memory growth, docs/reliability.md)."""
+    import graphdiff_cli.stages.watch as W
+
+    monkeypatch.setattr(W, "APPLIED_KEPT", 2)
+    for t in range(1, STEPS + 1):
+        drop(inputs, inbox, t)
+    w = W._Watcher(state, inbox, complete="rename", predictions=None, group_size=8, success_threshold=1.0,
+                   lock_timeout=5.0, device="cpu", durable=False, listener=lambda e: None)
+    w.pass_once()
+    assert [a["step"] for a in w.applied] == [3, 4] and w.n_applied == 4
+    w.pass_once()  # the applied files are checked against the log once, and remembered
+    assert len(w._checked) == STEPS
+    for t in (1, 2):
+        (inbox / step_file_name(t)).unlink()
+    w.pass_once()
+    assert sorted(w._checked) == [step_file_name(3), step_file_name(4)]
+    assert_same_as_reference(state, inputs)
+
+
+
+
 def test_out_of_order_arrival_is_applied_in_step_order(state, inbox, inputs):
     for t in (3, 4, 2):
         drop(inputs, inbox, t)

@@ -262,11 +262,15 @@ class StateDir:
         the current version), in order."""
         return self._read_log(upto)[0]
 
-    def _read_log(self, upto=None) -> tuple[list[dict], bool]:
+    def _read_log(self, upto=None, keep_entries: bool = True) -> tuple[list[dict], bool]:
         """(the log's entries up to version ``upto``, whether the file holds exactly those lines).
 
         Lines above ``upto`` are debris of a crashed update (invariant 2), and so is a last line without its
         newline that does not parse (an append cut short): both are skipped, and the file is then not exact.
+        The file is read one line at a time and, with ``keep_entries=False`` (the entries come back empty),
+        no line outlives its check: a long-lived writer checks a log that grows every step, and holding all
+        of it at once each time raised its resident memory by the log's parsed size at every step (the
+        allocator keeps the highest peak).
         """
         if upto is None:
             upto = self.current_version()
@@ -275,38 +279,37 @@ class StateDir:
         path = self.root / LOG
         if not path.is_file():
             raise ArtifactError(f"{path}: the STATE directory has no log")
-        text = path.read_text(encoding="utf-8")
-        lines = text.split("\n")
-        torn = lines.pop() if lines else ""  # the text after the last newline: "" when the file ends in one
-        exact = not torn.strip()
-        if torn.strip():
-            try:  # a whole entry that only lacks its newline (a hand edit) still counts; else an append cut short
-                if _version(json.loads(torn)) <= upto:
-                    lines.append(torn)
-            except (ValueError, KeyError, TypeError):
-                pass
-        entries = []
-        for line_no, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                e = json.loads(line)
-                version = _version(e)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                raise ArtifactError(f"{path}:{line_no}: damaged log line") from None
-            if version <= upto:
-                entries.append(e)
-            else:
-                exact = False
-        versions = [_version(e) for e in entries]
-        # one line per applied version, in order (rollback truncates it): (0, 0), then each step's update and
-        # its revisions 1, 2, ... before the next step
-        ok = bool(versions) and versions[0] == (0, 0) and all(
-            b in ((a[0], a[1] + 1), (a[0] + 1, 0)) for a, b in zip(versions, versions[1:]))
+        entries, exact = [], True
+        first = last_v = None
+        count, ok = 0, True
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    e = json.loads(line)
+                    version = _version(e)
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    if not line.endswith("\n"):  # an append cut short: debris above CURRENT
+                        exact = False
+                        continue
+                    raise ArtifactError(f"{path}:{line_no}: damaged log line") from None
+                if not line.endswith("\n"):  # a whole entry that only lacks its newline (a hand edit)
+                    exact = False
+                if version > upto:
+                    exact = False
+                    continue
+                # one line per applied version, in order (rollback truncates it): (0, 0), then each step's
+                # update and its revisions 1, 2, ... before the next step
+                ok = ok and (version == (0, 0) if last_v is None
+                             else version in ((last_v[0], last_v[1] + 1), (last_v[0] + 1, 0)))
+                first = version if first is None else first
+                last_v, count = version, count + 1
+                if keep_entries:
+                    entries.append(e)
         last = upto[0] if upto[1] == float("inf") else upto
-        if not ok or (versions[-1][0] if upto[1] == float("inf") else versions[-1]) != last:
-            steps = [v[0] for v in versions]
-            have = f"steps {steps[0]}..{steps[-1]} ({len(steps)} lines)" if steps else "no steps"
+        if not count or not ok or (last_v[0] if upto[1] == float("inf") else last_v) != last:
+            have = f"steps {first[0]}..{last_v[0]} ({count} lines)" if count else "no steps"
             raise ArtifactError(f"{path}: the log lists {have} but the STATE is at step {_name(upto)}; it was "
                                 "damaged or edited (restore it from a backup, or rollback to a step it covers)")
         return entries, exact
@@ -430,13 +433,14 @@ class StateDir:
                   inputs={k: entry[k + "_hash"] for k in ("outcomes", "prompts", "ids") if entry.get(k + "_hash")},
                   extra_attrs={"revision": version[1]} if version[1] else None, durable=durable)
         _pause("artifact")
-        entries, exact = self._read_log(upto=self.current_version())
+        exact = self._read_log(upto=self.current_version(), keep_entries=False)[1]
         new = {**entry, "step": version[0], "state": rel, "applied_at": _now()}
         if version[1]:
             new["revision"] = version[1]
         if exact:  # the usual case: one line appended
             self._append_log(new, durable)
         else:  # debris of a crashed update above CURRENT (or a torn last line): rewrite without it, atomically
+            entries = self._read_log(upto=self.current_version())[0]
             atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries + [new]))
         _pause("log")
         atomic_write_text(self.root / CURRENT, pointer_text(*version))

@@ -40,6 +40,7 @@ import contextlib
 import os
 import re
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -54,6 +55,7 @@ DONE_SUFFIX = ".done"
 LOCK_NAME = ".graphdiff-watch.lock"
 COMPLETE_MODES = ("rename", "done")
 STEP_TOKEN = "{step}"
+APPLIED_KEPT = 1000  # the result's "applied" lists the last this many steps; "n_applied" counts them all
 
 Listener = Callable[[dict], None]
 
@@ -157,10 +159,11 @@ class _Watcher:
         self.success_threshold, self.lock_timeout = success_threshold, lock_timeout
         self.device, self.durable, self.listener = device, durable, listener
         self.predict_ids = predict_ids
-        self.applied: list[dict] = []
+        # the last APPLIED_KEPT steps applied (a watcher can live for 10^5 steps: memory stays flat), and the count
+        self.applied: deque[dict] = deque(maxlen=APPLIED_KEPT)
+        self.n_applied = 0
         self.changed: list[dict] = []  # prompt set changes applied (prompts-T, retire-T files)
         self.conflicts: dict[str, dict] = {}
-        self.predicted_steps: list[int] = []
         self._checked: dict[str, tuple] = {}   # name -> (size, mtime_ns) of applied-step files already checked
         self._last_wait = None
 
@@ -205,6 +208,7 @@ class _Watcher:
                  "successes": res["successes"], "iterations": res["iterations"], "converged": res["converged"],
                  "seconds": round(res["timings"]["total_s"], 4), "outcomes_hash": res["outcomes_hash"]}
         self.applied.append(entry)
+        self.n_applied += 1
         self._checked[path.name] = _signature(path)
         self.listener({"event": "applied", **entry})
         if self.predictions is not None:
@@ -247,7 +251,6 @@ class _Watcher:
         res = self.handoff.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
         if res["step"] != step:  # another writer moved CURRENT between the update and the predict
             self.listener({"event": "moved", "step": step, "current": res["step"]})
-        self.predicted_steps.append(res["step"])
         self.listener({"event": "predicted", "step": res["step"], "out": str(out), "rows": res["rows"]})
 
     def ensure_predictions(self) -> None:
@@ -285,6 +288,9 @@ class _Watcher:
 
     def _check_applied(self, scan: InboxScan, cur: int) -> None:
         """Files for steps <= current must be the bytes the STATE's log recorded; else a conflict."""
+        present = {p.name for p in scan.ready.values()} | {p.name for ch in scan.changes.values() for _, p in ch}
+        if len(self._checked) > len(present):  # files the trainer deleted: forget them (a long run stays flat)
+            self._checked = {name: sig for name, sig in self._checked.items() if name in present}
         self._check_late(scan, cur)
         todo = {step: p for step, p in scan.ready.items() if step <= cur
                 and self._checked.get(p.name) != _signature(p)}
@@ -388,7 +394,7 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
                 break
     cur = w.sd.current_step
     return {"command": "watch", "state": str(state), "inbox": str(inbox), "complete": complete,
-            "start_step": start_step, "step": cur, "applied": w.applied, "n_applied": len(w.applied),
+            "start_step": start_step, "step": cur, "applied": list(w.applied), "n_applied": w.n_applied,
             "prompt_set_changes": w.changed,
             "pending": sorted(s for s in scan.ready if s > cur + 1), "next_step": cur + 1,
             "incomplete": scan.incomplete, "duplicates": scan.duplicates, "invalid": scan.invalid,
