@@ -154,7 +154,7 @@ def test_ratio_bootstrap_covers_the_true_mean_and_widens_for_correlated_steps():
         ci = ratio_bootstrap(x, np.ones(150), n_boot=500, seed=rep, block=1)
         covered += ci["lo"] <= 0.1 <= ci["hi"]
     assert 176 <= covered <= 199  # 88%-99.5%: a 200-draw binomial around 0.95
-    # AR(1) steps (neighbours correlated 0.8): the moving-block interval is wider than the i.i.d. one, as
+    # AR(1) steps (neighbours correlated 0.8): the block bootstrap interval is wider than the i.i.d. one, as
     # it must be (the effective sample is smaller)
     e = rng.standard_normal(400)
     x = np.zeros(400)

@@ -12,41 +12,23 @@ finished exactly once by the next call.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
+import multiprocessing
 import zlib
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from _handoff_fixtures import make_inputs
+from _openrlhf_worker import call as _call
+from _openrlhf_worker import load_reward_func
 from graphdiff_cli.errors import DataError, StateError
 from graphdiff_cli.integrations.openrlhf import StepRecorder, parse_label
 from graphdiff_cli.io.state_dir import StateDir
 from graphdiff_cli.stages.handoff import init_state
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "openrlhf" / "reward_func.py"
 B, N_SAMPLES, N_PROMPTS = 4, 4, 40
-
-_reward_func = None
-
-
-def _load_reward_func(env: dict) -> None:
-    """Pool initializer: what OpenRLHF's SingleTurnAgentExecutor does in each vLLM engine process."""
-    global _reward_func
-    os.environ.update(env)
-    spec = importlib.util.spec_from_file_location("reward_func", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    _reward_func = module.reward_func
-
-
-def _call(query: str, prompt: str, label: str) -> float:
-    out = _reward_func([query], [prompt], [label])
-    return float(out["rewards"][0])
 
 
 def _answer(pid: str, j: int, step: int) -> bool:
@@ -69,7 +51,8 @@ def test_waves_from_several_processes_become_one_step_each(state):
            "GRAPHDIFF_FILTER_RANGE": "0,1", "GRAPHDIFF_EPISODE_PROMPTS": str(N_PROMPTS)}
     order = [str(x) for x in np.random.default_rng(0).permutation(ids)]
     expected: list[dict[str, int]] = []  # per wave: prompt id -> successes
-    with ProcessPoolExecutor(3, initializer=_load_reward_func, initargs=(env,)) as pool:
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(3, mp_context=spawn, initializer=load_reward_func, initargs=(env,)) as pool:
         eval_label = json.dumps({"id": ids[0], "answer": "yes", "eval": True})
         assert pool.submit(_call, "... yes", "q", eval_label).result() == 1.0  # evaluation: scored, not recorded
         step, cursor = 1, 0
@@ -103,7 +86,9 @@ def test_waves_from_several_processes_become_one_step_each(state):
         assert log[t]["rollouts"] == N_SAMPLES * len(wave) and log[t]["successes"] == sum(wave.values())
     assert any(not 0 < s < N_SAMPLES for w in expected for s in w.values())  # filtered groups were counted
     assert len(expected[-1]) < B or sum(0 < s < N_SAMPLES for s in expected[-1].values()) == B
-    assert not (folder / "closing.json").exists() and (folder / "pending.jsonl").read_text() == ""
+    assert not (folder / "closing.json").exists()
+    assert [p.name for p in folder.glob("pending-*")] == [f"pending-{len(expected) + 1:08d}.jsonl"]
+    assert (folder / f"pending-{len(expected) + 1:08d}.jsonl").read_text() == ""
     assert not (folder / "ERROR").exists()
 
 
@@ -118,28 +103,67 @@ def test_an_unknown_id_is_refused_and_the_refusal_kept(state):
         rec.record(ids[0], 1.0)  # OpenRLHF would swallow the first error: every later call fails too
     error.unlink()
     assert rec.record(ids[0], 1.0) is None
+    with pytest.raises(Exception):  # anything unexpected is kept too (here: the wave's file is not JSON)
+        (root.parent / "STATE.openrlhf" / "pending-00000001.jsonl").write_text("not json\n")
+        StepRecorder(root, batch_size=2, n_samples=2, durable=False).record(ids[0], 1.0)
+    assert "JSONDecodeError" in error.read_text() and len(error.read_text().splitlines()) == 1
+    error.unlink()
+    (root.parent / "STATE.openrlhf" / "pending-00000001.jsonl").write_text(
+        json.dumps({"id": ids[0], "reward": 1.0, "score": 1.0}) + "\n")
     with pytest.raises(DataError, match="more than n_samples = 2"):
         for _ in range(2):
             rec.record(ids[0], 0.0)
 
 
-def test_a_crash_between_moving_and_applying_a_wave_is_finished_once(state, monkeypatch):
+@pytest.mark.parametrize("crash", ["closing written", "next wave written", "episode written", "applied"])
+def test_a_crash_anywhere_in_a_close_leaves_the_wave_applied_once(state, monkeypatch, crash):
+    import graphdiff_cli.integrations.openrlhf as O
+
     root, ids = state
     rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False)
-    real_apply = rec.target.apply
-    monkeypatch.setattr(rec.target, "apply", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    rec.record(ids[3], 1.0)  # a rollout of a group that stays incomplete: it must survive the close
     rec.record(ids[1], 1.0)
-    with pytest.raises(KeyboardInterrupt):  # the process dies after closing.json, before the STATE moved
-        rec.record(ids[1], 0.0)
+    writes = {"closing written": 1, "next wave written": 2, "episode written": 3}
+    real_write, real_apply, calls = O.atomic_write_text, rec.target.apply, []
+
+    def write(path, text):
+        real_write(path, text)
+        calls.append(path)
+        if len(calls) == writes.get(crash):
+            raise KeyboardInterrupt  # the process dies right after this write
+
+    def apply(*a, **k):
+        real_apply(*a, **k)
+        raise KeyboardInterrupt  # dies after the STATE moved, before the close is tidied up
+
+    monkeypatch.setattr(O, "atomic_write_text", write)
+    if crash == "applied":
+        monkeypatch.setattr(rec.target, "apply", apply)
+    with pytest.raises(KeyboardInterrupt):
+        rec.record(ids[1], 0.0)  # completes ids[1]'s group: wave 1 closes
+    monkeypatch.undo()
     folder = root.parent / "STATE.openrlhf"
-    assert (folder / "closing.json").exists() and StateDir.open(root).current_step == 0
-    monkeypatch.setattr(rec.target, "apply", real_apply)
+    assert (folder / "closing.json").exists()
     fresh = StepRecorder(root, batch_size=1, n_samples=2, durable=False)  # e.g. another engine process
-    assert fresh.record(ids[2], 1.0) is None  # finishes step 1 first, then records its own rollout
+    assert fresh.record(ids[3], 0.0) == 2  # finishes wave 1, then ids[3]'s group (kept) completes wave 2
     sd = StateDir.open(root)
-    assert sd.current_step == 1 and sd.log_entries()[1]["rollouts"] == 2 and sd.log_entries()[1]["successes"] == 1
-    assert not (folder / "closing.json").exists()
-    assert fresh.record(ids[2], 1.0) == 2  # ids[2]'s group completes step 2 (no filter: every group passes)
+    log = sd.log_entries()
+    assert sd.current_step == 2 and [(e["rollouts"], e["successes"]) for e in log[1:]] == [(2, 1), (2, 1)]
+    rows = [json.loads(x) for x in (folder / "step_00000001.jsonl").read_text().splitlines()]
+    assert rows == [{"id": ids[1], "n": 2, "s": 1}]
+    assert not (folder / "closing.json").exists() and not (folder / "ERROR").exists()
+
+
+def test_an_append_cut_short_is_dropped_not_merged(state):
+    root, ids = state
+    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False)
+    rec.record(ids[1], 1.0)
+    path = root.parent / "STATE.openrlhf" / "pending-00000001.jsonl"
+    with open(path, "a") as f:
+        f.write('{"id": "' + ids[1] + '", "rew')  # a process killed mid-append
+    other = StepRecorder(root, batch_size=1, n_samples=2, durable=False)
+    assert other.record(ids[1], 0.0) == 1
+    assert StateDir.open(root).log_entries()[1]["rollouts"] == 2
 
 
 def test_labels_and_settings():

@@ -84,6 +84,25 @@ def test_batches_follow_the_target_rule_and_updates_apply_one_step():
     assert sampler.chooser.decisions[1].estimator_step == 1 and len(set(second)) == 4
 
 
+def test_a_saved_position_resumes_with_the_same_choice():
+    """state_dict / load_state_dict (what verl's StatefulDataLoader checkpoints): a resumed sampler continues
+    mid-block with the block chosen before, then chooses the next blocks as an uninterrupted one would."""
+    target = _target()
+    ref = GraphdiffCurriculumSampler(_dataset(range(100, 100 + N)), _config(pool_factor=2, seed=4), target=target)
+    want = list(iter(ref))[:14]
+    first = GraphdiffCurriculumSampler(_dataset(range(100, 100 + N)), _config(pool_factor=2, seed=4), target=target)
+    it = iter(first)
+    got = [next(it) for _ in range(6)]  # one block of 4 and half the next
+    saved = first.state_dict()
+    assert saved["epoch"] == 0 and saved["batch"] == 1 and saved["row"] == 2 and len(saved["block"]) == 4
+    resumed = GraphdiffCurriculumSampler(_dataset(range(100, 100 + N)), _config(pool_factor=2, seed=4), target=target)
+    resumed.load_state_dict(saved)
+    it = iter(resumed)
+    got += [next(it) for _ in range(8)]
+    assert got == want
+    assert len(resumed.chooser.decisions) == 2  # blocks 2 and 3 only: nothing re-chosen to skip ahead
+
+
 def test_outcomes_use_index_never_uid():
     ids, n, s = outcomes_from_batch(_batch(["7", "7", "9"], [1.0, 0.5, 2.0], uid=["a", "b", "c"]))
     assert ids == ["7", "9"] and n.tolist() == [2, 1] and s.tolist() == [1, 1]
@@ -250,6 +269,17 @@ def test_v1_trainer_with_verl_installed(monkeypatch):
     assert target.step == 1 and sampler.applied[0]["s"].tolist() == [1, 2, 0, 0]
     assert metrics["graphdiff/success_rate"] == 3 / 8 and metrics["graphdiff/effective"] == 0.25
     assert metrics["actor/loss"] == 0.1
+    # a checkpoint of verl's loader carries the sampler's position: a new trainer resumes with the same block
+    loader_state = trainer.train_dataloader.state_dict()
+    again = object.__new__(cls)
+    again.config = config
+    again._init_dataloader()
+    again.train_dataloader.load_state_dict(loader_state)
+    nxt = next(iter(again.train_dataloader))["index"].tolist()
+    assert len(again.graphdiff_sampler.chooser.decisions) == 1  # block 1 only: block 0 not re-chosen
+    assert again.graphdiff_sampler.state_dict()["batch"] == 1 and again.graphdiff_sampler.epoch == 1
+    uninterrupted = sampler.chooser.choose(0, 1)  # what the first trainer would draw next, same estimates
+    assert [int(i) for i in nxt] == (100 + uninterrupted).tolist()
     # a resume whose STATE is not at the trainer's step is refused
     trainer.global_steps = 5
     with pytest.raises(Exception, match="rollback --to 4"):

@@ -14,14 +14,9 @@ import torch
 
 from graphdiff_cli.integrations.openrlhf import StepRecorder, parse_label
 
-_recorder = None
-
-
-def recorder() -> StepRecorder:
-    global _recorder
-    if _recorder is None:  # one per process; every process shares the files next to the STATE
-        _recorder = StepRecorder.from_env()
-    return _recorder
+# built when OpenRLHF loads this file (in each engine process; they share the files next to the STATE): a
+# wrong setting then stops the engine with its message, where an error inside reward_func would be swallowed
+RECORDER = StepRecorder.from_env()
 
 
 def correctness(query: str, meta: dict) -> float:
@@ -36,7 +31,7 @@ def reward_func(queries, prompts, labels):
         pid, meta = parse_label(label)
         reward = correctness(query, meta)
         if not meta.get("eval"):
-            recorder().record(pid, reward)
+            RECORDER.record(pid, reward)  # raises (and writes <STATE>.openrlhf/ERROR) on a refusal
         rewards.append(reward)
     r = torch.tensor(rewards, dtype=torch.float32)
     return {"rewards": r, "scores": r, "extra_logs": {"graphdiff_recorded_success": float(r.mean())}}

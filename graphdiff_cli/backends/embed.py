@@ -83,7 +83,8 @@ def _not_cached_message(target: str) -> str:
             f"--model /local/path, or set HF_HOME to a cache that holds it")
 
 
-WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+WEIGHTS = ("model.safetensors", "pytorch_model.bin",  # one file, or the index of a sharded model
+           "model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
 def locate_encoder(model: str) -> str:

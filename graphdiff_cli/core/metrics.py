@@ -130,9 +130,10 @@ def within_batch(step, p, r) -> dict:
 
 def ratio_bootstrap(num, den, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
                     block: int | None = None) -> dict:
-    """Confidence interval of sum(num) / sum(den) over units in order (steps, pools), by a moving-block
-    bootstrap: blocks of ``block`` consecutive units (default ceil(units^(1/3)), so that the correlation
-    of neighbouring steps stays inside a block) are drawn with replacement until the units are covered.
+    """Confidence interval of sum(num) / sum(den) over units in order (steps, pools), by a circular block
+    bootstrap: blocks of ``block`` consecutive units (default ceil(units^(1/3)), so that the correlation of
+    neighbouring steps stays inside a block; wrapping around the end, so the first and last steps are drawn
+    as often as the others) are drawn with replacement and cut to exactly the number of units.
 
     For a paired difference, num holds each unit's difference (e.g. the summed |p_a - r| - |p_b - r| of a
     step's rows) and den its weight (the step's rows). Returns {"estimate", "lo", "hi", "level",
@@ -150,11 +151,15 @@ def ratio_bootstrap(num, den, *, n_boot: int = 2000, level: float = 0.95, seed: 
     if units < 2 or np.count_nonzero(den) < 2:
         return out
     block = min(block, units)
-    starts = units - block + 1
-    cn, cd = np.r_[0.0, np.cumsum(num)], np.r_[0.0, np.cumsum(den)]
-    bn, bd = cn[block:] - cn[:-block], cd[block:] - cd[:-block]  # every block's sums
-    draws = np.random.default_rng(seed).integers(0, starts, size=(int(n_boot), -(-units // block)))
-    sn, sd = bn[draws].sum(axis=1), bd[draws].sum(axis=1)
+    rng = np.random.default_rng(seed)
+    blocks = -(-units // block)
+    offsets = np.arange(block, dtype=np.int64)
+    sn, sd = np.empty(int(n_boot)), np.empty(int(n_boot))
+    for lo in range(0, int(n_boot), 256):  # in chunks: the index matrix is chunk x units
+        m = min(256, int(n_boot) - lo)
+        starts = rng.integers(0, units, size=(m, blocks))
+        idx = ((starts[:, :, None] + offsets) % units).reshape(m, -1)[:, :units]
+        sn[lo:lo + m], sd[lo:lo + m] = num[idx].sum(axis=1), den[idx].sum(axis=1)
     stats = sn[sd > 0] / sd[sd > 0]
     a = (1.0 - level) / 2.0
     out["lo"], out["hi"] = (float(v) for v in np.quantile(stats, [a, 1.0 - a]))

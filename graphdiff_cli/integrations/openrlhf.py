@@ -9,16 +9,18 @@ replaced by a fresh prompt), or fewer when the episode's prompts run out.
 
 ``StepRecorder.record(id, reward, score)`` is called by the reward function for each training rollout (the
 id travels in the data set's label field, e.g. as JSON: ``parse_label``). Every call, from every process
-and thread, appends the rollout under one file lock in ``<STATE>.openrlhf/``; the call that completes the
+and thread, appends the rollout under one file lock to ``<STATE>.openrlhf/pending-<T>.jsonl`` (wave T's
+file; each process reads only the lines added since its last call); the call that completes the
 wave - ``batch_size`` complete groups that pass the filter (strictly ``lo < mean score < hi``, as OpenRLHF
 filters), or ``episode_prompts`` groups in the episode - applies every complete group of the wave (the
 filtered ones too: they are outcomes of the same policy) as exactly one STATE step, T = the STATE's step
-+ 1. The wave is first moved, atomically, from ``pending.jsonl`` to ``closing.json`` and only then applied,
-so a crash at any point leaves it applied once: a later call finds ``closing.json`` and applies it if the
-STATE is not yet at T.
++ 1. The close is first written, atomically, as ``closing.json`` (the wave's rollouts, the rollouts that
+belong to the next wave, the episode count) and then carried out idempotently (next wave's file, episode
+count, the STATE step if the STATE is not yet at T, this wave's file removed), so a crash at any point
+leaves the wave applied exactly once: the next call finds ``closing.json`` and finishes it.
 
-A failure (an id not in the STATE, a group with more than n rollouts, a STATE moved by someone else) is
-raised, written to ``<STATE>.openrlhf/ERROR`` and printed on stderr, and every later call raises it again
+A failure (an id not in the STATE, a group with more than n rollouts, a STATE moved by someone else, or
+anything unexpected) is raised, written in one line to ``<STATE>.openrlhf/ERROR`` and printed on stderr, and every later call raises it again
 until the file is removed: OpenRLHF would otherwise hide it.
 """
 
@@ -73,6 +75,8 @@ class StepRecorder:
         self.folder = Path(folder) if folder else self.state.parent / f"{self.state.name}.openrlhf"
         self.folder.mkdir(parents=True, exist_ok=True)
         self.target = StateTarget(self.state, outcomes_dir=self.folder, device=device, durable=durable)
+        self._ids: set[str] | None = None
+        self._cache: tuple[str, int, dict] | None = None  # (pending file, bytes read, rollouts by prompt)
 
     @classmethod
     def from_env(cls, **overrides) -> StepRecorder:
@@ -97,58 +101,92 @@ class StepRecorder:
         """Record one training rollout; returns the step applied when this call completed a wave."""
         error = self.folder / "ERROR"
         try:
-            with file_lock(self.folder / "lock", timeout=3600.0,
+            with file_lock(self.folder / "lock", timeout=3600.0, record_pid=True,
                            busy=lambda holder: f"{self.folder}/lock held by pid {holder} for an hour"):
                 if error.exists():
                     raise StateError(f"graphdiff's OpenRLHF recorder stopped earlier: {error.read_text().strip()} "
                                      f"(remove {error} once fixed)")
                 self._finish_closing()
-                self.target.nodes([str(prompt_id)], "the reward function's prompt id")  # unknown: refused now
-                row = {"id": str(prompt_id), "reward": float(reward),
-                       "score": float(reward if score is None else score)}
-                with open(self.folder / "pending.jsonl", "a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
+                pid = self._known(str(prompt_id))
+                row = {"id": pid, "reward": float(reward), "score": float(reward if score is None else score)}
+                self._append(row)
                 return self._maybe_close()
-        except GraphdiffError as exc:
+        except Exception as exc:  # noqa: BLE001 - OpenRLHF hides whatever the reward function raises
             if not error.exists():
-                atomic_write_text(error, f"{exc}\n")
-                print(f"graphdiff (OpenRLHF recorder): {exc}", file=sys.stderr, flush=True)
+                line = " ".join(f"{type(exc).__name__}: {exc}".split()) if not isinstance(exc, GraphdiffError) \
+                    else " ".join(str(exc).split())
+                atomic_write_text(error, f"{line}\n")
+                print(f"graphdiff (OpenRLHF recorder): {line}", file=sys.stderr, flush=True)
             raise
 
     # -- under the lock ------------------------------------------------------------------------------
 
-    def _pending(self) -> list[dict]:
-        path = self.folder / "pending.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    def _known(self, pid: str) -> str:
+        """The id, refused unless the STATE has it (the id set is re-read once on a miss: extend adds ids)."""
+        if self._ids is None or pid not in self._ids:
+            self._ids = set(self.target.ids)
+            if pid not in self._ids:
+                self.target.nodes([pid], "the reward function's prompt id")  # raises the usual one-line error
+        return pid
+
+    def _pending_path(self, step: int) -> Path:
+        return self.folder / f"pending-{step:08d}.jsonl"  # the rollouts of wave `step` recorded so far
+
+    def _append(self, row: dict) -> None:
+        path = self._pending_path(self.target.step + 1)
+        with open(path, "ab") as f:
+            size = f.tell()
+            if size:  # an append cut short by a crash leaves a last line without its newline: drop it
+                with open(path, "rb") as r:
+                    data = r.read()
+                if not data.endswith(b"\n"):
+                    f.truncate(data.rfind(b"\n") + 1)
+            f.write((json.dumps(row) + "\n").encode())
+
+    def _groups(self) -> dict[str, list[dict]]:
+        """The current wave's rollouts by prompt, read incrementally: this process remembers how far it read
+        (a wave's file only grows; the next wave has a file of its own), so a call costs its new lines."""
+        path = self._pending_path(self.target.step + 1)
+        if self._cache is None or self._cache[0] != path.name:
+            self._cache = (path.name, 0, {})
+        _, offset, groups = self._cache
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        end = data.rfind(b"\n") + 1  # a partial last line is not a rollout (yet)
+        for line in data[:end].splitlines():
+            if line.strip():
+                r = json.loads(line)
+                groups.setdefault(r["id"], []).append(r)
+        self._cache = (path.name, offset + end, groups)
+        return groups
 
     def _episode(self) -> int:
         path = self.folder / "episode.json"
         return int(json.loads(path.read_text())["prompts"]) if path.exists() else 0
 
     def _maybe_close(self) -> int | None:
-        rows = self._pending()
-        groups: dict[str, list[dict]] = {}
-        for r in rows:
-            groups.setdefault(r["id"], []).append(r)
+        groups = self._groups()
         over = [pid for pid, g in groups.items() if len(g) > self.n_samples]
         if over:
             raise DataError(f"prompt {over[0]!r} got {len(groups[over[0]])} rollouts in one wave, more than "
                             f"n_samples = {self.n_samples}: is GRAPHDIFF_N_SAMPLES the trainer's n_samples_per_prompt?")
-        done = [pid for pid, g in groups.items() if len(g) == self.n_samples]
+        done = {pid for pid, g in groups.items() if len(g) == self.n_samples}
         passing = sum(self._passes(groups[pid]) for pid in done)
         episode = self._episode() + len(done)
         end_of_episode = self.episode_prompts is not None and episode >= self.episode_prompts
         if passing < self.batch_size and not end_of_episode:
             return None
         step = self.target.step + 1
-        wave = [r for r in rows if r["id"] in set(done)]
-        rest = [r for r in rows if r["id"] not in set(done)]
-        # move the wave out of pending first: from here a crash leaves closing.json, applied exactly once
-        atomic_write_text(self.folder / "closing.json", json.dumps({"step": step, "rows": wave}) + "\n")
-        atomic_write_text(self.folder / "pending.jsonl", "".join(json.dumps(r) + "\n" for r in rest))
-        atomic_write_text(self.folder / "episode.json", json.dumps({"prompts": 0 if end_of_episode else episode}))
+        wave = [r for pid in done for r in groups[pid]]
+        rest = [r for pid, g in groups.items() if pid not in done for r in g]
+        # one atomic file says everything the close does; _finish_closing carries it out and is idempotent,
+        # so a crash at any point leaves the wave applied exactly once and the rest pending for the next wave
+        atomic_write_text(self.folder / "closing.json", json.dumps(
+            {"step": step, "rows": wave, "rest": rest, "episode": 0 if end_of_episode else episode}) + "\n")
         self._finish_closing()
         return step
 
@@ -164,10 +202,16 @@ class StepRecorder:
             return
         closing = json.loads(path.read_text(encoding="utf-8"))
         step, cur = int(closing["step"]), self.target.step
+        if cur not in (step - 1, step):
+            raise StateError(f"{self.state} is at step {cur} but the wave being closed is step {step}: another "
+                             "writer moved the STATE (one recorder folder per STATE and run)")
+        nxt = self._pending_path(step + 1)  # the rollouts of the next wave that were already in this one's file
+        if not nxt.exists() or cur == step - 1:
+            atomic_write_text(nxt, "".join(json.dumps(r) + "\n" for r in closing["rest"]))
+        atomic_write_text(self.folder / "episode.json", json.dumps({"prompts": int(closing["episode"])}))
         if cur == step - 1:  # the outcomes file step_<T>.jsonl stays in the folder; the STATE's log has its hash
             ids, n, s = count_outcomes([(0, r["id"], r["reward"]) for r in closing["rows"]], self.success_threshold)
             self.target.apply(step, ids, n, s)
-        elif cur != step:
-            raise StateError(f"{self.state} is at step {cur} but the wave being closed is step {step}: another "
-                             "writer moved the STATE (one recorder folder per STATE and run)")
+        self._pending_path(step).unlink(missing_ok=True)
+        self._cache = None
         path.unlink()

@@ -327,14 +327,15 @@ class StepMetrics:
     ``before(target, ids, n)`` reads the estimates of the step's prompts as they were when the batch was
     chosen (the estimator's previous step), ``after(target, n, s, seconds)`` returns the dict:
 
-    * ``graphdiff/mean_p``: the step's prompts' mean p-hat before their outcomes; ``graphdiff/success_rate``:
+    * ``graphdiff/mean_p``: the step's prompts' mean p-hat just before their outcomes (the estimates after the
+      previous step); ``graphdiff/success_rate``:
       the share of the step's rollouts that succeeded (what mean_p predicts);
     * ``graphdiff/predicted_effective``: the predicted share of the step's groups with both outcomes
       (1 - P(zero variance) at each prompt's own group size); ``graphdiff/effective``: the observed share
       (0 < s < n), which is TRL's 1 - frac_reward_zero_std;
     * ``graphdiff/update_seconds``, ``graphdiff/step`` (the estimator's step), ``graphdiff/prompts``;
     * ``graphdiff/kappa``, ``graphdiff/nu``, ``graphdiff/propagation``, ``graphdiff/time_forgetting``: the
-      settings in use after the update (``settings_in_use``).
+      settings in use after the update (``settings_in_use``; nu and propagation absent when off).
     """
 
     def __init__(self):

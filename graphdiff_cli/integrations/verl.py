@@ -54,7 +54,7 @@ except Exception as _exc:  # noqa: BLE001 - reported by the sampler below when i
     # instead of a silent fallback that verl's own isinstance check would then reject with no cause.
     _absent = isinstance(_exc, ModuleNotFoundError) and (_exc.name or "").split(".")[0] == "verl" and (
         _exc.name == "verl" or _exc.name.startswith("verl.experimental"))
-    VERL_IMPORT_ERROR = None if _absent else f"{type(_exc).__name__}: {str(_exc).strip().splitlines()[0][:200]}"
+    VERL_IMPORT_ERROR = None if _absent else f"{type(_exc).__name__}: {' '.join(str(_exc).split())[:200]}"
 
 DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5,
             "explore": dec.TARGET_EXPLORE,
@@ -164,8 +164,9 @@ class GraphdiffCurriculumSampler(_Base):
         if target is None:
             state = opts["state"] or os.environ.get("GRAPHDIFF_STATE")
             if not state:
-                raise InvalidArgumentError("set data.sampler.state (or GRAPHDIFF_STATE) to a STATE directory made "
-                                           "with graphdiff init")
+                key = "data.sampler.state" if options is None else "+graphdiff.state"
+                raise InvalidArgumentError(f"set {key} (or GRAPHDIFF_STATE) to a STATE directory made with "
+                                           "graphdiff init")
             target = state
         kwargs = {"outcomes_dir": opts["outcomes_dir"]} if isinstance(target, (str, os.PathLike)) else {}
         self.target = open_target(target, **kwargs)
@@ -179,14 +180,33 @@ class GraphdiffCurriculumSampler(_Base):
                                     target_p=float(opts["target"]), group_size=int(opts["group_size"]),
                                     explore=float(opts["explore"]))
         self.epoch = 0
+        self._pos: dict | None = None
+        self._resume: dict | None = None
         self.applied: list[dict] = []
         self.metrics: dict[str, float] = {}  # the last step's graphdiff/... scalars (tracking.StepMetrics)
 
     def __iter__(self):
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        for k in range(len(self.row_ids) // self.batch_size):
-            for row in self.chooser.choose(epoch, k):
-                yield int(row)
+        resume, self._resume = self._resume, None
+        epoch = int(resume["epoch"]) if resume else self.epoch
+        first, row, block = (int(resume["batch"]), int(resume["row"]), resume["block"]) if resume else (0, 0, None)
+        self.epoch = epoch + 1
+        for k in range(first, len(self.row_ids) // self.batch_size):
+            resumed = k == first and block is not None
+            chosen = np.asarray(block, dtype=np.int64) if resumed else self.chooser.choose(epoch, k)
+            for j in range(row if resumed else 0, chosen.size):
+                self._pos = {"epoch": epoch, "batch": k, "row": j + 1, "block": chosen.tolist()}
+                yield int(chosen[j])
+        self._pos = {"epoch": epoch + 1, "batch": 0, "row": 0, "block": None}
+
+    def state_dict(self) -> dict:
+        """Where the next index comes from (epoch, batch, row within the chosen block, the block itself):
+        a checkpointing data loader (verl's StatefulDataLoader) saves it, and a resumed run continues there
+        with the same choice instead of re-choosing every batch it skips."""
+        return dict(self._pos) if self._pos else {"epoch": self.epoch, "batch": 0, "row": 0, "block": None}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._resume = dict(state)
+        self.epoch = int(state["epoch"])
 
     def __len__(self) -> int:
         return (len(self.row_ids) // self.batch_size) * self.batch_size

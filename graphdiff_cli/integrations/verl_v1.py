@@ -31,13 +31,13 @@ from __future__ import annotations
 
 try:
     import transfer_queue as tq
-    from omegaconf import open_dict
+    from omegaconf import OmegaConf, open_dict
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
     from verl.utils.dataset.rl_dataset import collate_fn
 except Exception as exc:  # noqa: BLE001 - one specific message whatever failed
     raise ImportError(f"graphdiff's verl v1 trainer needs verl >= 0.9 with its dependencies, and importing them "
-                      f"failed: {type(exc).__name__}: {str(exc).strip()[:300]}") from exc
+                      f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
 
 from ..errors import StateError
 from .verl import GraphdiffCurriculumSampler, check_v1_config, outcomes_from_fields
@@ -57,9 +57,12 @@ class GraphdiffPPOTrainer(PPOTrainerSync):
 
     def _init_dataloader(self):
         super()._init_dataloader()  # datasets, the validation loader, verl's checks and sizes
-        self.graphdiff_sampler = GraphdiffCurriculumSampler(self.train_dataset, self.config.data,
-                                                    options=self.config.get("graphdiff", None),
-                                                    batch_size=int(self.config.data.train_batch_size))
+        options = dict(self.config.get("graphdiff", None) or {})
+        rollout_n = OmegaConf.select(self.config, "actor_rollout_ref.rollout.n", default=None)
+        if rollout_n and not options.get("group_size"):
+            options["group_size"] = int(rollout_n)  # p_zero_variance for the group size actually rolled out
+        self.graphdiff_sampler = GraphdiffCurriculumSampler(self.train_dataset, self.config.data, options=options,
+                                                            batch_size=int(self.config.data.train_batch_size))
         gen_batch_size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
         self.train_dataloader = StatefulDataLoader(dataset=self.train_dataset, batch_size=gen_batch_size,
                                                    num_workers=0, drop_last=True, collate_fn=collate_fn,

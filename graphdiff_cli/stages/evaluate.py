@@ -54,7 +54,7 @@ def _verdict(metrics: dict) -> list[dict]:
 
 def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
     """The three questions a user asks, graphdiff against the strongest real baseline for each, with a
-    95% moving-block bootstrap interval: is the estimate closer (MAE, over steps), does it rank a batch's
+    95% circular block bootstrap interval: is the estimate closer (MAE, over steps), does it rank a batch's
     prompts better (within-batch r, over steps), does it choose batches with more signal (the target
     rule's effective-group rate in the counterfactual, over pools)."""
     from ..core.metrics import paired_comparison, ratio_bootstrap
@@ -74,7 +74,7 @@ def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
             return None
         return max(scored, key=lambda n: full[n][key]) if higher else min(scored, key=lambda n: full[n][key])
 
-    out: dict = {"level": 0.95, "method": "moving-block bootstrap, 2,000 resamples"}
+    out: dict = {"level": 0.95, "method": "circular block bootstrap, 2,000 resamples"}
     for question, key, diff, higher in (("estimate", "mae", "mae_diff", False),
                                         ("ranking", "within_r", "within_r_diff", True)):
         b = best(key, higher)
@@ -125,6 +125,8 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     out = Path(out)
     cfg = with_device(load_config(config), device)
     keys = parse_methods(methods)
+    if counterfactual is not False and not pool_factor >= 1:  # before the replays, not after them
+        raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
     if counterfactual is not False and explore is not None:
         from ..core.decisions import check_explore
 

@@ -138,8 +138,9 @@ def _headline_markdown(h: dict | None, run: dict) -> list[str]:
                    "turned off (`--no-counterfactual`) or this log cannot give it (see Decisions), or neither "
                    "graphdiff nor a rival estimator was among the methods.")
     out += ["", f"Intervals: {h['method']} of whole steps (pools), blocks of consecutive units so that neighbouring "
-            "steps' correlation is kept; \"better\" only when the whole interval is on one side. Baselines tuned "
-            "in hindsight (discounted history) are flattered.", ""]
+            "steps' correlation is kept; \"better\" only when the whole interval is on one side. The baseline of "
+            "each question is the best on this log, chosen on the same data (so a \"baseline better\" verdict leans "
+            "its way); baselines tuned in hindsight (discounted history) are flattered.", ""]
     return out
 
 
