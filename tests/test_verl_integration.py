@@ -259,8 +259,15 @@ def test_v1_trainer_with_verl_installed(monkeypatch):
     tags = [{}] * 8 + [{"is_padding": True}]
     scores = torch.zeros(9, 2)
     scores[[0, 2, 3, 8], -1] = 1.0
-    fields = {"index": np.array([str(100 + r) for r in chosen for _ in range(2)] + ["100"], dtype=object),
-              "rm_scores": scores}
+    # the fields as verl's TransferQueue returns them: one dict per trajectory, responses of different lengths
+    # (so rm_scores is a jagged nested tensor), the index a non-tensor stack
+    from verl.utils import tensordict_utils as tu
+
+    index = [str(100 + r) for r in chosen for _ in range(2)] + ["100"]
+    fields = tu.list_of_dict_to_tensordict([
+        {"index": pid, "rm_scores": torch.cat([torch.zeros(1 + j % 3), scores[j, -1:]])}
+        for j, pid in enumerate(index)])
+    assert fields["rm_scores"].is_nested
     meta = SimpleNamespace(keys=keys, tags=tags, partition_id="train")
     monkeypatch.setattr(v1.PPOTrainerSync, "step", lambda self, metrics, timing_raw: meta)
     monkeypatch.setattr(verl_v1.tq, "kv_batch_get", lambda keys, partition_id, select_fields: fields)
