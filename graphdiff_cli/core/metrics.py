@@ -166,18 +166,22 @@ def ratio_bootstrap(num, den, *, n_boot: int = 2000, level: float = 0.95, seed: 
     return out
 
 
-def paired_comparison(step, p_a, p_b, r, **bootstrap) -> dict:
-    """Method a against method b on the same rows (grouped by step), each with a confidence interval from
-    ``ratio_bootstrap`` over steps: "mae_diff" = MAE(a) - MAE(b) (negative: a is closer), "within_r_diff"
-    = mean over scored batches of a's within-batch Pearson r minus b's (positive: a ranks better)."""
+def mae_difference(step, p_a, p_b, r, **bootstrap) -> dict:
+    """MAE(a) - MAE(b) on the same rows (grouped by step; negative: a is closer), with its interval from
+    ``ratio_bootstrap`` over steps."""
     step, p_a, p_b, r = np.asarray(step), _f(p_a), _f(p_b), _f(r)
     starts = _batch_starts(step)
     rows = np.diff(np.r_[starts, step.size]).astype(np.float64)
     gap = np.add.reduceat(np.abs(p_a - r) - np.abs(p_b - r), starts) if starts.size else np.zeros(0)
+    return ratio_bootstrap(gap, rows, **bootstrap)
+
+
+def within_r_difference(step, p_a, p_b, r, **bootstrap) -> dict:
+    """Mean over scored batches of a's within-batch Pearson r minus b's (positive: a ranks better), with its
+    interval from ``ratio_bootstrap`` over steps."""
     ra, _, ok = within_batch_scores(step, p_a, r)
     rb, _, _ = within_batch_scores(step, p_b, r)  # the same batches are scored: they depend on r only
-    return {"mae_diff": ratio_bootstrap(gap, rows, **bootstrap),
-            "within_r_diff": ratio_bootstrap(np.where(ok, ra - rb, 0.0), ok.astype(np.float64), **bootstrap)}
+    return ratio_bootstrap(np.where(ok, ra - rb, 0.0), ok.astype(np.float64), **bootstrap)
 
 
 def brier(p, n, s) -> float:

@@ -134,13 +134,13 @@ class StepRecorder:
 
     def _append(self, row: dict) -> None:
         path = self._pending_path(self.target.step + 1)
-        with open(path, "ab") as f:
-            size = f.tell()
-            if size:  # an append cut short by a crash leaves a last line without its newline: drop it
-                with open(path, "rb") as r:
-                    data = r.read()
-                if not data.endswith(b"\n"):
-                    f.truncate(data.rfind(b"\n") + 1)
+        with open(path, "ab+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size and os.pread(f.fileno(), 1, size - 1) != b"\n":
+                # an append cut short by a crash left a last line without its newline: drop it (rare, so
+                # only then is the file read)
+                f.seek(0)
+                f.truncate(f.read().rfind(b"\n") + 1)
             f.write((json.dumps(row) + "\n").encode())
 
     def _groups(self) -> dict[str, list[dict]]:

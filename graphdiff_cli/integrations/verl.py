@@ -39,7 +39,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import BackendError, DataError, InvalidArgumentError
-from .tracking import BatchChooser, StepMetrics, open_target
+from .tracking import BatchChooser, StepMetrics, count_outcomes, open_target
 
 try:  # the class verl checks with isinstance; without verl (or with verl >= 0.8) a plain torch Sampler
     from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _Base
@@ -115,8 +115,6 @@ def outcomes_from_fields(index, scores, tags=None, success_threshold: float = 1.
     """(prompt ids, n, s) from the v1 trainer's per-trajectory fields: ``index`` (each row's
     extra_info.index), ``scores`` (``rm_scores``: per-token, the score on the last token; summed per row,
     as verl does) and ``tags`` (rows tagged ``is_padding`` are verl's padding, not rollouts)."""
-    from .tracking import count_outcomes
-
     index = list(index)
     if hasattr(scores, "sum") and hasattr(scores, "detach"):
         rewards = scores.sum(dim=1).detach().float().cpu().numpy().tolist()
@@ -137,19 +135,13 @@ def _plain_id(value) -> str:
 
 
 def outcomes_from_batch(batch, success_threshold: float = 1.0) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(prompt ids, n, s) of one step's ``DataProto``: ids from non_tensor_batch["index"] (not "uid")."""
-    from .tracking import count_outcomes
-
+    """(prompt ids, n, s) of one step's ``DataProto``: ids from non_tensor_batch["index"] (not "uid"), rewards
+    from ``token_level_scores`` (as ``outcomes_from_fields`` reads the v1 trainer's fields)."""
     ntb = batch.non_tensor_batch
     if "index" not in ntb:
         raise DataError("the batch has no non_tensor_batch['index'] (from extra_info.index); graphdiff does not "
                         "use 'uid', which verl draws afresh every step")
-    scores = batch.batch["token_level_scores"]
-    rewards = scores.sum(-1).detach().cpu().numpy() if hasattr(scores, "detach") else np.asarray(scores).sum(-1)
-    index = list(ntb["index"])
-    if len(index) != len(rewards):
-        raise DataError(f"{len(index)} prompt indexes for {len(rewards)} rollouts in the batch")
-    return count_outcomes([(0, str(i), float(r)) for i, r in zip(index, rewards)], success_threshold)
+    return outcomes_from_fields(ntb["index"], batch.batch["token_level_scores"], None, success_threshold)
 
 
 class GraphdiffCurriculumSampler(_Base):
@@ -192,9 +184,9 @@ class GraphdiffCurriculumSampler(_Base):
         self.epoch = epoch + 1
         for k in range(first, len(self.row_ids) // self.batch_size):
             resumed = k == first and block is not None
-            chosen = np.asarray(block, dtype=np.int64) if resumed else self.chooser.choose(epoch, k)
-            for j in range(row if resumed else 0, chosen.size):
-                self._pos = {"epoch": epoch, "batch": k, "row": j + 1, "block": chosen.tolist()}
+            chosen = list(block) if resumed else self.chooser.choose(epoch, k).tolist()
+            for j in range(row if resumed else 0, len(chosen)):
+                self._pos = {"epoch": epoch, "batch": k, "row": j + 1, "block": chosen}
                 yield int(chosen[j])
         self._pos = {"epoch": epoch + 1, "batch": 0, "row": 0, "block": None}
 
@@ -202,7 +194,9 @@ class GraphdiffCurriculumSampler(_Base):
         """Where the next index comes from (epoch, batch, row within the chosen block, the block itself):
         a checkpointing data loader (verl's StatefulDataLoader) saves it, and a resumed run continues there
         with the same choice instead of re-choosing every batch it skips."""
-        return dict(self._pos) if self._pos else {"epoch": self.epoch, "batch": 0, "row": 0, "block": None}
+        if not self._pos:
+            return {"epoch": self.epoch, "batch": 0, "row": 0, "block": None}
+        return {**self._pos, "block": None if self._pos["block"] is None else list(self._pos["block"])}
 
     def load_state_dict(self, state: dict) -> None:
         self._resume = dict(state)

@@ -57,7 +57,7 @@ def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
     95% circular block bootstrap interval: is the estimate closer (MAE, over steps), does it rank a batch's
     prompts better (within-batch r, over steps), does it choose batches with more signal (the target
     rule's effective-group rate in the counterfactual, over pools)."""
-    from ..core.metrics import paired_comparison, ratio_bootstrap
+    from ..core.metrics import mae_difference, ratio_bootstrap, within_r_difference
 
     methods = metrics["methods"]
     others = [n for n in res.methods if n != "graphdiff" and not res.oracle[n]]
@@ -75,12 +75,12 @@ def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
         return max(scored, key=lambda n: full[n][key]) if higher else min(scored, key=lambda n: full[n][key])
 
     out: dict = {"level": 0.95, "method": "circular block bootstrap, 2,000 resamples"}
-    for question, key, diff, higher in (("estimate", "mae", "mae_diff", False),
-                                        ("ranking", "within_r", "within_r_diff", True)):
+    for question, key, difference, higher in (("estimate", "mae", mae_difference, False),
+                                              ("ranking", "within_r", within_r_difference, True)):
         b = best(key, higher)
         if b is None or not finite(full["graphdiff"][key]):
             continue
-        ci = paired_comparison(res.step, res.predictions["graphdiff"], res.predictions[b], res.rate)[diff]
+        ci = difference(res.step, res.predictions["graphdiff"], res.predictions[b], res.rate)
         out[question] = {"metric": key, "baseline": b, "graphdiff": full["graphdiff"][key],
                          "baseline_value": full[b][key], "difference": ci, "units": "steps"}
     sel = (decisions or {}).get("selection")

@@ -101,6 +101,10 @@ def _call(diff: dict, lower_is_better: bool, name: str) -> str:
     return "**graphdiff better**" if good else f"**{name} better**" if bad else "**no clear difference**"
 
 
+def _interval(d: dict, pct: int, digits: int = 3, scale: float = 1.0) -> str:
+    return f"{pct}% interval [{_signed(scale * d['lo'], digits)}, {_signed(scale * d['hi'], digits)}]"
+
+
 def _headline_markdown(h: dict | None, run: dict) -> list[str]:
     """One sentence per question, each with its interval and a verdict."""
     if not h:
@@ -113,15 +117,15 @@ def _headline_markdown(h: dict | None, run: dict) -> list[str]:
         rel = d["estimate"] / e["baseline_value"] if e["baseline_value"] else float("nan")
         out.append(f"- **Is the estimate closer than what you use?** MAE {_fmt(e['graphdiff'], 4)} for graphdiff vs "
                    f"{_fmt(e['baseline_value'], 4)} for {e['baseline']} (the best real baseline here by MAE): "
-                   f"{_signed(d['estimate'], 4)} ({_signed(100 * rel, 1)}%), {pct}% interval "
-                   f"[{_signed(d['lo'], 4)}, {_signed(d['hi'], 4)}] over {d['units']:,} steps → "
+                   f"{_signed(d['estimate'], 4)} ({_signed(100 * rel, 1)}%), {_interval(d, pct, 4)} "
+                   f"over {d['units']:,} steps → "
                    f"{_call(d, True, e['baseline'])}.")
     r = h.get("ranking")
     if r:
         d = r["difference"]
         out.append(f"- **Does it rank a batch's prompts better?** within-batch r {_fmt(r['graphdiff'])} vs "
                    f"{_fmt(r['baseline_value'])} for {r['baseline']} (the best real baseline here by within r): "
-                   f"{_signed(d['estimate'])}, {pct}% interval [{_signed(d['lo'])}, {_signed(d['hi'])}] → "
+                   f"{_signed(d['estimate'])}, {_interval(d, pct)} → "
                    f"{_call(d, False, r['baseline'])}.")
     s = h.get("selection")
     if s:
@@ -130,8 +134,7 @@ def _headline_markdown(h: dict | None, run: dict) -> list[str]:
                    f"{_fmt(100 * s['graphdiff'], 1)}% of the groups graphdiff chose had both outcomes vs "
                    f"{_fmt(100 * s['baseline_value'], 1)}% for {s['baseline']} (the best other estimator) and "
                    f"{_fmt(100 * s['uniform'], 1)}% for uniform choice: {_signed(100 * d['estimate'], 1)} points, "
-                   f"{pct}% interval [{_signed(100 * d['lo'], 1)}, {_signed(100 * d['hi'], 1)}] over "
-                   f"{d['units']:,} pools → {_call(d, False, s['baseline'])}. Offline: the policy's response to "
+                   f"{_interval(d, pct, 1, 100)} over {d['units']:,} pools → {_call(d, False, s['baseline'])}. Offline: the policy's response to "
                    "the choice is not simulated (see Decisions).")
     else:
         out.append("- **Does it choose batches with more signal?** Not measured here: the decision replay was "
