@@ -26,6 +26,11 @@ init`), in one run; and the update + predict round trip (CLI processes, batch --
 once q is at its fixed point (warm-up updates until one converges), two before the extend and three after.
 
     .venv/bin/python bench/extend.py cost --n 150000 --add 1000 --dim 384 --k-nn 80
+
+first-update: in-process, the update right after an extend with label propagation's field solved at extend
+(as built) against the field dropped there (as before), on the same synthetic graph.
+
+    .venv/bin/python bench/extend.py first-update --n 40000 --add 300
 """
 
 from __future__ import annotations
@@ -277,6 +282,58 @@ def cost(args) -> dict:
             shutil.rmtree(work, ignore_errors=True)
 
 
+# ------------------------------------------------------------------------------------- first update
+
+def first_update(args) -> dict:
+    """In-process: the update right after an extend, with label propagation's field solved at extend (as
+    built) against the field dropped after it (what extend did before: the next update solved it cold)."""
+    from graphdiff_cli.core import belief as bl
+    from graphdiff_cli.core.graph import extend_mutual_knn
+    from graphdiff_cli.core.spectral import label_new_nodes, spectral_clustering
+    from graphdiff_cli.estimator import Estimator
+
+    x = synthetic_embeddings(args.n + args.add, args.dim, max(200, args.n // 75))
+    w, nbr, sim = _graph(x[:args.n], args.k_nn)
+    labels = spectral_clustering(w, args.states, seed=0, fallback_neighbors=nbr).astype(np.int64)
+    ext = extend_mutual_knn(w, nbr, sim, x[:args.n], x[args.n:])
+    labels_ext = label_new_nodes(ext.graph, labels, ext.neighbors, ext.similarities, args.states)
+    solve = {"s": 0.0}
+    harmonic = bl.harmonic_field
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        try:
+            return harmonic(*a, **k)
+        finally:
+            solve["s"] += time.perf_counter() - t
+
+    bl.harmonic_field = timed
+    p_true = np.random.default_rng(1).uniform(0, 1, args.n + args.add)
+    out = {"n": args.n, "add": args.add, "k_nn": args.k_nn, "states": args.states, "batch": args.batch,
+           "machine": platform.platform(), "date": date.today().isoformat()}
+    for variant in ("field dropped at extend (before)", "field solved at extend (as built)"):
+        est = Estimator(w, labels, args.states, preset="default", device="cpu")
+        rng = np.random.default_rng(1)
+
+        def step(n_nodes):
+            ids = rng.choice(n_nodes, args.batch, replace=False)
+            solve["s"] = 0.0
+            t = time.perf_counter()
+            est.update(ids, np.full(ids.size, 8), rng.binomial(8, p_true[ids]))
+            return {"update_s": round(time.perf_counter() - t, 3), "solve_s": round(solve["s"], 3)}
+
+        warm = [step(args.n) for _ in range(args.warmup)]
+        solve["s"] = 0.0
+        t = time.perf_counter()
+        est.extend(ext.graph, labels_ext)
+        extend_s = time.perf_counter() - t
+        if variant.startswith("field dropped"):
+            est.lp_field_, est._components = None, None
+        out[variant] = {"steady (last 3 before)": warm[-3:], "extend_s": round(extend_s, 3),
+                        "extend_solve_s": round(solve["s"], 3), "after": [step(args.n + args.add) for _ in range(3)]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -299,10 +356,18 @@ def main() -> None:
     c.add_argument("--work", default=None, help="keep the old STATE here and reuse it on the next run")
     c.add_argument("--warmup", type=int, default=8, help="updates before the measured ones, at most")
     c.add_argument("--no-rebuild", dest="rebuild", action="store_false")
-    for p in (q, c):
+    f = sub.add_parser("first-update")
+    f.add_argument("--n", type=int, default=40000)
+    f.add_argument("--add", type=int, default=300)
+    f.add_argument("--dim", type=int, default=384)
+    f.add_argument("--k-nn", type=int, default=80)
+    f.add_argument("--states", type=int, default=320)
+    f.add_argument("--batch", type=int, default=256)
+    f.add_argument("--warmup", type=int, default=5)
+    for p in (q, c, f):
         p.add_argument("--out", default=None)
     args = ap.parse_args()
-    emit(quality(args) if args.what == "quality" else cost(args), args.out)
+    emit({"quality": quality, "cost": cost, "first-update": first_update}[args.what](args), args.out)
 
 
 if __name__ == "__main__":

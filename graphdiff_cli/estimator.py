@@ -352,12 +352,28 @@ class Estimator:
                        np.concatenate([self.time_counts_, np.zeros(self.time_counts_.shape[:2] + (m,))], axis=2))
         dirty = None if self._dirty is None else np.union1d(self._dirty, np.concatenate(
             [changed, np.arange(n, n + m)])).astype(np.int64)
+        lp_field = components = None
+        if self.lp_field_ is not None:
+            # label propagation's field on the new graph, solved here (it is what predictions read until
+            # the next update) from the old field, each new prompt at its neighbours' mean (its harmonic
+            # value, as it has no evidence): a few conjugate-gradient iterations where a cold start would
+            # cost them all
+            from scipy.sparse.csgraph import connected_components
+
+            gs, gn = self.global_counts_
+            fill = (gs + 1.0) / (gn + 2.0)
+            rows = w[n:]
+            degree = np.asarray(rows.sum(axis=1), dtype=np.float64).reshape(-1)
+            x0 = np.concatenate([self.lp_field_, bl.propagated_estimate(
+                rows, degree, np.concatenate([self.lp_field_, np.zeros(m)]), fill)])
+            components = connected_components(w, directed=False)[1]
+            lp_field = bl.harmonic_field(w, counts[2], counts[3], fill, components, x0=x0)
         # commit: plain assignments only
         self._spec, self._q = spec, q
         (self.successes_, self.rollouts_, self.successes_decayed_, self.rollouts_decayed_,
          self.offset_decayed_) = counts
         self.time_counts_, self._dirty = time_counts, dirty
-        self.lp_field_, self._components = None, None
+        self.lp_field_, self._components = lp_field, components
         return changed
 
     def _candidate_errors(self, rows, p_model, propagated, rate) -> np.ndarray:

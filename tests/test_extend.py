@@ -130,6 +130,35 @@ def test_estimator_grows_without_forgetting():
     assert np.allclose(loaded.predict(), est.predict())
 
 
+
+def test_extend_solves_label_propagation_on_the_new_graph():
+    """The default preset's label-propagation field is solved again at extend (warm from the old field, each
+    new prompt at its neighbours' mean): it equals a cold solve on the grown graph and counts, so predictions
+    before the next update read the new graph, and that update's solve starts warm."""
+    from scipy.sparse.csgraph import connected_components
+
+    from graphdiff_cli.core import belief as bl
+
+    x = _clustered(150, 8, 4, 7)
+    nbr, sim = exact_knn(x[:120], 7)
+    w = mutual_knn_graph(nbr, sim)
+    labels = np.arange(120) % 4
+    est = Estimator(w, labels, 4)
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        ids = rng.choice(120, 25, replace=False)
+        est.update(ids, np.full(25, 8), rng.integers(0, 9, 25))
+    ext = extend_mutual_knn(w, nbr, sim, x[:120], x[120:])
+    est.extend(ext.graph, label_new_nodes(ext.graph, labels, ext.neighbors, ext.similarities, 4))
+    gs, gn = est.global_counts_
+    cold = bl.harmonic_field(ext.graph, est.successes_decayed_, est.rollouts_decayed_, (gs + 1) / (gn + 2),
+                             connected_components(ext.graph, directed=False)[1])
+    assert est.lp_field_.shape == (150,)
+    assert np.abs(est.lp_field_ - cold).max() <= 1e-4
+    assert np.array_equal(est._components, connected_components(ext.graph, directed=False)[1])
+    # what predict reads now is what a STATE loaded from disk (field saved) reads
+    assert np.allclose(Estimator.from_state_dict(est.state_dict()).predict(), est.predict())
+
 def test_new_prompts_start_at_their_mean_field_fixed_point():
     """After a converged residual step, extend relaxes the new rows by Proposition 1 (old rows held): one more
     update of those rows moves nothing; under the synchronous schedule they start at A (the next step sweeps)."""
