@@ -355,8 +355,8 @@ class Estimator:
         lp_field = components = None
         if self.lp_field_ is not None:
             # label propagation's field on the new graph, solved here (it is what predictions read until
-            # the next update) from the old field, each new prompt at its neighbours' mean (its harmonic
-            # value, as it has no evidence): a few conjugate-gradient iterations where a cold start would
+            # the next update) from the old field, each new prompt at its neighbours' mean (new neighbours
+            # counted at the global rate): a few conjugate-gradient iterations where a cold start would
             # cost them all
             from scipy.sparse.csgraph import connected_components
 
@@ -365,7 +365,7 @@ class Estimator:
             rows = w[n:]
             degree = np.asarray(rows.sum(axis=1), dtype=np.float64).reshape(-1)
             x0 = np.concatenate([self.lp_field_, bl.propagated_estimate(
-                rows, degree, np.concatenate([self.lp_field_, np.zeros(m)]), fill)])
+                rows, degree, np.concatenate([self.lp_field_, np.full(m, fill)]), fill)])
             components = connected_components(w, directed=False)[1]
             lp_field = bl.harmonic_field(w, counts[2], counts[3], fill, components, x0=x0)
         # commit: plain assignments only

@@ -130,7 +130,6 @@ def test_estimator_grows_without_forgetting():
     assert np.allclose(loaded.predict(), est.predict())
 
 
-
 def test_extend_solves_label_propagation_on_the_new_graph():
     """The default preset's label-propagation field is solved again at extend (warm from the old field, each
     new prompt at its neighbours' mean): it equals a cold solve on the grown graph and counts, so predictions
@@ -158,6 +157,16 @@ def test_extend_solves_label_propagation_on_the_new_graph():
     assert np.array_equal(est._components, connected_components(ext.graph, directed=False)[1])
     # what predict reads now is what a STATE loaded from disk (field saved) reads
     assert np.allclose(Estimator.from_state_dict(est.state_dict()).predict(), est.predict())
+    # before any update there is no field to carry: none is made, and the first update solves one
+    fresh = Estimator(w, labels, 4)
+    fresh.extend(ext.graph, label_new_nodes(ext.graph, labels, ext.neighbors, ext.similarities, 4))
+    assert fresh.lp_field_ is None and np.isfinite(fresh.predict()).all()
+    fresh.update(np.array([3, 130]), np.array([8, 8]), np.array([1, 7]))
+    assert fresh.lp_field_.shape == (150,)
+    # no new prompts: the field is carried over unchanged in size and still solves the (same) graph
+    again = est.lp_field_.copy()
+    est.extend(ext.graph, est.labels)
+    assert np.abs(est.lp_field_ - again).max() <= 1e-4
 
 def test_new_prompts_start_at_their_mean_field_fixed_point():
     """After a converged residual step, extend relaxes the new rows by Proposition 1 (old rows held): one more
