@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _run import run_inputs, run_log  # bench/ is on sys.path when a script runs
+
 # each row: (name, settings on top of the "paper" preset)
 LADDER = [
     ("paper (Sections 3.4-3.6)", {}),
@@ -62,18 +64,11 @@ def main() -> None:
     from graphdiff_cli.core.metrics import batch_pearson, mae, within_batch
     from graphdiff_cli.core.replay import replay
     from graphdiff_cli.estimator import Estimator
-    from graphdiff_cli.io.readers import read_inputs, read_log
     from graphdiff_cli.methods import GraphdiffMethod
 
-    def one(pattern):
-        found = sorted(args.run.glob(pattern))
-        if len(found) != 1:
-            raise SystemExit(f"{args.run}: expected one {pattern}, found {len(found)}")
-        return found[0]
-
-    inp = read_inputs(one("graph/*.zarr"), one("clusters/*.zarr"))
+    inp = run_inputs(args.run)
     ids, w, labels, k = inp.ids, inp.w, inp.labels, inp.k
-    log = read_log(one("data/log.jsonl"), inp.graph.index)
+    log = run_log(args.run, inp)
     r0 = round0_steps(log["step"], log["id"])
     print(f"{args.run}: N = {len(ids)}, K = {k}, {len(np.unique(log['step']))} steps, "
           f"{len(log['step'])} rows, round 0 = {len(r0)} steps", flush=True)

@@ -14,28 +14,29 @@ the global rate); every batch is predicted before its outcomes. Input: a workflo
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from _emit import emit  # bench/ is on sys.path when a script runs
+from _run import run_inputs, run_log
 from ablation import round0_steps
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 GRID = [(m, t, a) for m in (10, 30, 100) for t in (0.02, 0.05, 0.1) for a in (0.0, 1.0)]
 
 
-def kernel(sims, rate, g, m, t, a):
-    if sims.shape[1] == 0:
-        return np.full(sims.shape[0], g)
-    m = min(m, sims.shape[1])
-    idx = np.argpartition(-sims, m - 1, axis=1)[:, :m]
-    wgt = np.exp((np.take_along_axis(sims, idx, 1) - 1.0) / t)
+def kernel(sims, rates, g, t, a):
+    """Per row: sum_j e^{(sim_j - 1)/T} r_j + a g over sum_j e^{(sim_j - 1)/T} + a (a sim of -inf weighs 0;
+    g where nothing weighs)."""
+    wgt = np.exp((sims - 1.0) / t)
     den = wgt.sum(1) + a
-    return np.where(den > 0, ((wgt * rate[idx]).sum(1) + a * g) / np.where(den > 0, den, 1.0), g)
+    return np.where(den > 0, ((wgt * rates).sum(1) + a * g) / np.where(den > 0, den, 1.0), g)
+
+
+def top(sims, m):
+    """Column indices of each row's m largest sims."""
+    m = min(m, sims.shape[1])
+    return np.argpartition(-sims, m - 1, axis=1)[:, :m]
 
 
 def main() -> None:
@@ -50,11 +51,10 @@ def main() -> None:
     from graphdiff_cli.core.replay import replay
     from graphdiff_cli.estimator import Estimator
     from graphdiff_cli.io.artifacts import read_artifact
-    from graphdiff_cli.io.readers import read_inputs, read_log
     from graphdiff_cli.methods import GraphdiffMethod
 
-    inp = read_inputs(*(next((args.run / d).glob("*.zarr")) for d in ("graph", "clusters")))
-    log = read_log(next((args.run / "data").glob("log.jsonl")), inp.graph.index)
+    inp = run_inputs(args.run)
+    log = run_log(args.run, inp)
     emb = read_artifact(args.run / "embeddings.zarr", "embeddings")
     pos = {str(i): j for j, i in enumerate(emb.array("ids"))}
     x = normalize_rows(np.asarray(emb.array("embeddings"))[[pos[str(i)] for i in inp.ids]])
@@ -91,11 +91,10 @@ def main() -> None:
             nb = knn[new]
             nb_sims = np.where(seen[nb], np.einsum("nd,nkd->nk", x[new], x[nb]), -np.inf)
             for m, t, a in GRID:
-                preds[f"global M{m} T{t} a{a}"].append(kernel(sims, obs_rate[seen_idx], g, m, t, a))
-                wgt = np.exp((nb_sims[:, :m] - 1.0) / t)  # unseen neighbours weigh 0 (exp(-inf))
-                den = wgt.sum(1) + a
-                num = (wgt * obs_rate[nb[:, :m]]).sum(1) + a * g
-                preds[f"knn M{m} T{t} a{a}"].append(np.where(den > 0, num / np.where(den > 0, den, 1.0), g))
+                idx = top(sims, m) if seen_idx.size else np.zeros((new.size, 0), np.int64)
+                preds[f"global M{m} T{t} a{a}"].append(
+                    kernel(np.take_along_axis(sims, idx, 1), obs_rate[seen_idx][idx], g, t, a))
+                preds[f"knn M{m} T{t} a{a}"].append(kernel(nb_sims[:, :m], obs_rate[nb[:, :m]], g, t, a))
             steps.append(np.full(new.size, t_))
             rates.append(s[~seen[ids]] / n[~seen[ids]])
         np.add.at(succ, ids, s)

@@ -12,15 +12,13 @@ residual of every step since that visit. eta = 0 is the history itself. Input: a
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from _emit import emit  # bench/ is on sys.path when a script runs
+from _run import run_inputs, run_log
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 ETAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
@@ -32,10 +30,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from graphdiff_cli.core.metrics import mae, within_batch
-    from graphdiff_cli.io.readers import read_inputs, read_log
 
-    inp = read_inputs(*(next((args.run / d).glob("*.zarr")) for d in ("graph", "clusters")))
-    log = read_log(args.run / "data" / "log.jsonl", inp.graph.index)
+    inp = run_inputs(args.run)
+    log = run_log(args.run, inp)
     w = inp.w.tocsr()
     n_nodes = w.shape[0]
     succ, roll = np.zeros(n_nodes), np.zeros(n_nodes)

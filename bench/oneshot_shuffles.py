@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from _emit import emit  # bench/ is on sys.path when a script runs
+from _run import run_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
@@ -38,10 +38,10 @@ def main() -> None:
     from graphdiff_cli.core.replay import replay
     from graphdiff_cli.estimator import Estimator
     from graphdiff_cli.io.oneshot import write_oneshot
-    from graphdiff_cli.io.readers import read_inputs, read_log
+    from graphdiff_cli.io.readers import read_log
     from graphdiff_cli.methods import GraphdiffMethod
 
-    inp = read_inputs(*(next((args.run / d).glob("*.zarr")) for d in ("graph", "clusters")))
+    inp = run_inputs(args.run)
     n_nodes = len(inp.ids)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,6 +31,12 @@ from .settings import EstimatorSettings, from_dict, preset_settings, resolve
 __all__ = ["Estimator", "EstimatorSettings", "preset_settings"]
 
 
+def _global_rate(global_counts) -> float:
+    """The observed global success rate (s + 1) / (n + 2) of (forgotten) global counts (s, n)."""
+    gs, gn = global_counts
+    return (gs + 1.0) / (gn + 2.0)
+
+
 class Estimator:
     """Online graph-based estimator of each prompt's success probability under the current policy.
 
@@ -242,8 +248,7 @@ class Estimator:
         weakness Appendix G points out)."""
         if self.settings.state_prior == "uniform":
             return 1.0, 1.0
-        gs, gn = self.global_counts_
-        g = (gs + 1.0) / (gn + 2.0)
+        g = _global_rate(self.global_counts_)
         return 2.0 * g, 2.0 * (1.0 - g)
 
     # -- the API -----------------------------------------------------------------------------------
@@ -360,14 +365,12 @@ class Estimator:
             # cost them all
             from scipy.sparse.csgraph import connected_components
 
-            gs, gn = self.global_counts_
-            fill = (gs + 1.0) / (gn + 2.0)
-            rows = w[n:]
-            degree = np.asarray(rows.sum(axis=1), dtype=np.float64).reshape(-1)
-            x0 = np.concatenate([self.lp_field_, bl.propagated_estimate(
-                rows, degree, np.concatenate([self.lp_field_, np.full(m, fill)]), fill)])
+            fill = _global_rate(self.global_counts_)
+            x0 = np.concatenate([self.lp_field_, self._propagated(
+                w[n:], np.concatenate([self.lp_field_, np.full(m, fill)]))])
             components = connected_components(w, directed=False)[1]
-            lp_field = bl.harmonic_field(w, counts[2], counts[3], fill, components, x0=x0)
+            lp_field = self._harmonic(counts[2], counts[3], self.global_counts_, x0=x0, graph=w,
+                                      components=components)
         # commit: plain assignments only
         self._spec, self._q = spec, q
         (self.successes_, self.rollouts_, self.successes_decayed_, self.rollouts_decayed_,
@@ -508,16 +511,22 @@ class Estimator:
             return p, np.where(roll > 0, p * (1.0 - p) / (kappa + roll_d + 1.0), u)
         return bl.mix_by_evidence(p_graph, u, succ_d[rows], roll_d[rows], kappa)
 
-    def _harmonic(self, successes, rollouts, global_counts, x0=None) -> np.ndarray:
-        """Label propagation's field for these forgotten counts; a component without evidence gets the
-        observed global rate (s + 1) / (n + 2)."""
+    def _harmonic(self, successes, rollouts, global_counts, x0=None, graph=None, components=None) -> np.ndarray:
+        """Label propagation's field for these forgotten counts on W (or on ``graph``, with its
+        ``components``, for a W not yet committed); a component without evidence gets the observed global
+        rate (s + 1) / (n + 2)."""
         from scipy.sparse.csgraph import connected_components
 
-        if self._components is None:
-            self._components = connected_components(self._spec.graph, directed=False)[1]
-        gs, gn = global_counts
-        return bl.harmonic_field(self._spec.graph, successes, rollouts, (gs + 1.0) / (gn + 2.0), self._components,
-                                 x0=x0)
+        if graph is None:
+            if self._components is None:
+                self._components = connected_components(self._spec.graph, directed=False)[1]
+            graph, components = self._spec.graph, self._components
+        return bl.harmonic_field(graph, successes, rollouts, _global_rate(global_counts), components, x0=x0)
+
+    def _propagated(self, w_rows, field: np.ndarray) -> np.ndarray:
+        """Label propagation's estimate for the prompts whose rows of W these are (bl.propagated_estimate)."""
+        degree = np.asarray(w_rows.sum(axis=1), dtype=np.float64).reshape(-1)
+        return bl.propagated_estimate(w_rows, degree, field, _global_rate(self.global_counts_))
 
     def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """The graph's estimate m_i that the mixing combines with the prompt's own outcomes."""
@@ -535,10 +544,7 @@ class Estimator:
         field = self.lp_field_
         if field is None:  # before the first update: solved here, never stored (a read changes nothing)
             field = self._harmonic(self.successes_decayed_, self.rollouts_decayed_, self.global_counts_)
-        gs, gn = self.global_counts_
-        sub = self._spec.graph[rows]
-        degree = np.asarray(sub.sum(axis=1), dtype=np.float64).reshape(-1)
-        return states, bl.propagated_estimate(sub, degree, field, (gs + 1.0) / (gn + 2.0))
+        return states, self._propagated(self._spec.graph[rows], field)
 
     def _states_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the

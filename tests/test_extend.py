@@ -102,19 +102,25 @@ def test_new_nodes_take_their_neighbours_state():
     assert label_new_nodes(w, np.array([0, 0, 0, 0, 1, 1, 1, 1]), nbr, sims, 2)[10] == 0
 
 
-def test_estimator_grows_without_forgetting():
-    x = _clustered(90, 8, 3, 5)
-    nbr, sim = exact_knn(x[:80], 6)
+def _updated_and_grown(n_old, n_new, topics, k, steps, batch, seed, rng_seed):
+    """An estimator on the first n_old of n_old + n_new clustered prompts after ``steps`` updates, with the
+    graph that adds the other n_new: (estimator, W, labels, extension, labels of all prompts)."""
+    x = _clustered(n_old + n_new, 8, topics, seed)
+    nbr, sim = exact_knn(x[:n_old], k)
     w = mutual_knn_graph(nbr, sim)
-    labels = np.arange(80) % 3
-    est = Estimator(w, labels, 3)
-    rng = np.random.default_rng(0)
-    for _ in range(3):
-        ids = rng.choice(80, 20, replace=False)
-        est.update(ids, np.full(20, 8), rng.integers(0, 9, 20))
+    labels = np.arange(n_old) % topics
+    est = Estimator(w, labels, topics)
+    rng = np.random.default_rng(rng_seed)
+    for _ in range(steps):
+        ids = rng.choice(n_old, batch, replace=False)
+        est.update(ids, np.full(batch, 8), rng.integers(0, 9, batch))
+    ext = extend_mutual_knn(w, nbr, sim, x[:n_old], x[n_old:])
+    return est, w, labels, ext, label_new_nodes(ext.graph, labels, ext.neighbors, ext.similarities, topics)
+
+
+def test_estimator_grows_without_forgetting():
+    est, _, labels, ext, new_labels = _updated_and_grown(80, 10, 3, 6, steps=3, batch=20, seed=5, rng_seed=0)
     before = est.state_dict()
-    ext = extend_mutual_knn(w, nbr, sim, x[:80], x[80:])
-    new_labels = label_new_nodes(ext.graph, labels, ext.neighbors, ext.similarities, 3)
     with pytest.raises(DataError, match="labels of the current prompts"):
         est.extend(ext.graph, np.r_[(labels + 1) % 3, new_labels[80:]])
     assert est.n_nodes == 80 and np.array_equal(est.q_, before["q"])  # a refused extend changes nothing
@@ -138,17 +144,8 @@ def test_extend_solves_label_propagation_on_the_new_graph():
 
     from graphdiff_cli.core import belief as bl
 
-    x = _clustered(150, 8, 4, 7)
-    nbr, sim = exact_knn(x[:120], 7)
-    w = mutual_knn_graph(nbr, sim)
-    labels = np.arange(120) % 4
-    est = Estimator(w, labels, 4)
-    rng = np.random.default_rng(3)
-    for _ in range(4):
-        ids = rng.choice(120, 25, replace=False)
-        est.update(ids, np.full(25, 8), rng.integers(0, 9, 25))
-    ext = extend_mutual_knn(w, nbr, sim, x[:120], x[120:])
-    est.extend(ext.graph, label_new_nodes(ext.graph, labels, ext.neighbors, ext.similarities, 4))
+    est, w, labels, ext, new_labels = _updated_and_grown(120, 30, 4, 7, steps=4, batch=25, seed=7, rng_seed=3)
+    est.extend(ext.graph, new_labels)
     gs, gn = est.global_counts_
     cold = bl.harmonic_field(ext.graph, est.successes_decayed_, est.rollouts_decayed_, (gs + 1) / (gn + 2),
                              connected_components(ext.graph, directed=False)[1])
@@ -159,7 +156,7 @@ def test_extend_solves_label_propagation_on_the_new_graph():
     assert np.allclose(Estimator.from_state_dict(est.state_dict()).predict(), est.predict())
     # before any update there is no field to carry: none is made, and the first update solves one
     fresh = Estimator(w, labels, 4)
-    fresh.extend(ext.graph, label_new_nodes(ext.graph, labels, ext.neighbors, ext.similarities, 4))
+    fresh.extend(ext.graph, new_labels)
     assert fresh.lp_field_ is None and np.isfinite(fresh.predict()).all()
     fresh.update(np.array([3, 130]), np.array([8, 8]), np.array([1, 7]))
     assert fresh.lp_field_.shape == (150,)
