@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """A trainer's between-steps call from Python, two ways.
 
-``--mode inprocess`` (a Python trainer): call graphdiff's stage functions directly, no subprocess::
+``--mode inprocess`` (a Python trainer): the public ``State`` object, no subprocess; it keeps the
+estimator in memory between steps::
 
-    from graphdiff_cli.stages.handoff import update_state
-    from graphdiff_cli.estimator import Estimator
-    update_state(STATE, step, "outcomes.jsonl")           # exactly one step; crash-safe (docs/handoff.md)
-    est = Estimator.load(STATE); p = est.predict()        # p-hat of every prompt, for the sampler
+    from graphdiff_cli import State
+    st = State.open(STATE)
+    st.update(step, rows)                                 # exactly one step; crash-safe (docs/handoff.md)
+    p = st.estimates()["p"]                               # p-hat of every candidate, for the sampler
 
 ``--mode inbox`` (a trainer that must not wait on graphdiff's imports, or runs elsewhere): the trainer
 only drops one outcomes file per step into an inbox, ``step-<T>.jsonl``, written to a temporary name
@@ -64,24 +65,18 @@ def read_predictions(path: Path) -> tuple[list[str], np.ndarray]:
 
 
 def run_inprocess(args, rng) -> None:
-    from graphdiff_cli.estimator import Estimator
-    from graphdiff_cli.io.state_dir import StateDir
-    from graphdiff_cli.stages.handoff import update_state
+    from graphdiff_cli import State
 
-    sd = StateDir.open(args.state)
-    ids = sd.ids
-    work = args.state.parent / f"{args.state.name}.work"
-    work.mkdir(exist_ok=True)
-    start = sd.current_step + 1
-    p = Estimator.load(args.state, device=args.device).predict()
+    st = State.open(args.state, device=args.device)
+    start = st.step + 1
+    est = st.estimates()
     for t in range(start, start + args.steps):
-        batch = choose(ids, p, args.batch_size)
-        outcomes = work / f"outcomes-{t:06d}.jsonl"
-        write_atomically(outcomes, rollout(batch, t, args.rollouts, rng))
-        # the between-steps call
-        res = update_state(args.state, t, outcomes, device=args.device)
-        p = Estimator.load(args.state, device=args.device).predict()
-        print(f"step {t}: {res['successes']}/{res['rollouts']} rollouts succeeded; mean p-hat {p.mean():.3f}")
+        batch = choose(est["id"], est["p"], args.batch_size)
+        # the between-steps call: the rows are written to STATE.outcomes/ and applied as one step
+        res = st.update(t, rollout(batch, t, args.rollouts, rng))
+        est = st.estimates()
+        print(f"step {t}: {res['successes']}/{res['rollouts']} rollouts succeeded; mean p-hat "
+              f"{est['p'].mean():.3f} ({st.loads} read of the STATE)")
 
 
 def run_inbox(args, rng) -> None:

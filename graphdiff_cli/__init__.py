@@ -2,6 +2,10 @@
 
 The Python API:
 
+    from graphdiff_cli import State                      # a STATE directory: the step handoff, resident
+    st = State.init("graph.zarr", "clusters.zarr", "STATE")   # or State.open("STATE")
+    st.update(1, [{"id": "p1", "n": 8, "s": 3}, ...]); st.estimates(["p1", "p7"])["p"]
+
     from graphdiff_cli import Estimator
     est = Estimator(graph, labels, n_states=K)            # the default preset; preset="paper" for the paper's
     est.update(ids, n, s); p = est.predict()
@@ -9,7 +13,7 @@ The Python API:
     W, ids = load_graph("graph.zarr")                    # a graph artifact (or a STATE) as a scipy CSR matrix
     nodes = prompt_index("STATE").nodes(["p1", "p7"])    # prompt ids -> node indices (unknown ids refused)
 
-``Estimator``, ``EstimatorSettings``, ``load_graph`` and ``prompt_index`` are imported on first use, so
+``State``, ``Estimator``, ``EstimatorSettings``, ``load_graph`` and ``prompt_index`` are imported on first use, so
 ``import graphdiff_cli.core`` stays free of the facade and its dependencies.
 """
 
@@ -26,6 +30,10 @@ from .errors import (  # noqa: E402
 
 
 def __getattr__(name):  # PEP 562: the facade on first use
+    if name == "State":
+        from .state import State
+
+        return State
     if name == "Estimator":
         from .estimator import Estimator
 
@@ -42,6 +50,7 @@ def __getattr__(name):  # PEP 562: the facade on first use
 
 
 __all__ = [
+    "State",
     "Estimator",
     "EstimatorSettings",
     "load_graph",

@@ -410,18 +410,18 @@ def test_trainer_target_follows_extend_and_retire(state, tmp_path):
 
 
 def test_resident_handoff_follows_a_rollback_and_another_extend_under_the_same_model_name(state, tmp_path):
-    from graphdiff_cli.stages.handoff import Handoff
+    from graphdiff_cli import State
 
     s, root, old_rows, new_rows = state
     write_jsonl(tmp_path / "a.jsonl", new_rows[:4])
     write_jsonl(tmp_path / "b.jsonl", new_rows[4:])
-    h = Handoff(s, durable=False)
+    h = State.open(s, durable=False)
     h.extend(tmp_path / "a.jsonl")
     _gd("rollback", "--state", s, "--to", "0.0")
     _gd("extend", "--state", s, "--prompts", tmp_path / "b.jsonl")  # models/0.1.zarr again, other prompts
     write_jsonl(tmp_path / "o1.jsonl", [{"id": new_rows[5]["id"], "n": 8, "s": 2}])
     res = h.update(1, tmp_path / "o1.jsonl")
-    assert res["step"] == 1 and h.est.n_nodes == 36
+    assert res["step"] == 1 and h.estimator().n_nodes == 36 and h.loads == 2
     assert h.index.ids[-4:] == [r["id"] for r in new_rows[4:]]
     _gd("verify", s)
     assert json.loads(_gd("status", "--state", s, "--json").stdout)["n_prompts"] == 36

@@ -16,7 +16,7 @@ from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io.artifacts import read_artifact, write_artifact
 from graphdiff_cli.io.readers import read_graph
 from graphdiff_cli.io.state_dir import StateDir
-from graphdiff_cli.stages import handoff
+from graphdiff_cli.state import State
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,9 @@ def inputs(tmp_path_factory):
 def state(tmp_path, inputs):
     graph, clusters, ids = inputs
     out = tmp_path / "STATE"
-    handoff.init_state(graph, clusters, out, device="cpu", keep=3, durable=False)
+    State.init(graph, clusters, out, device="cpu", keep=3, durable=False)
     for t in (1, 2):
-        handoff.update_state(out, t, write_outcomes(tmp_path / f"o{t}.jsonl", step_rows(ids, t)), durable=False)
+        State.open(out, durable=False).update(t, write_outcomes(tmp_path / f"o{t}.jsonl", step_rows(ids, t)))
     return out
 
 
@@ -85,9 +85,9 @@ def test_a_damaged_state_is_refused_by_every_reader_and_update(state, inputs, tm
     TAMPERS[name](state)
     before = tree_hash(state)
     readers = {"Estimator.load": lambda: Estimator.load(state),
-               "predict/select/allocate": lambda: handoff.load_current(StateDir.open(state), "cpu"),
-               "update": lambda: handoff.update_state(state, 3, write_outcomes(tmp_path / "o3.jsonl",
-                                                                               step_rows(ids, 3)), durable=False)}
+               "predict/select/allocate": lambda: State.open(state, device="cpu").estimator(),
+               "update": lambda: State.open(state, durable=False).update(
+                   3, write_outcomes(tmp_path / "o3.jsonl", step_rows(ids, 3)))}
     for reader, read in readers.items():
         with pytest.raises(ArtifactError) as err:
             read()
@@ -101,7 +101,7 @@ def test_rollback_to_an_intact_step_recovers(state, inputs, tmp_path):
     _delete_chunk("steps/00000002.zarr/q")(state)
     with pytest.raises(ArtifactError):
         Estimator.load(state)
-    handoff.rollback(state, 1)
+    State.open(state).rollback(1)
     assert Estimator.load(state).step_ == 1
 
 
@@ -113,7 +113,7 @@ def test_a_graph_artifact_with_a_deleted_data_chunk_is_refused_by_init(inputs, t
     with pytest.raises(ArtifactError, match=r"array 'data' is damaged"):
         read_graph(g)
     with pytest.raises(ArtifactError):
-        handoff.init_state(g, clusters, tmp_path / "S", device="cpu", durable=False)
+        State.init(g, clusters, tmp_path / "S", device="cpu", durable=False)
     assert not (tmp_path / "S").exists()
 
 

@@ -26,7 +26,7 @@ from _openrlhf_worker import load_reward_func
 from graphdiff_cli.errors import DataError, StateError
 from graphdiff_cli.integrations.openrlhf import StepRecorder, parse_label
 from graphdiff_cli.io.state_dir import StateDir
-from graphdiff_cli.stages.handoff import init_state
+from graphdiff_cli.state import State
 
 B, N_SAMPLES, N_PROMPTS = 4, 4, 40
 
@@ -41,7 +41,7 @@ def _answer(pid: str, j: int, step: int) -> bool:
 @pytest.fixture()
 def state(tmp_path):
     graph, clusters, ids = make_inputs(tmp_path, n=N_PROMPTS, k_states=4, prefix="p")
-    init_state(graph, clusters, tmp_path / "STATE", device="cpu", durable=False)
+    State.init(graph, clusters, tmp_path / "STATE", device="cpu", durable=False)
     return tmp_path / "STATE", ids
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from _handoff_fixtures import make_inputs, step_rows, write_outcomes
 from graphdiff_cli.cli.app import app
 from graphdiff_cli.core import decisions as dec
-from graphdiff_cli.stages.handoff import init_state, update_state
+from graphdiff_cli.state import State
 
 runner = CliRunner()
 
@@ -34,9 +34,9 @@ def state(tmp_path_factory):
     folder = tmp_path_factory.mktemp("select")
     graph, clusters, ids = make_inputs(folder, n=40)
     out = folder / "STATE"
-    init_state(graph, clusters, out, device="cpu", durable=False)
+    State.init(graph, clusters, out, device="cpu", durable=False)
     for t in (1, 2):
-        update_state(out, t, write_outcomes(folder / f"o{t}.jsonl", step_rows(ids, t, batch=16)), durable=False)
+        State.open(out, durable=False).update(t, write_outcomes(folder / f"o{t}.jsonl", step_rows(ids, t, batch=16)))
     gd("predict", "--state", out, "--out", folder / "pred.jsonl")
     pred = {}
     for line in (folder / "pred.jsonl").read_text().splitlines():

@@ -18,7 +18,7 @@ from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io import state_dir as sdmod
 from graphdiff_cli.io.artifacts import read_artifact
 from graphdiff_cli.io.state_dir import StateDir
-from graphdiff_cli.stages import handoff
+from graphdiff_cli.state import State
 from graphdiff_cli.io.readers import read_graph
 
 
@@ -33,12 +33,12 @@ def inputs(tmp_path_factory):
 def state(tmp_path, inputs):
     graph, clusters, _ = inputs
     out = tmp_path / "STATE"
-    handoff.init_state(graph, clusters, out, device="cpu", keep=3, durable=False)
+    State.init(graph, clusters, out, device="cpu", keep=3, durable=False)
     return out
 
 
 def reference(inputs, **cfg) -> Estimator:
-    """The in-memory twin of a STATE made by ``init_state`` (which uses the "default" preset)."""
+    """The in-memory twin of a STATE made by ``State.init`` (which uses the "default" preset)."""
     graph, clusters, _ = inputs
     w = read_graph(graph).w
     labels = read_artifact(clusters, "clusters").array("labels")
@@ -56,7 +56,11 @@ def apply_ref(est, ids, step):
 
 
 def update(state, step, path, **kw):
-    return handoff.update_state(state, step, path, durable=False, **kw)
+    return State.open(state, durable=False).update(step, path, **kw)
+
+
+def rollback(state, to, **kw):
+    return State.open(state).rollback(to, **kw)
 
 
 # ----------------------------------------------------------------------------------------- init + load
@@ -101,7 +105,7 @@ def test_steps_match_an_in_memory_estimator_and_the_graph_is_written_once(state,
 def test_windowed_residual_state_round_trips_every_array(tmp_path, inputs):
     graph, clusters, ids = inputs
     out = tmp_path / "W"
-    handoff.init_state(graph, clusters, out, device="cpu", window=2, schedule="residual", durable=False)
+    State.init(graph, clusters, out, device="cpu", window=2, schedule="residual", durable=False)
     ref = reference(inputs, window=2, schedule="residual")
     for t in (1, 2, 3):
         update(out, t, outcomes(tmp_path, ids, t))
@@ -173,7 +177,7 @@ def test_a_held_lock_times_out_clearly_and_changes_nothing(state, inputs, tmp_pa
         fcntl.flock(fd, fcntl.LOCK_EX)
         _refused(state, StateError, "another update or rollback has held .lock for more than 0.2 s", update,
                  state, 1, o, lock_timeout=0.2)
-        _refused(state, StateError, "held .lock", handoff.rollback, state, 0, lock_timeout=0)
+        _refused(state, StateError, "held .lock", rollback, state, 0, lock_timeout=0)
     finally:
         os.close(fd)
     assert update(state, 1, o)["step"] == 1  # free again
@@ -181,7 +185,7 @@ def test_a_held_lock_times_out_clearly_and_changes_nothing(state, inputs, tmp_pa
 
 def test_not_a_state_directory(tmp_path, inputs):
     with pytest.raises(ArtifactError, match="no such STATE directory"):
-        handoff.status(tmp_path / "missing")
+        State.open(tmp_path / "missing").status()
     (tmp_path / "empty").mkdir()
     with pytest.raises(ArtifactError, match="not a graphdiff STATE directory"):
         update(tmp_path / "empty", 1, outcomes(tmp_path, inputs[2], 1))
@@ -214,7 +218,7 @@ def test_a_crash_after_any_write_leaves_a_readable_state(state, inputs, tmp_path
     for t in (1, 2, 3, 4):
         apply_ref(ref, ids, t)
     est = Estimator.load(state)
-    status = handoff.status(state)
+    status = State.open(state).status()
     if applied:  # CURRENT was replaced: step 4 is in, and applying it again is refused
         assert est.step_ == 4 and status["step"] == 4
         np.testing.assert_allclose(est.predict(), ref.predict(), atol=1e-6)
@@ -244,7 +248,7 @@ def test_stale_staging_and_temp_files_are_ignored_then_cleaned(state, inputs, tm
     (state / ".CURRENT.x1y2z3.tmp").write_text('{"step": 2, "pa')
     (state / ".log.jsonl.x1y2z3.tmp").write_text("{")
     (state / "user-notes.txt").write_text("not ours")
-    assert Estimator.load(state).step_ == 1 and handoff.status(state)["retained"] == [0, 1]
+    assert Estimator.load(state).step_ == 1 and State.open(state).status()["retained"] == [0, 1]
     update(state, 2, outcomes(tmp_path, ids, 2))
     assert sorted(p.name for p in state.iterdir()) == [".lock", "CURRENT", "log.jsonl", "model.zarr", "steps",
                                                        "user-notes.txt"]
@@ -273,9 +277,9 @@ def test_a_tampered_current_log_or_step_is_refused_by_every_reader_and_writer(st
         update(state, t, outcomes(tmp_path, ids, t))
     tamper(state)
     before = tree_hash(state)
-    checks = [lambda: Estimator.load(state), lambda: handoff.status(state),
+    checks = [lambda: Estimator.load(state), lambda: State.open(state).status(),
               lambda: update(state, 3, outcomes(tmp_path, ids, 3)),
-              lambda: handoff.load_current(StateDir.open(state), "cpu")]  # predict, select, allocate
+              lambda: State.open(state, device="cpu").estimator()]  # predict, select, allocate
     for check in checks:
         with pytest.raises(ArtifactError, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
             check()
@@ -303,11 +307,10 @@ def test_rollback_then_update(state, inputs, tmp_path):
     ids = inputs[2]
     for t in range(1, 6):
         update(state, t, outcomes(tmp_path, ids, t))
-    _refused(state, StateError, "state of step 1 was pruned; retained steps: 0, 3, 4, 5", handoff.rollback,
-             state, 1)
-    _refused(state, StateError, "step 7 has not been applied", handoff.rollback, state, 7)
-    _refused(state, InvalidArgumentError, "--to must be a step >= 0", handoff.rollback, state, -1)
-    res = handoff.rollback(state, 3)
+    _refused(state, StateError, "state of step 1 was pruned; retained steps: 0, 3, 4, 5", rollback, state, 1)
+    _refused(state, StateError, "step 7 has not been applied", rollback, state, 7)
+    _refused(state, InvalidArgumentError, "--to must be a step >= 0", rollback, state, -1)
+    res = State.open(state).rollback(3)
     assert res["removed"] == [4, 5] and res["next_step"] == 4
     assert StateDir.open(state).retained_steps() == [0, 3]
     assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1, 2, 3]
@@ -325,8 +328,8 @@ def test_rollback_then_update(state, inputs, tmp_path):
     np.testing.assert_allclose(Estimator.load(state).predict(), ref.predict(), atol=1e-6)
     assert StateDir.open(state).log_entries()[-1]["outcomes"] == str(other.resolve())
     # rolling back to the current step or to step 0 works
-    assert handoff.rollback(state, 4)["removed"] == []
-    assert handoff.rollback(state, 0)["removed"] == [3, 4]
+    assert State.open(state).rollback(4)["removed"] == []
+    assert State.open(state).rollback(0)["removed"] == [3, 4]
     assert np.array_equal(Estimator.load(state).q_, reference(inputs).q_)
 
 
@@ -341,9 +344,9 @@ def test_a_crash_during_rollback_leaves_the_target_step(state, inputs, tmp_path,
 
     monkeypatch.setattr(sdmod, "_pause", crash)
     with pytest.raises(Crash):
-        handoff.rollback(state, 1)
+        State.open(state).rollback(1)
     monkeypatch.undo()
-    st = handoff.status(state)
+    st = State.open(state).status()
     assert st["step"] == 1 and st["retained"] == [0, 1] and [e["step"] for e in st["applied"]] == [0, 1]
     update(state, 2, outcomes(tmp_path, ids, 2))
     assert StateDir.open(state).retained_steps() == [0, 1, 2]
@@ -355,19 +358,19 @@ def test_init_refuses_mismatched_inputs_and_a_used_out(tmp_path, inputs):
     graph, clusters, ids = inputs
     other_graph, _, _ = make_inputs(tmp_path / "other", seed=5)
     with pytest.raises(DataError, match="made from graph .* not from"):
-        handoff.init_state(other_graph, clusters, tmp_path / "S1", durable=False)
+        State.init(other_graph, clusters, tmp_path / "S1", durable=False)
     g_hash = read_artifact(graph, "graph").content_hash
     labels = read_artifact(clusters, "clusters").array("labels")
     swapped = list(ids)
     swapped[3], swapped[4] = swapped[4], swapped[3]
     bad = write_clusters(tmp_path / "swapped.zarr", swapped, labels, 4, g_hash)
     with pytest.raises(DataError, match=r"ids differ .* at row 3 \('q004' vs 'q003'\)"):
-        handoff.init_state(graph, bad, tmp_path / "S2", durable=False)
+        State.init(graph, bad, tmp_path / "S2", durable=False)
     used = tmp_path / "used"
     used.mkdir()
     (used / "x").write_text("keep me")
     with pytest.raises(StateError, match="already exists and is not empty"):
-        handoff.init_state(graph, clusters, used, durable=False)
+        State.init(graph, clusters, used, durable=False)
     assert [p.name for p in used.iterdir()] == ["x"]
     assert not (tmp_path / "S1").exists() and not (tmp_path / "S2").exists()
     assert not [p for p in tmp_path.iterdir() if "staging" in p.name]
@@ -377,15 +380,15 @@ def test_config_file_then_flags(tmp_path, inputs):
     graph, clusters, _ = inputs
     cfg = tmp_path / "c.yaml"
     cfg.write_text("preset: paper\nbeta: 3.5\nmax-iters: 7\nwindow: 4\nkeep: 2\ngamma: 0.25\n")
-    res = handoff.init_state(graph, clusters, tmp_path / "S", config=cfg, gamma=0.75, device="cpu",
-                             durable=False)
+    res = State.init(graph, clusters, tmp_path / "S", config=cfg, gamma=0.75, device="cpu",
+                     durable=False).created
     c = res["config"]
     assert (c["beta"], c["max_iters"], c["window"], c["gamma"], res["keep"]) == (3.5, 7, 4, 0.75, 2)
     assert c["schedule"] == "synchronous" and c["n_states"] == 4  # the file's preset, the flag's gamma
     assert StateDir.open(tmp_path / "S").model()[4] == c
     # a flag that cannot act under the (default) preset's evidence mixing is refused, naming the flag
     with pytest.raises(InvalidArgumentError, match=r"^--gamma: gamma = 0.75 has no effect here"):
-        handoff.init_state(graph, clusters, tmp_path / "S4", gamma=0.75, durable=False)
+        State.init(graph, clusters, tmp_path / "S4", gamma=0.75, durable=False)
     assert not (tmp_path / "S4").exists()
     for text, exc, match in [("betta: 1\n", InvalidArgumentError, r"c2\.yaml:1: unknown setting 'betta'"),
                              ("beta: 1\nmax_iters: 2.5\n", InvalidArgumentError, r":2: max_iters must be an integer"),
@@ -394,7 +397,7 @@ def test_config_file_then_flags(tmp_path, inputs):
                              ("epsilon: 1.5\n", InvalidArgumentError, r"c2\.yaml:1: epsilon must be < 1")]:
         (tmp_path / "c2.yaml").write_text(text)
         with pytest.raises(exc, match=match):
-            handoff.init_state(graph, clusters, tmp_path / "S3", config=tmp_path / "c2.yaml", durable=False)
+            State.init(graph, clusters, tmp_path / "S3", config=tmp_path / "c2.yaml", durable=False)
         assert not (tmp_path / "S3").exists()
 
 
@@ -431,27 +434,27 @@ def test_the_log_is_appended_and_a_torn_append_is_skipped_then_dropped(state, in
     with open(log, "ab") as f:
         f.write(b'{"step": 3, "outcomes_hash": "abc", "sta')  # a kill -9 inside the next update's append
     assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1, 2]
-    assert handoff.status(state)["step"] == 2 and Estimator.load(state).step_ == 2
+    assert State.open(state).status()["step"] == 2 and Estimator.load(state).step_ == 2
     update(state, 3, outcomes(tmp_path, ids, 3))
     text = log.read_text()
     assert text.endswith("\n") and [json.loads(x)["step"] for x in text.splitlines()] == [0, 1, 2, 3]
 
 
-# --------------------------------------------------------------------------- resident handoff (Handoff)
+# ---------------------------------------------------------------------------- resident State
 
 def test_resident_handoff_reads_the_state_once_and_matches_separate_updates(tmp_path, inputs):
-    """One Handoff over several steps: the STATE is read once, and every step's state and predictions are those
-    of separate update_state/predict calls (fresh processes' worth of reloading) on a twin STATE."""
+    """One State over several steps: the STATE is read once, and every step's state and predictions are those
+    of separate update/predict calls (fresh processes' worth of reloading) on a twin STATE."""
     graph, clusters, ids = inputs
     a, b = tmp_path / "A", tmp_path / "B"
     for s_ in (a, b):
-        handoff.init_state(graph, clusters, s_, device="cpu", keep=3, durable=False)
-    h = handoff.Handoff(a, device="cpu", durable=False)
+        State.init(graph, clusters, s_, device="cpu", keep=3, durable=False)
+    h = State.open(a, device="cpu", durable=False)
     for t in range(1, 5):
         o = outcomes(tmp_path, ids, t)
         res = h.update(t, o)
         update(b, t, o)
-        pa, pb = h.predict(tmp_path / f"a{t}.csv"), handoff.predict(b, tmp_path / f"b{t}.csv")
+        pa, pb = h.predict(tmp_path / f"a{t}.csv"), State.open(b).predict(tmp_path / f"b{t}.csv")
         assert res["step"] == t and pa["step"] == pb["step"] == t
         assert (tmp_path / f"a{t}.csv").read_text() == (tmp_path / f"b{t}.csv").read_text()
     assert h.loads == 1
@@ -462,11 +465,11 @@ def test_resident_handoff_reads_the_state_once_and_matches_separate_updates(tmp_
 
 def test_resident_handoff_reloads_when_another_writer_moves_current(state, inputs, tmp_path):
     ids = inputs[2]
-    h = handoff.Handoff(state, device="cpu", durable=False)
+    h = State.open(state, device="cpu", durable=False)
     h.update(1, outcomes(tmp_path, ids, 1))
     h.update(2, outcomes(tmp_path, ids, 2))
     assert h.loads == 1
-    handoff.rollback(state, 1)                      # another process rolls back ...
+    State.open(state).rollback(1)                      # another process rolls back ...
     update(state, 2, outcomes(tmp_path, ids, 2))    # ... and re-applies step 2 itself
     with pytest.raises(StateError, match="step 2 is already applied"):
         h.update(2, outcomes(tmp_path, ids, 2))
@@ -480,13 +483,13 @@ def test_resident_handoff_reloads_when_another_writer_moves_current(state, input
 
 def test_resident_handoff_forgets_its_estimator_when_a_commit_fails(state, inputs, tmp_path, monkeypatch):
     ids = inputs[2]
-    h = handoff.Handoff(state, device="cpu", durable=False)
+    h = State.open(state, device="cpu", durable=False)
     h.update(1, outcomes(tmp_path, ids, 1))
 
     def disk_full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(h.sd, "commit_step", disk_full)
+    monkeypatch.setattr(h.dir, "commit_step", disk_full)
     with pytest.raises(OSError):
         h.update(2, outcomes(tmp_path, ids, 2))   # the estimator in memory ran step 2; the STATE did not
     monkeypatch.undo()
@@ -503,7 +506,7 @@ def test_a_state_made_with_keep_1_still_updates_and_keeps_two(tmp_path, inputs):
     """--keep 1 is refused now; a STATE an older graphdiff made with it keeps 2 instead of failing after CURRENT."""
     graph, clusters, ids = inputs
     st = tmp_path / "K1"
-    handoff.init_state(graph, clusters, st, device="cpu", keep=2, durable=False)
+    State.init(graph, clusters, st, device="cpu", keep=2, durable=False)
     meta = st / "model.zarr" / "zarr.json"
     doc = json.loads(meta.read_text())
     doc["attributes"]["handoff"]["keep"] = 1

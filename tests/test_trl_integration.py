@@ -25,7 +25,7 @@ from graphdiff_cli.estimator import Estimator  # noqa: E402
 from graphdiff_cli.integrations.tracking import count_outcomes  # noqa: E402
 from graphdiff_cli.integrations.trl import GraphdiffTRL  # noqa: E402
 from graphdiff_cli.io.state_dir import StateDir  # noqa: E402
-from graphdiff_cli.stages.handoff import init_state  # noqa: E402
+from graphdiff_cli.state import State  # noqa: E402
 
 N_PROMPTS, N_GEN, PER_STEP, STEPS = 32, 4, 4, 4
 
@@ -71,7 +71,7 @@ def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trl")
     graph, clusters, ids = make_inputs(folder, n=N_PROMPTS, k_states=4, prefix="p")
     state = folder / "STATE"
-    init_state(graph, clusters, state, device="cpu", durable=False)
+    State.init(graph, clusters, state, device="cpu", durable=False)
     levels = {pid: 0.1 + 0.8 * (i % 4) / 3 for i, pid in enumerate(ids)}  # topic i % 4 sets the level
     ds = Dataset.from_list([{"prompt": f"Problem {pid} add the numbers", "id": pid, "level": levels[pid]}
                             for pid in ids])

@@ -135,10 +135,10 @@ def test_state_directory_target(tmp_path):
     from _handoff_fixtures import make_inputs
 
     from graphdiff_cli.io.state_dir import StateDir
-    from graphdiff_cli.stages.handoff import init_state
+    from graphdiff_cli.state import State
 
     graph, clusters, ids = make_inputs(tmp_path, n=16, k_states=2)
-    init_state(graph, clusters, tmp_path / "STATE", device="cpu", durable=False)
+    State.init(graph, clusters, tmp_path / "STATE", device="cpu", durable=False)
     ds = SimpleNamespace(dataframe={"extra_info": [{"index": i} for i in ids]})
     sampler = GraphdiffCurriculumSampler(ds, _config(state=str(tmp_path / "STATE")))
     rows = list(iter(sampler))[:4]

@@ -19,8 +19,8 @@ from graphdiff_cli.cli.app import app
 from graphdiff_cli.errors import DataError, InvalidArgumentError, StateError
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io.state_dir import StateDir
-from graphdiff_cli.stages.handoff import init_state, update_state
-from graphdiff_cli.stages.watch import inbox_lock, predictions_path, scan_inbox, step_file_name, watch
+from graphdiff_cli.stages.watch import inbox_lock, predictions_path, scan_inbox, step_file_name
+from graphdiff_cli.state import State
 
 runner = CliRunner()
 STEPS = 4
@@ -29,21 +29,21 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """graph.zarr, clusters.zarr (40 prompts, 4 states), the outcomes of steps 1..4 and the reference
-    estimator: each step applied exactly once, in order, by update_state."""
+    estimator: each step applied exactly once, in order, by State.update."""
     folder = tmp_path_factory.mktemp("watch-inputs")
     graph, clusters, ids = make_inputs(folder, n=40)
     files = [write_outcomes(folder / f"o{t}.jsonl", step_rows(ids, t)) for t in range(1, STEPS + 1)]
     ref = folder / "REF"
-    init_state(graph, clusters, ref, device="cpu", durable=False)
+    State.init(graph, clusters, ref, device="cpu", durable=False)
     for t, f in enumerate(files, start=1):
-        update_state(ref, t, f, durable=False)
+        State.open(ref, durable=False).update(t, f)
     return {"graph": graph, "clusters": clusters, "ids": ids, "files": files, "ref": ref}
 
 
 @pytest.fixture
 def state(tmp_path, inputs):
     out = tmp_path / "STATE"
-    init_state(inputs["graph"], inputs["clusters"], out, device="cpu", durable=False)
+    State.init(inputs["graph"], inputs["clusters"], out, device="cpu", durable=False)
     return out
 
 
@@ -78,9 +78,8 @@ def assert_same_as_reference(state: Path, inputs) -> None:
 
 def run_watch(state, inbox, **kw):
     kw.setdefault("once", True)
-    kw.setdefault("durable", False)
     events = []
-    res = watch(state, inbox, listener=events.append, **kw)
+    res = State.open(state, durable=kw.pop("durable", False)).watch(inbox, listener=events.append, **kw)
     return res, events
 
 
@@ -95,8 +94,8 @@ def test_a_long_watch_keeps_bounded_bookkeeping(state, inbox, inputs, monkeypatc
     monkeypatch.setattr(W, "APPLIED_KEPT", 2)
     for t in range(1, STEPS + 1):
         drop(inputs, inbox, t)
-    w = W._Watcher(state, inbox, complete="rename", predictions=None, group_size=8, success_threshold=1.0,
-                   lock_timeout=5.0, device="cpu", durable=False, listener=lambda e: None)
+    w = W._Watcher(State.open(state, device="cpu", durable=False), inbox, complete="rename", predictions=None,
+                   group_size=8, success_threshold=1.0, lock_timeout=5.0, listener=lambda e: None)
     w.pass_once()
     assert [a["step"] for a in w.applied] == [3, 4] and w.n_applied == 4
     w.pass_once()  # the applied files are checked against the log once, and remembered
@@ -265,15 +264,13 @@ def test_cli_json_and_predictions_after_each_step(state, inbox, inputs, tmp_path
 
 
 def test_predictions_at_start_only_when_the_state_moved(state, inbox, inputs, tmp_path):
-    from graphdiff_cli.stages.handoff import rollback
-
     out = tmp_path / "p.jsonl"
     drop(inputs, inbox, 1)
     _, events = run_watch(state, inbox, predictions=out)
     assert [e["step"] for e in events if e["event"] == "predicted"] == [0, 1]
     _, events = run_watch(state, inbox, predictions=out)  # nothing moved: nothing rewritten
     assert not [e for e in events if e["event"] == "predicted"]
-    rollback(state, 0)
+    State.open(state).rollback(0)
     (inbox / step_file_name(1)).unlink()  # the trainer redoes step 1 from its checkpoint
     _, events = run_watch(state, inbox, predictions=out)
     assert [e["step"] for e in events if e["event"] == "predicted"] == [0]
@@ -388,8 +385,8 @@ def test_watch_keeps_the_estimator_in_memory_and_predicts_only_the_pool_named(st
         drop(inputs, inbox, t)
     pool = tmp_path / "pool.txt"
     pool.write_text(f"{inputs['ids'][5]}\n{inputs['ids'][2]}\n")
-    res = watch(state, inbox, once=True, predictions=tmp_path / "pred-{step}.csv", predict_ids=pool,
-                durable=False)
+    res = State.open(state, durable=False).watch(inbox, once=True, predictions=tmp_path / "pred-{step}.csv",
+                                                 predict_ids=pool)
     assert res["n_applied"] == STEPS and res["state_loads"] == 1
     assert_same_as_reference(state, inputs)
     rows = (tmp_path / f"pred-{STEPS:06d}.csv").read_text().splitlines()

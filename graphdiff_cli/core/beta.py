@@ -37,6 +37,9 @@ def from_moments(mean, var) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m * total, (1.0 - m) * total, ok
 
 
+DEFAULT_GROUP_SIZE = 8  # rollouts per group (GRPO's usual n) where a caller does not say
+
+
 def check_group_size(group_size, name: str = "group size") -> int:
     """The one check of a group size g (rollouts per prompt); ``name`` is what the caller calls it."""
     if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:

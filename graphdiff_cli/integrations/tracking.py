@@ -1,9 +1,9 @@
 """What every trainer integration shares: where outcomes go, how they are counted, how a batch is chosen.
 
 * ``Target`` - the estimator the trainer feeds: ``InMemoryTarget`` (a ``graphdiff_cli.estimator.Estimator``
-  plus the string id of each node) or ``StateTarget`` (a STATE directory; each step's outcomes are written
-  to ``STATE/../<name>.outcomes/step_<T>.jsonl`` and applied with ``stages.handoff.update_state``, so the
-  STATE's log records the file's hash like any ``graphdiff update``). Both map string prompt ids to node
+  plus the string id of each node) or ``StateTarget`` (a STATE directory through a resident
+  ``graphdiff_cli.State``; each step's outcomes are written to ``STATE/../<name>.outcomes/step_<T>.jsonl``
+  and applied with ``State.update``, so the STATE's log records the file's hash like any ``graphdiff update``). Both map string prompt ids to node
   indices, refuse unknown ids, and apply trainer step T only onto estimator step T - 1.
 * ``OutcomeRecorder`` - a thread-safe list of (trainer step, prompt id, reward) rows.
 * ``count_outcomes`` - rows -> per-prompt (n, s): a rollout succeeds when reward >= threshold.
@@ -105,80 +105,50 @@ class InMemoryTarget(Target):
 
 
 class StateTarget(Target):
-    """A STATE directory (``graphdiff init``); every step goes through ``stages.handoff.update_state``."""
+    """A STATE directory (``graphdiff init``) through a resident ``graphdiff_cli.State``: each step's rows are
+    written to ``STATE.outcomes/step_<T>.jsonl`` (or ``outcomes_dir``, ``State.outcomes_dir``) and applied with ``State.update``, so the
+    STATE's log records the file's hash like any ``graphdiff update``; the estimator stays in memory between
+    steps and is read again only when another writer moved the STATE."""
 
     def __init__(self, state, outcomes_dir=None, device: str | None = "cpu", durable: bool = True):
-        from ..io.state_dir import StateDir
+        from ..state import State
 
         super().__init__()
-        self.sd = StateDir.open(state)
-        self._index_model = None
-        root = Path(state)
-        self.outcomes_dir = Path(outcomes_dir) if outcomes_dir else root.parent / f"{root.name}.outcomes"
-        self.device = device
-        self.durable = durable
-        self._est, self._retired, self._version = None, None, None  # cached estimator of the current version
+        self.state = State.open(state, device=device, durable=durable, outcomes_dir=outcomes_dir)
 
     @property
     def ids(self) -> list[str]:
-        return self.sd.ids  # the current version's: graphdiff extend adds prompts
+        return self.state.ids  # the current version's: graphdiff extend adds prompts
 
     @property
     def index(self) -> IdIndex:
-        model = self.sd.model()[0].content_hash
-        if self._index is None or model != self._index_model:
-            self._index, self._index_model = IdIndex(self.ids, "the estimator's prompts"), model
-        return self._index
+        return self.state.index
 
     @property
     def step(self) -> int:
-        return self.sd.current_step
+        return self.state.step
 
     def extend(self, prompts=None, **kwargs) -> dict:
         """Add prompts to the STATE (``graphdiff extend``): candidates from the next step on."""
-        from ..stages.handoff import Handoff
+        return self.state.extend(prompts, **kwargs)
 
-        self._est = None
-        return Handoff(self.sd.root, device=self.device, durable=self.durable).extend(prompts, **kwargs)
-
-    def retire(self, ids_file, *, restore: bool = False, **kwargs) -> dict:
+    def retire(self, ids, *, restore: bool = False, **kwargs) -> dict:
         """Take prompts out of the candidate set (``graphdiff retire``), or put them back."""
-        from ..stages.handoff import Handoff
-
-        self._est = None
-        return Handoff(self.sd.root, device=self.device, durable=self.durable).retire(ids_file, restore=restore,
-                                                                                        **kwargs)
+        return self.state.retire(ids, restore=restore, **kwargs)
 
     def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
-        from ..io.tables import write_rows
-        from ..stages.handoff import update_state
-
         rows = [{"id": pid, "n": int(a), "s": int(b)} for pid, a, b in zip(ids, n, s)]
-        if not rows:
-            # a step without rollouts (reused generations) still advances the STATE: one row with n = 0
-            rows = [{"id": self.ids[0], "n": 0, "s": 0}]
-        path = self.outcomes_dir / f"step_{trainer_step:08d}.jsonl"
-        write_rows(path, rows, columns=["id", "n", "s"])
-        self._est = None
-        return update_state(self.sd.root, trainer_step, path, device=self.device, durable=self.durable)
-
-    def _current(self):
-        from ..stages.handoff import load_current_state
-
-        version = self.sd.current_version()
-        if self._est is None or self._version != version:
-            self._est, self._retired, _ids = load_current_state(self.sd, self.device)
-            self._version = version  # only once the state is read: a failed read is tried again
-        return self._est, self._retired
+        return self.state.update(trainer_step, rows)
 
     def retired(self) -> np.ndarray:
-        return self._current()[1]
+        self.state.estimator()
+        return self.state.retired
 
     def estimator(self):
-        return self._current()[0]
+        return self.state.estimator()
 
     def _estimates(self, nodes, group_size):
-        return self._current()[0].estimates(nodes, group_size=group_size)
+        return self.state.estimator().estimates(nodes, group_size=group_size)
 
 
 def open_target(target, ids=None, **kwargs) -> Target:

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError
-from .tracking import BatchChooser, OutcomeRecorder, StepMetrics, count_outcomes, open_target
+from .tracking import BatchChooser, OutcomeRecorder, StateTarget, StepMetrics, count_outcomes, open_target
 
 
 def _dist():
@@ -115,9 +115,9 @@ class GraphdiffTRL:
         metrics = StepMetrics()
         metrics.before(self.target, ids, n)
         stats = None
-        if dist is None or not hasattr(self.target, "sd") or dist.get_rank() == 0:
+        if dist is None or not isinstance(self.target, StateTarget) or dist.get_rank() == 0:
             stats = self.target.apply(step, ids, n, s)
-        if dist is not None and hasattr(self.target, "sd"):
+        if dist is not None and isinstance(self.target, StateTarget):
             dist.barrier()
         entry = {"step": step, "ids": ids, "n": n, "s": s, "rows": len(rows), "stats": stats,
                  "metrics": metrics.after(self.target, n, s)}
@@ -166,7 +166,7 @@ class GraphdiffTRL:
     def _state_target(self, what: str):
         from ..errors import InvalidArgumentError
 
-        if not hasattr(self.target, "sd"):
+        if not isinstance(self.target, StateTarget):
             raise InvalidArgumentError(f"{what} needs a STATE directory (graphdiff init): an in-memory estimator "
                                        "keeps neither the embeddings nor the kNN lists that adding prompts needs")
         return self.target

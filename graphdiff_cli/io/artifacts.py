@@ -276,3 +276,11 @@ def read_artifact(path, kind: str | tuple[str, ...]) -> Artifact:
         raise ArtifactError(f"{path}: the attributes in its zarr.json were altered after it was written (they no "
                             f"longer match their hash); {_FIX}")
     return Artifact(path=path, stamp=stamp, group=group)
+
+
+def has_array(art, name: str) -> bool:
+    """Whether artifact ``art`` holds an array ``name`` (arrays added by later versions may be absent)."""
+    try:
+        return name in set(art.group.array_keys())
+    except Exception:  # noqa: BLE001 - an unlistable group reads as lacking it; reading it then says why
+        return False

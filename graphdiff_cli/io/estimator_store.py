@@ -33,18 +33,11 @@ import scipy.sparse as sp
 
 from ..errors import ArtifactError
 from .artifacts import hash_arrays, read_artifact, write_artifact
+from .layout import CURRENT, step_relpath
 
 KIND = "estimator-state"
 MODEL_KIND = "estimator-model"
 STEP_KIND = "estimator-step"
-CURRENT = "CURRENT"  # name of the pointer file inside a STATE directory
-STEPS = "steps"      # its folder of step artifacts
-
-
-def step_relpath(step: int, revision: int = 0) -> str:
-    """Where a STATE directory keeps the state of ``step`` (revision 0: what its update wrote; revision r > 0:
-    the r-th change of the prompt set after it, by extend or retire). The only paths CURRENT may name."""
-    return f"{STEPS}/{step:08d}.zarr" if revision == 0 else f"{STEPS}/{step:08d}.{revision}.zarr"
 
 _STATIC = ("config", "step", "graph", "labels")  # what a step never changes (step is an attribute)
 

@@ -18,6 +18,7 @@ from ..errors import StateError
 
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 POLL_S = 0.05
+DEFAULT_LOCK_TIMEOUT = 600.0  # seconds a writer of a STATE (or a watcher of an inbox) waits for another
 
 
 @contextlib.contextmanager

@@ -48,6 +48,9 @@ class Outcomes:
         return index.nodes(self.ids, where=lambda j: f"{self.path}:{self.lines[j]}")
 
 
+DEFAULT_SUCCESS_THRESHOLD = 1.0  # reward >= 1 is a success: binary 0/1 rewards pass through
+
+
 def check_threshold(success_threshold) -> float:
     try:
         x = float(success_threshold)
@@ -105,7 +108,7 @@ def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float, str
     return pid, n, s
 
 
-def read_outcomes(path, success_threshold: float = 1.0, fmt: str | None = None) -> Outcomes:
+def read_outcomes(path, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD, fmt: str | None = None) -> Outcomes:
     """Parse and check a whole outcomes file (see the module docstring for the contract)."""
     path = Path(path)
     threshold = check_threshold(success_threshold)

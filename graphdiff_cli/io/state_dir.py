@@ -47,18 +47,13 @@ from pathlib import Path
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
 from .atomic import atomic_write_text
-from .estimator_store import (CURRENT, STEP_KIND, STEPS, check_step_artifact, pointer_text, read_current,
-                              read_model, read_pointer, read_state, save_model, save_step, step_model_path,
-                              step_relpath)
-from .locks import file_lock
+from .estimator_store import (STEP_KIND, check_step_artifact, pointer_text, read_current, read_model, read_pointer,
+                              read_state, save_model, save_step, step_model_path)
+from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, STEPS, step_relpath
+from .locks import DEFAULT_LOCK_TIMEOUT, file_lock
 from .debris import owner
 from .staging import staged_dir
 
-MODEL = "model.zarr"
-MODELS = "models"
-LOG = "log.jsonl"
-LOCK = ".lock"
-LAYOUT_VERSION = 1
 DEFAULT_KEEP = 5
 _STEP_NAME = re.compile(r"^(\d{8})(?:\.([1-9]\d*))?\.zarr$")
 _MODEL_NAME = re.compile(r"^(\d+)\.(\d+)\.zarr$")
@@ -244,10 +239,6 @@ class StateDir:
                     out[(int(m.group(1)), int(m.group(2) or 0))] = p
         return dict(sorted(out.items()))
 
-    def step_dirs(self) -> dict[int, Path]:
-        """The folder of each step's update (revision 0) on disk by step (including debris above CURRENT)."""
-        return {t: p for (t, r), p in self.version_dirs().items() if r == 0}
-
     def retained_versions(self) -> list[tuple[int, int]]:
         """Versions whose state is kept and valid (at or below the current one)."""
         cur = self.current_version()
@@ -336,7 +327,7 @@ class StateDir:
     # -- writing (callers hold the lock) -----------------------------------------------------------
 
     @contextlib.contextmanager
-    def locked(self, timeout: float = 600.0):
+    def locked(self, timeout: float = DEFAULT_LOCK_TIMEOUT):
         """Hold STATE/.lock exclusively; wait up to ``timeout`` seconds for another writer to finish."""
         check_lock_timeout(timeout)
         busy = (lambda _holder: f"{self.root}: another update or rollback has held {LOCK} for more than "

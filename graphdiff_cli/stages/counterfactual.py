@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Callable
 
-Progress = Callable[..., None]
+from .progress import Progress, no_progress
 
 
-def _noop(done=None, total=None):
-    return None
 
 
 def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int, *, methods=None,
                        batch_size: int = 128, pool_factor: float = 2.0, seed: int = 0,
                        strategies=("target", "thompson", "skip-zero-variance"), allocation=("uniform", "variance", "vip"),
                        budget_per_prompt: int = 8, min_count: int = 2, max_count: int = 32,
-                       explore: float | None = None, progress: Progress = _noop) -> dict:
+                       explore: float | None = None, progress: Progress = no_progress) -> dict:
     """Both replays on a log already read (``read_log``) with the graph's arrays; the result dict."""
     from ..core import decisions as dec
     from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
@@ -55,7 +52,7 @@ def counterfactual(log, graph, clusters, *, embeddings=None, config=None, method
                    pool_factor: float = 2.0, seed: int = 0, strategies=("target", "thompson", "skip-zero-variance"),
                    allocation=("uniform", "variance", "vip"), budget_per_prompt: int = 8, min_count: int = 2,
                    max_count: int = 32, explore: float | None = None, device: str | None = None, out=None,
-                   progress: Progress = _noop) -> dict:
+                   progress: Progress = no_progress) -> dict:
     """Run both replays; returns {"selection": ..., "allocation": ..., "methods": [...], "note": ...}."""
     from ..io.readers import read_inputs, read_log
     from ..methods import load_config, with_device

@@ -15,26 +15,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ..core import decisions as dec
-from ..errors import InvalidArgumentError
+from ..errors import DataError, InvalidArgumentError
+from .progress import Progress, no_progress
 
-Progress = Callable[..., None]
 
 SELECT_COLUMNS = ["rank", "id", "p", "mean", "variance", "p_zero_variance", "n_seen", "key"]
 ALLOCATE_COLUMNS = ["id", "n", "p", "p_nondegenerate"]
 
 
-def _noop(done=None, total=None):
-    return None
-
 
 def _check_out(out, fmt):
     from ..io.tables import detect_format
 
+    if out is None:
+        return None
     out = Path(out)
     if fmt is None and out.suffix.lower() == ".txt":
         return "txt"
@@ -56,26 +54,36 @@ def _json_float(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _candidates(ids: list[str], rows: np.ndarray, retired: np.ndarray, est) -> tuple[list[str], np.ndarray, int]:
-    """The candidates of a pool that are not retired (graphdiff retire), and how many were."""
+def _candidates(state, pool) -> tuple[list[str], np.ndarray, int, str]:
+    """(ids, node indices, how many were retired, where) of the candidates of ``pool`` (an ids file or a list of
+    ids) that are not retired (graphdiff retire), at the resident version of ``state``."""
+    from ..io.readers import id_file_nodes
     from .handoff import active_rows
 
-    keep = active_rows(rows, retired)
+    if isinstance(pool, (str, Path)):
+        where, (ids, rows) = str(pool), id_file_nodes(pool, state.index)
+    else:
+        ids = [str(x) for x in pool]
+        seen: dict[str, int] = {}
+        for j, pid in enumerate(ids):
+            if pid in seen:
+                raise DataError(f"ids[{j}]: prompt {pid!r} repeats ids[{seen[pid]}]")
+            seen[pid] = j
+        where, rows = "the ids given", state.index.nodes(ids)
+    keep = active_rows(rows, state.retired)
     if keep.all():
-        return ids, rows, 0
-    return [pid for pid, k in zip(ids, keep) if k], rows[keep], int((~keep).sum())
+        return ids, rows, 0, where
+    return [pid for pid, k in zip(ids, keep) if k], rows[keep], int((~keep).sum()), where
 
 
 # ------------------------------------------------------------------------------------------- select
 
-def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int = 0, target: float = 0.5,
-           explore: float = dec.TARGET_EXPLORE, group_size: int = 8, fmt: str | None = None, device: str | None = None,
-           progress: Progress = _noop) -> dict:
-    """Choose ``batch_size`` prompts of the candidate file by ``strategy`` and write them to ``out``."""
+def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed: int = 0, target: float = 0.5,
+           explore: float = dec.TARGET_EXPLORE, group_size: int = 8, fmt: str | None = None,
+           progress: Progress = no_progress) -> dict:
+    """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) of a ``State`` by
+    ``strategy``; written to ``out`` when given (the result's ``ids`` are the choice, best first)."""
     from ..core.beta import check_group_size
-    from ..io.readers import IdIndex, id_file_nodes
-    from ..io.state_dir import StateDir
-    from .handoff import load_current_state
 
     t0 = time.perf_counter()
     dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
@@ -85,15 +93,14 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidArgumentError(f"--seed must be an integer, got {seed!r}")
     fmt = _check_out(out, fmt)
-    sd = StateDir.open(state)
+    sd = state.dir
     progress(0, 3)
     dec.check_int(batch_size, "--batch-size", 1)
-    est, retired, node_ids = load_current_state(sd, device)
-    ids, rows = id_file_nodes(candidates, IdIndex(node_ids, f"the prompts of STATE {sd.root}"))
-    ids, rows, skipped = _candidates(ids, rows, retired, est)
+    est = state.estimator()
+    ids, rows, skipped, where = _candidates(state, candidates)
     if batch_size > rows.size:
         raise InvalidArgumentError(f"--batch-size {batch_size} is larger than the pool of {rows.size} "
-                                   f"candidates in {candidates}" + (f" ({skipped} more are retired)" if skipped else ""))
+                                   f"candidates in {where}" + (f" ({skipped} more are retired)" if skipped else ""))
     progress(1, 3)
     m = est.estimates(rows, group_size=group_size)
     sel = dec.select(strategy, batch_size, p=m["mean"], variance=m["variance"],
@@ -102,14 +109,15 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
     records = [{"rank": r + 1, "id": ids[j], "p": float(m["p"][j]), "mean": float(m["mean"][j]), "variance": float(m["variance"][j]),
                 "p_zero_variance": float(m["p_zero_variance"][j]), "n_seen": int(m["n_seen"][j]),
                 "key": _json_float(sel.key[j])} for r, j in enumerate(sel.chosen)]
-    _write(out, fmt, records, SELECT_COLUMNS)
+    if out is not None:
+        _write(out, fmt, records, SELECT_COLUMNS)
     progress(3, 3)
     chosen = sel.chosen
     signal = 1.0 - m["p_zero_variance"]
     return {"command": "select", "state": str(sd.root), "step": est.step_, "strategy": strategy, "seed": seed,
             "target": target, **({"explore": explore} if strategy == "target" else {}),
             "group_size": group_size, "batch_size": batch_size, "pool": int(rows.size), "retired_skipped": skipped,
-            "out": str(out), "format": fmt, "ids": [ids[j] for j in chosen],
+            "out": None if out is None else str(out), "format": fmt, "ids": [ids[j] for j in chosen],
             "p_mean": {"chosen": float(m["p"][chosen].mean()), "pool": float(m["p"].mean())},
             # predicted share of groups with 0 < s < g: what the choice is meant to raise
             "predicted_effective_share": {"chosen": float(signal[chosen].mean()), "pool": float(signal.mean())},
@@ -119,13 +127,10 @@ def select(state, candidates, batch_size: int, strategy: str, out, *, seed: int 
 
 # ----------------------------------------------------------------------------------------- allocate
 
-def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int = 2, max_count: int = 32,
-             vip_gamma: float = 0.0, fmt: str | None = None,
-             device: str | None = None, progress: Progress = _noop) -> dict:
-    """Split ``budget`` rollouts over the prompts of ``ids_file`` by ``strategy``; write id, n per prompt."""
-    from ..io.readers import IdIndex, id_file_nodes
-    from ..io.state_dir import StateDir
-    from .handoff import load_current_state
+def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int = 2, max_count: int = 32,
+             vip_gamma: float = 0.0, fmt: str | None = None, progress: Progress = no_progress) -> dict:
+    """Split ``budget`` rollouts over the prompts ``ids`` (an ids file or a list of ids) of a ``State`` by
+    ``strategy``; id, n per prompt written to ``out`` when given (the result's ``counts_by_id``)."""
 
     t0 = time.perf_counter()
     dec.check_strategy(strategy, dec.ALLOCATE_STRATEGIES, "allocation")
@@ -133,13 +138,12 @@ def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int
     if fmt == "txt":
         raise InvalidArgumentError(f"{out}: an allocation needs a table (.jsonl, .csv or .parquet) for its "
                                    "id and n columns")
-    sd = StateDir.open(state)
+    sd = state.dir
     progress(0, 3)
     if strategy == "vip" and min_count < 2:
         raise InvalidArgumentError(f"the vip strategy needs --min >= 2, got --min {min_count}")
-    est, retired, node_ids = load_current_state(sd, device)
-    ids, rows = id_file_nodes(ids_file, IdIndex(node_ids, f"the prompts of STATE {sd.root}"))
-    ids, rows, skipped = _candidates(ids, rows, retired, est)
+    est = state.estimator()
+    ids, rows, skipped, _where = _candidates(state, ids)
     dec.check_budget(rows.size, budget, min_count, max_count)
     progress(1, 3)
     p = np.asarray(est.predict(rows), dtype=np.float64)
@@ -148,12 +152,14 @@ def allocate(state, ids_file, budget: int, strategy: str, out, *, min_count: int
     signal = dec.nondegenerate_probability(p, n)
     records = [{"id": ids[j], "n": int(n[j]), "p": float(p[j]), "p_nondegenerate": float(signal[j])}
                for j in range(len(ids))]
-    _write(out, fmt, records, ALLOCATE_COLUMNS)
+    if out is not None:
+        _write(out, fmt, records, ALLOCATE_COLUMNS)
     progress(3, 3)
     uniform = dec.allocate("uniform", p, budget, min_count, max_count)
     return {"command": "allocate", "state": str(sd.root), "step": est.step_, "strategy": strategy,
             "budget": int(budget), "prompts": len(ids), "retired_skipped": skipped, "min": int(min_count), "max": int(max_count),
-            "vip_gamma": float(vip_gamma), "out": str(out), "format": fmt,
+            "vip_gamma": float(vip_gamma), "out": None if out is None else str(out), "format": fmt,
+            "counts_by_id": {r["id"]: r["n"] for r in records},
             "counts": {"min": int(n.min()), "max": int(n.max()), "at_min": int((n == min_count).sum()),
                        "at_max": int((n == max_count).sum())},
             # plug-in expectation under the estimates (the policy's true rates are unknown here)

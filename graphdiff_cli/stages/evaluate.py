@@ -14,17 +14,13 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
+from .progress import Progress, no_progress
 
-Progress = Callable[..., None]
 
-
-def _noop(done=None, total=None):
-    return None
 
 
 def _verdict(metrics: dict) -> list[dict]:
@@ -103,7 +99,7 @@ def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
 
 def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods=None, device: str | None = None,
              counterfactual: bool | None = None, pool_factor: float = 2.0, seed: int = 0, explore: float | None = None,
-             progress: Progress = _noop) -> dict:
+             progress: Progress = no_progress) -> dict:
     """Replay ``log`` through the chosen methods and write the report folder ``out`` atomically.
 
     ``counterfactual``: also replay selection and allocation driven by each (non-oracle) method

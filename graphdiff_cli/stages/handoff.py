@@ -1,42 +1,28 @@
-"""The step handoff between a trainer and graphdiff: init, update, predict, status, rollback.
+"""The step handoff between a trainer and graphdiff: init, update, estimates/predict, status, rollback.
 
-A trainer loop calls, once::
-
-    graphdiff init --graph G.zarr --clusters C.zarr --out STATE
-
-and then at every training step T = 1, 2, ...::
-
-    graphdiff update --state STATE --step T --outcomes outcomes_T.jsonl
-    graphdiff predict --state STATE --out predictions.jsonl
-
-Each function here reads, checks everything, and only then writes (through ``io.state_dir``), so a
-refused request changes nothing. They return a JSON-able result dict and report progress through
-``progress(done, total)``; nothing here prints. The STATE format is specified in docs/handoff.md.
+The public object is ``graphdiff_cli.State``; these are the stages behind its methods. Each takes the
+``State`` (its STATE directory ``state.dir``, resident estimator ``state.estimator()`` and
+``state.transaction()``) except ``init_state``, which makes a new STATE directory. Each reads and checks
+everything, and only then writes (through the transaction), so a refused request changes nothing. They
+return a JSON-able result dict and report progress through ``progress(done, total)``; nothing here
+prints. The STATE format is specified in docs/handoff.md.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ..errors import ArtifactError, InvalidArgumentError, StateError
-from ..io.artifacts import hash_file
+from ..io.artifacts import has_array, hash_file
+from ..io.layout import JOINED, RETIRED
+from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.state_dir import DEFAULT_KEEP, StateDir, check_keep, check_lock_timeout
-
-Progress = Callable[[int, int], None]
+from .progress import Progress, no_progress
 
 PREDICT_COLUMNS = ["id", "p", "difficulty", "p_model", "uncertainty", "mean", "variance", "n_seen", "p_zero_variance"]
-
-def _noop(done, total=None):
-    return None
-
-
-def load_current(sd: StateDir, device: str | None = None):
-    """The ``Estimator`` at a STATE's current step (it owns the arrays just read: no copies)."""
-    return load_current_state(sd, device)[0]
 
 
 def load_current_state(sd: StateDir, device: str | None = None):
@@ -45,7 +31,7 @@ def load_current_state(sd: StateDir, device: str | None = None):
     from ..estimator import Estimator
 
     state, model = sd.read_state_and_model()
-    retired = np.asarray(state.pop("retired", np.zeros(0, np.int64)), dtype=np.int64)
+    retired = np.asarray(state.pop(RETIRED, np.zeros(0, np.int64)), dtype=np.int64)
     return Estimator.from_state_dict(state, device=device, copy=False), retired, model[1]
 
 
@@ -78,7 +64,7 @@ def init_settings(config=None, **flags):
     return settings, check_keep(keep)
 
 
-def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: Progress = _noop,
+def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: Progress = no_progress,
                durable: bool = True, **flags) -> dict:
     """A new STATE directory at step 0 from a graph and its clusters (``flags``: ``preset``, ``keep`` and
     any setting of ``graphdiff_cli.settings``; None = not given). The STATE keeps the graph's directed kNN
@@ -124,217 +110,138 @@ def _step_refusal(root, step: int, cur: int) -> StateError:
                       f"the next update must be step {cur + 1}")
 
 
-class Handoff:
-    """The step handoff with the estimator kept in memory across steps (``watch``, the Python and trainer
-    integrations); ``update_state`` and ``predict`` are one-step uses of it.
+def update(state, step: int, outcomes, *, success_threshold: float = 1.0,
+           lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
+    """Apply training step ``step`` (= current + 1) of a ``State`` with the outcomes file; see docs/handoff.md.
 
-    Each ``update`` is exactly ``graphdiff update``: the same checks and refusals before anything is
-    written, the same lock, the same all-or-nothing commit of the STATE's next version. Between steps the
-    estimator stays in memory; it is read again from the STATE when ``CURRENT`` is no longer the file this
-    object last wrote or read (another writer - an update, a rollback, a second watcher - moved it: its
-    inode changes with every atomic replace) or when a step failed midway (the in-memory estimator may be
-    ahead of the STATE). ``predict`` writes the estimates of all prompts or only of the ids asked for.
-    """
+    Everything is checked before the lock is taken and again under it; the estimator is updated and the
+    step committed inside ``state.transaction()``, so a refusal or a crash changes nothing."""
+    from ..io.outcomes import check_threshold, read_outcomes
 
-    def __init__(self, state, *, device: str | None = None, durable: bool = True):
-        self.sd = StateDir.open(state)
-        self.device, self.durable = device, durable
-        self.est = None
-        self.retired = np.zeros(0, np.int64)  # node indices of the retired prompts at self.est's version
-        self._est_ids: list[str] = []  # the prompt ids of self.est's nodes (its model's)
-        self._est_index = None  # (self._est_ids, its IdIndex)
-        self._current_sig = None  # (step, inode, mtime_ns) of the CURRENT that self.est is
-        self._index, self._index_sig = None, None
-        self.loads = 0  # how many times the STATE was read (1 when nobody else writes)
-
-    @property
-    def index(self):
-        """The ``IdIndex`` of the current version's prompts: those of the estimator in memory while CURRENT is
-        the one it was read from, else read again (extend adds prompts, a rollback may remove them)."""
-        sig = self._signature()
-        if self.est is not None and sig == self._current_sig:
-            return self._estimator_index()
-        if self._index is None or sig != self._index_sig:
-            self._index, self._index_sig = self.sd.id_index(), sig
-        return self._index
-
-    def _estimator_index(self):
-        """The ``IdIndex`` of the in-memory estimator's nodes (read with it: the same version)."""
-        from ..io.readers import IdIndex
-
-        if self._est_index is None or self._est_index[0] is not self._est_ids:
-            self._est_index = (self._est_ids, IdIndex(self._est_ids, f"the prompts of STATE {self.sd.root}"))
-        return self._est_index[1]
-
-    def forget(self) -> None:
-        """The in-memory estimator may be ahead of (or torn from) the STATE: read it again next time."""
-        self.est = None
-
-    def committed(self, ids: list[str] | None = None) -> None:
-        """This object just wrote CURRENT: its estimator is that version's (whose prompts are ``ids`` when
-        the write changed them)."""
-        self._current_sig = self._signature()
-        if ids is not None:
-            self._est_ids = list(ids)
-
-    def _signature(self):
-        """Which CURRENT file is in place: every atomic replace makes a new inode."""
-        from ..io.estimator_store import CURRENT
-
-        path = self.sd.root / CURRENT
-        st = path.stat()
-        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, path.read_bytes())
-
-    def estimator(self):
-        """The estimator at the STATE's current step: the one in memory, unless CURRENT moved under it."""
-        before = self._signature()
-        if self.est is not None and before == self._current_sig:
-            return self.est
-        self.est, self.retired, self._est_ids = load_current_state(self.sd, self.device)
-        self.loads += 1
-        # a CURRENT replaced while we read: keep the estimator (it is a whole step's) but look again next time
-        self._current_sig = before if self._signature() == before else None
-        return self.est
-
-    def update(self, step: int, outcomes, *, success_threshold: float = 1.0, lock_timeout: float = 600.0,
-               progress: Progress = _noop) -> dict:
-        """Apply training step ``step`` (= current + 1) with the outcomes file; see docs/handoff.md."""
-        from ..io.outcomes import check_threshold, read_outcomes
-
-        t0 = time.perf_counter()
-        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise InvalidArgumentError(f"--step must be an integer >= 1 (step 0 is init), got {step!r}")
-        check_threshold(success_threshold)
-        check_lock_timeout(lock_timeout)
-        sd = self.sd
+    t0 = time.perf_counter()
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise InvalidArgumentError(f"--step must be an integer >= 1 (step 0 is init), got {step!r}")
+    check_threshold(success_threshold)
+    check_lock_timeout(lock_timeout)
+    sd = state.dir
+    cur = sd.current_step
+    if step != cur + 1:  # fail fast, before parsing; checked again under the lock
+        raise _step_refusal(sd.root, step, cur)
+    progress(0, 4)
+    t_import = _import_torch()
+    t1 = time.perf_counter()
+    index = state.index
+    t_model = time.perf_counter() - t1
+    parsed = read_outcomes(outcomes, success_threshold=success_threshold)
+    nodes = parsed.node_indices(index)
+    outcomes_hash = hash_file(outcomes)
+    t_parse = time.perf_counter()
+    progress(1, 4)
+    with state.transaction(lock_timeout) as txn:
+        t_locked = time.perf_counter()
         cur = sd.current_step
-        if step != cur + 1:  # fail fast, before parsing; checked again under the lock
+        if step != cur + 1:  # another writer moved on while we waited
             raise _step_refusal(sd.root, step, cur)
-        progress(0, 4)
-        t_import = _import_torch()
-        t1 = time.perf_counter()
-        index = self.index
-        t_model = time.perf_counter() - t1
-        parsed = read_outcomes(outcomes, success_threshold=success_threshold)
-        nodes = parsed.node_indices(index)
-        outcomes_hash = hash_file(outcomes)
-        t_parse = time.perf_counter()
-        progress(1, 4)
-        with sd.locked(lock_timeout):
-            t_locked = time.perf_counter()
-            cur = sd.current_step
-            if step != cur + 1:  # another writer moved on while we waited
-                raise _step_refusal(sd.root, step, cur)
-            est = self.estimator()
-            if est.step_ != cur:
-                raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
-            nodes = parsed.node_indices(self.index)  # again: an extend or rollback may have moved the prompt set
-            t_load = time.perf_counter()
-            progress(2, 4)
-            try:
-                stats = est.update(nodes, parsed.n, parsed.s)
-                t_infer = time.perf_counter()
-                progress(3, 4)
-                elbo = stats["elbo"]
-                entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": outcomes_hash,
-                         "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
-                         "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
-                         "success_threshold": float(success_threshold), "iterations": stats["iterations"],
-                         "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
-                         "inference_s": round(t_infer - t_load, 4)}
-                pruned = sd.commit_step({**est.state_dict(copy=False), "retired": self.retired}, entry,
-                                        durable=self.durable)
-            except BaseException:
-                self.forget()
-                raise
-            self.committed()
-            t_write = time.perf_counter()
-            progress(4, 4)
-        return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
-                "retained": sd.retained_steps(),
-                "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
-                            "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,
-                            "inference_s": t_infer - t_load, "write_s": t_write - t_infer,
-                            "total_s": time.perf_counter() - t0}}
-
-    def extend(self, prompts=None, **kwargs) -> dict:
-        """``graphdiff extend``: add prompts as the next revision of the current step (``stages.prompt_set``)."""
-        from .prompt_set import extend
-
-        return extend(self, prompts, **kwargs)
-
-    def retire(self, ids_file, *, restore: bool = False, **kwargs) -> dict:
-        """``graphdiff retire``: take prompts out of the candidate set (or put them back, ``restore``)."""
-        from .prompt_set import retire
-
-        return retire(self, ids_file, restore=restore, **kwargs)
-
-    def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8,
-                progress: Progress = _noop) -> dict:
-        """Write every prompt's (or ``ids_file``'s) estimates at the current step to ``out``, atomically."""
-        from ..core.beta import check_group_size
-        from ..io.readers import id_file_nodes
-        from ..io.tables import detect_format, write_rows
-
-        t0 = time.perf_counter()
-        group_size = check_group_size(group_size, "--group-size")
-        fmt = detect_format(out, fmt)
-        progress(0, 3)
-        t_import = _import_torch()
-        t1 = time.perf_counter()
-        est = self.estimator()
-        index, retired = self._estimator_index(), self.retired
-        if ids_file is not None:  # the ids asked for, retired or not
-            ids, rows = id_file_nodes(ids_file, index, unique=False)
-        else:  # every candidate: retired prompts are not predicted
-            rows = np.arange(len(index), dtype=np.int64)[active_rows(np.arange(len(index)), retired)]
-            ids = [index.ids[r] for r in rows] if retired.size else index.ids
+        est = state.estimator()
+        if est.step_ != cur:
+            raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
+        nodes = parsed.node_indices(state.index)  # again: an extend or rollback may have moved the prompt set
         t_load = time.perf_counter()
-        progress(1, 3)
-        res = est.estimates(rows, group_size=group_size)
+        progress(2, 4)
+        stats = est.update(nodes, parsed.n, parsed.s)
         t_infer = time.perf_counter()
-        progress(2, 3)
-        cols = {"id": list(ids), **{c: np.asarray(res[c]).tolist() for c in PREDICT_COLUMNS[1:]}}
-        records = (dict(zip(PREDICT_COLUMNS, vals)) for vals in zip(*(cols[c] for c in PREDICT_COLUMNS)))
-        write_rows(out, records, fmt, PREDICT_COLUMNS)  # streamed: one row dict at a time
-        t_write = time.perf_counter()
-        progress(3, 3)
-        p = np.asarray(res["p"])
-        return {"command": "predict", "state": str(self.sd.root), "step": est.step_, "out": str(out), "format": fmt,
-                "rows": len(ids), "retired": int(retired.size), "group_size": group_size, "columns": PREDICT_COLUMNS,
-                "p_mean": float(p.mean()) if p.size else None,
-                "timings": {"import_s": t_import, "load_s": t_load - t1, "inference_s": t_infer - t_load,
-                            "write_s": t_write - t_infer, "total_s": time.perf_counter() - t0}}
-
-
-def update_state(state, step: int, outcomes, *, success_threshold: float = 1.0, lock_timeout: float = 600.0,
-                 device: str | None = None, progress: Progress = _noop, durable: bool = True) -> dict:
-    """Apply training step ``step`` (= current + 1) with the outcomes file; see docs/handoff.md."""
-    return Handoff(state, device=device, durable=durable).update(
-        step, outcomes, success_threshold=success_threshold, lock_timeout=lock_timeout, progress=progress)
+        progress(3, 4)
+        elbo = stats["elbo"]
+        entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": outcomes_hash,
+                 "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
+                 "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
+                 "success_threshold": float(success_threshold), "iterations": stats["iterations"],
+                 "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
+                 "inference_s": round(t_infer - t_load, 4)}
+        pruned = txn.commit_step(entry)
+    t_write = time.perf_counter()
+    progress(4, 4)
+    return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
+            "retained": sd.retained_steps(),
+            "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
+                        "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,
+                        "inference_s": t_infer - t_load, "write_s": t_write - t_infer,
+                        "total_s": time.perf_counter() - t0}}
 
 
 # ------------------------------------------------------------------------------------------ predict
 
-def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8, device: str | None = None,
-            progress: Progress = _noop) -> dict:
-    """Write every prompt's (or ``ids_file``'s) estimates at the current step to ``out``, atomically."""
-    return Handoff(state, device=device).predict(out, ids_file=ids_file, fmt=fmt, group_size=group_size,
-                                                  progress=progress)
+def candidate_rows(state, ids=None, *, ids_file=None) -> tuple[list[str], np.ndarray]:
+    """(ids, node indices) at the resident version of a ``State``: the prompts ``ids`` (a list) or of
+    ``ids_file``, retired or not, else every candidate (retired prompts left out). Unknown ids are refused."""
+    from ..io.readers import id_file_nodes
+
+    state.estimator()
+    index, retired = state._estimator_index(), state.retired
+    if ids_file is not None:
+        return id_file_nodes(ids_file, index, unique=False)
+    if ids is not None:
+        ids = [str(x) for x in ids]
+        return ids, index.nodes(ids)
+    rows = np.arange(len(index), dtype=np.int64)[active_rows(np.arange(len(index)), retired)]
+    return ([index.ids[r] for r in rows] if retired.size else list(index.ids)), rows
+
+
+def estimates(state, ids=None, *, group_size: int = 8) -> dict:
+    """Every estimate (``PREDICT_COLUMNS``) of the prompts ``ids`` (every candidate when None), as arrays."""
+    from ..core.beta import check_group_size
+
+    group_size = check_group_size(group_size, "group_size")
+    est = state.estimator()
+    ids, rows = candidate_rows(state, ids)
+    res = est.estimates(rows, group_size=group_size)
+    return {"id": ids, **{c: np.asarray(res[c]) for c in PREDICT_COLUMNS[1:]}}
+
+
+def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8,
+            progress: Progress = no_progress) -> dict:
+    """Write every candidate's (or ``ids_file``'s) estimates at a ``State``'s current version to ``out``,
+    atomically."""
+    from ..core.beta import check_group_size
+    from ..io.tables import detect_format, write_rows
+
+    t0 = time.perf_counter()
+    group_size = check_group_size(group_size, "--group-size")
+    fmt = detect_format(out, fmt)
+    progress(0, 3)
+    t_import = _import_torch()
+    t1 = time.perf_counter()
+    est = state.estimator()
+    ids, rows = candidate_rows(state, ids_file=ids_file)
+    t_load = time.perf_counter()
+    progress(1, 3)
+    res = est.estimates(rows, group_size=group_size)
+    t_infer = time.perf_counter()
+    progress(2, 3)
+    cols = {"id": list(ids), **{c: np.asarray(res[c]).tolist() for c in PREDICT_COLUMNS[1:]}}
+    records = (dict(zip(PREDICT_COLUMNS, vals)) for vals in zip(*(cols[c] for c in PREDICT_COLUMNS)))
+    write_rows(out, records, fmt, PREDICT_COLUMNS)  # streamed: one row dict at a time
+    t_write = time.perf_counter()
+    progress(3, 3)
+    p = np.asarray(res["p"])
+    return {"command": "predict", "state": str(state.dir.root), "step": est.step_, "out": str(out), "format": fmt,
+            "rows": len(ids), "retired": int(state.retired.size), "group_size": group_size,
+            "columns": PREDICT_COLUMNS, "p_mean": float(p.mean()) if p.size else None,
+            "timings": {"import_s": t_import, "load_s": t_load - t1, "inference_s": t_infer - t_load,
+                        "write_s": t_write - t_infer, "total_s": time.perf_counter() - t0}}
 
 
 # ------------------------------------------------------------------------------------ status, rollback
 
 def status(state, *, last: int = 10) -> dict:
-    """What a STATE holds: current step, N, K, config, the last applied steps, the retained states, and how
-    its prompt set changed (prompts added per step, retired prompts)."""
-    sd = StateDir.open(state)
+    """What the STATE of a ``State`` holds: current step, N, K, config, the last applied steps, the retained
+    states, and how its prompt set changed (prompts added per step, retired prompts)."""
+    sd = state.dir
     step, rev = sd.current_version()
     rel = sd.current()[1]
     m_art, ids, w, labels, config = sd.model()
     art = sd.current_artifact()  # the version CURRENT names holds it: status reports what predict would serve
     entries = sd.log_entries(upto=(step, rev))
-    from .prompt_set import JOINED, RETIRED, has_array
 
     retired = int(art.array(RETIRED).size) if has_array(art, RETIRED) else 0
     joined = m_art.array(JOINED) if has_array(m_art, JOINED) else np.zeros(len(ids), np.int64)
@@ -360,16 +267,17 @@ def parse_version(to) -> tuple[int, int | None]:
     return int(head), (int(tail) if dot else None)
 
 
-def rollback(state, to, *, lock_timeout: float = 600.0, progress: Progress = _noop) -> dict:
+def rollback(state, to, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
     """Make step ``to`` current again (a trainer resuming from its checkpoint at step ``to``): its newest
     retained revision, or with ``to`` = "T.R" revision R (T.0: what update T wrote, before any extend or
     retire after it)."""
     step, revision = parse_version(to)
-    sd = StateDir.open(state)
+    check_lock_timeout(lock_timeout)
+    sd = state.dir
     progress(0, 1)
-    with sd.locked(lock_timeout):
+    with state.transaction(lock_timeout) as txn:
         before = sd.current_version()
-        removed = sd.rollback(step, revision)
+        removed = txn.rollback(step, revision)
         now = sd.current_version()
     progress(1, 1)
     return {"command": "rollback", "state": str(sd.root), "step": now[0], "revision": now[1],

@@ -21,21 +21,18 @@ import math
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..errors import ArtifactError, DataError, InvalidArgumentError
 from ..io.artifacts import Artifact, hash_arrays, hash_file, read_artifact, write_artifact
+from .progress import Progress, no_progress
 
-Progress = Callable[[int, int], None]
 
 AUTO_STATES_MAX = 320
 AUTO_STATES_PER = 25  # "auto" K: one latent state per ~25 prompts, at least 2, at most 320
 
-
-def _noop(done, total=None):
-    return None
 
 
 def ids_for_hash(ids: Sequence[str]) -> np.ndarray:
@@ -98,7 +95,7 @@ def _open_cache(out: Path, model: str, instruction: str | None, dim: int | None)
 def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | None = None,
                   use_instruction: bool = True, dim: int | None = None, batch_size: int = 64,
                   device: str = "auto", shard: str | None = None, id_field: str = "id",
-                  text_field: str = "prompt", progress: Progress = _noop) -> dict:
+                  text_field: str = "prompt", progress: Progress = no_progress) -> dict:
     """Embed a prompts file into an "embeddings" artifact, reusing unchanged rows of ``out``.
 
     phi_i = normalize(first_dim(f_emb("Instruction: {I}\\nPrompt: {x_i}"))), with I the paper's
@@ -201,7 +198,7 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
 _SAME_KEYS = ("model", "instruction", "dim", "id_field", "text_field")
 
 
-def merge_embeddings(shards: Sequence, out, progress: Progress = _noop) -> dict:
+def merge_embeddings(shards: Sequence, out, progress: Progress = no_progress) -> dict:
     """Concatenate shard artifacts (``embed --shard I/N``) in index order into one embeddings artifact.
 
     All shards must come from the same prompts file (hash), model, instruction and dim, and every
@@ -280,7 +277,7 @@ def merge_embeddings(shards: Sequence, out, progress: Progress = _noop) -> dict:
 
 def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index: str = "exact",
                 nprobe: int | None = None, ef_search: int | None = None, recall_sample: int = 1000,
-                progress: Progress = _noop) -> dict:
+                progress: Progress = no_progress) -> dict:
     """The mutual-kNN sample graph W of Section 3.3 as a "graph" artifact.
 
     W_ij = c_ij if j in N_k(i), i in N_k(j) and c_ij > 0, else 0, with c_ij = phi_i . phi_j and
@@ -367,7 +364,7 @@ def parse_states(states) -> int | None:
     return k
 
 
-def cluster(graph, out, *, states="auto", seed: int = 0, progress: Progress = _noop) -> dict:
+def cluster(graph, out, *, states="auto", seed: int = 0, progress: Progress = no_progress) -> dict:
     """Static spectral clusters c_i in [0, K) of W (Section 3.4) as a "clusters" artifact."""
     from ..core.spectral import spectral_clustering
 

@@ -19,29 +19,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError
-
-Progress = Callable[[int, int], None]
-
-KNN_INDICES, KNN_SIMILARITIES = "knn_indices", "knn_similarities"
-ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, RETIRED = "added_embeddings", "added_text_hash", "joined", "retired"
-PROMPT_SET = "prompt_set"  # the model attribute naming the base embeddings and the graph's k
-
-
-def _noop(done, total=None):
-    return None
+from ..io.artifacts import has_array
+from ..io.locks import DEFAULT_LOCK_TIMEOUT
+from ..io.layout import (ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET,
+                         RETIRED)
+from .progress import Progress, no_progress
 
 
-def has_array(art, name: str) -> bool:
-    """Whether artifact ``art`` holds an array ``name`` (arrays added by later versions may be absent)."""
-    try:
-        return name in set(art.group.array_keys())
-    except Exception:  # noqa: BLE001 - an unlistable group reads as lacking it; reading it then says why
-        return False
+
 
 
 def init_model_extras(graph, embeddings=None) -> tuple[dict, dict]:
@@ -191,10 +180,10 @@ def _embedded(model: _Model, path) -> tuple[list[str], list[str], np.ndarray]:
 
 # ------------------------------------------------------------------------------------------- extend
 
-def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: str = "id", text_field: str = "prompt",
-           batch_size: int = 64, device: str = "auto", lock_timeout: float = 600.0,
-           progress: Progress = _noop) -> dict:
-    """Add prompts to the STATE of ``handoff`` as the next revision of its current step: ``prompts`` (a
+def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str = "id", text_field: str = "prompt",
+           batch_size: int = 64, device: str = "auto", lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           progress: Progress = no_progress) -> dict:
+    """Add prompts to the STATE of ``state`` (a ``graphdiff_cli.State``) as the next revision of its current step: ``prompts`` (a
     prompts file, embedded here) or ``embedded`` (an embeddings artifact of them made by graphdiff embed
     with the STATE's encoder, instruction and dimension). ``embeddings``: where the STATE's own embeddings
     are now, if they moved."""
@@ -214,7 +203,7 @@ def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: s
     check_lock_timeout(lock_timeout)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidArgumentError(f"--batch-size must be >= 1, got {batch_size!r}")
-    sd = handoff.sd
+    sd = state.dir
     progress(0, 4)
     source = prompts if prompts is not None else embedded
     model = _Model(sd, embeddings)
@@ -232,11 +221,11 @@ def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: s
         x_new = _embed_new(model, texts, device, batch_size, lambda d, t: None)
     t_embed = time.perf_counter()
     progress(2, 4)
-    with sd.locked(lock_timeout):
+    with state.transaction(lock_timeout) as txn:
         t_locked = time.perf_counter()
         model = _Model(sd, embeddings)  # under the lock: what another writer did meanwhile counts
         _check_new(model, source, ids, hashes)
-        est, retired = handoff.estimator(), handoff.retired
+        est = state.estimator()
         if est.n_nodes != len(model.ids):
             raise ArtifactError(f"{sd.root}: the current state has {est.n_nodes} prompts but its model {len(model.ids)}")
         nbr = model.array(KNN_INDICES)
@@ -260,34 +249,27 @@ def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: s
         t_graph = time.perf_counter()
         progress(3, 4)
         step, rev = sd.current_version()
-        try:
-            changed = est.extend(ext.graph, labels)
-            added = model.array(ADDED_EMBEDDINGS)
-            added_hashes = model.text_hashes(base=False)  # the added rows' only: no second read of the base
-            joined = model.array(JOINED)
-            joined = np.zeros(n, np.int64) if joined is None else joined.astype(np.int64)
-            model_arrays = {
-                KNN_INDICES: ext.neighbors.astype(np.int32 if n + m < 2**31 else np.int64),
-                KNN_SIMILARITIES: ext.similarities,
-                ADDED_EMBEDDINGS: x_new if added is None or not added.size else np.concatenate([added, x_new]),
-                ADDED_TEXT_HASH: np.asarray(added_hashes + hashes, dtype=object),
-                JOINED: np.concatenate([joined, np.full(m, step, np.int64)])}
-            info = dict(model.info)
-            if embeddings is not None:  # where the STATE's embeddings are now: later extends find them
-                info["embeddings"] = {**info["embeddings"], "path": str(Path(embeddings).resolve())}
-            model_attrs = {PROMPT_SET: info}
-            entry = {"event": "extend", "prompts_file": str(Path(source).resolve()), "prompts_hash": source_hash,
-                     "prompts": m, "added": m, "n_prompts": n + m, "first_id": ids[0], "last_id": ids[-1],
-                     "exact": info.get("index") in (None, "flat-ip"),
-                     "changed_lists": int(ext.changed.size), "changed_rows": int(changed.size),
-                     "edges": int(ext.graph.nnz // 2)}
-            state = {**est.state_dict(copy=False), RETIRED: retired}
-            pruned = sd.commit_revision(state, entry, ids=model.ids + ids, model_arrays=model_arrays,
-                                        model_attrs=model_attrs, durable=handoff.durable)
-        except BaseException:
-            handoff.forget()
-            raise
-        handoff.committed(model.ids + ids)
+        changed = est.extend(ext.graph, labels)
+        added = model.array(ADDED_EMBEDDINGS)
+        added_hashes = model.text_hashes(base=False)  # the added rows' only: no second read of the base
+        joined = model.array(JOINED)
+        joined = np.zeros(n, np.int64) if joined is None else joined.astype(np.int64)
+        model_arrays = {
+            KNN_INDICES: ext.neighbors.astype(np.int32 if n + m < 2**31 else np.int64),
+            KNN_SIMILARITIES: ext.similarities,
+            ADDED_EMBEDDINGS: x_new if added is None or not added.size else np.concatenate([added, x_new]),
+            ADDED_TEXT_HASH: np.asarray(added_hashes + hashes, dtype=object),
+            JOINED: np.concatenate([joined, np.full(m, step, np.int64)])}
+        info = dict(model.info)
+        if embeddings is not None:  # where the STATE's embeddings are now: later extends find them
+            info["embeddings"] = {**info["embeddings"], "path": str(Path(embeddings).resolve())}
+        model_attrs = {PROMPT_SET: info}
+        entry = {"event": "extend", "prompts_file": str(Path(source).resolve()), "prompts_hash": source_hash,
+                 "prompts": m, "added": m, "n_prompts": n + m, "first_id": ids[0], "last_id": ids[-1],
+                 "exact": info.get("index") in (None, "flat-ip"),
+                 "changed_lists": int(ext.changed.size), "changed_rows": int(changed.size),
+                 "edges": int(ext.graph.nnz // 2)}
+        pruned = txn.commit_revision(entry, ids=model.ids + ids, model_arrays=model_arrays, model_attrs=model_attrs)
         t_write = time.perf_counter()
         progress(4, 4)
     new_labels = labels[n:]
@@ -303,44 +285,48 @@ def extend(handoff, prompts=None, *, embedded=None, embeddings=None, id_field: s
 
 # ------------------------------------------------------------------------------------------- retire
 
-def retire(handoff, ids_file, *, restore: bool = False, lock_timeout: float = 600.0,
-           progress: Progress = _noop) -> dict:
-    """Take the prompts of ``ids_file`` out of the candidate set (``restore``: put them back) as the next
-    revision of the current step. Their evidence stays in the states they informed."""
-    from ..io.artifacts import hash_file
+def retire(state, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           progress: Progress = no_progress) -> dict:
+    """Take the prompts ``ids`` (an ids file, or a list of ids) out of the candidate set of a ``State``
+    (``restore``: put them back) as the next revision of the current step. Their evidence stays in the states
+    they informed."""
+    from ..io.artifacts import hash_arrays, hash_file
     from ..io.readers import id_file_nodes
     from ..io.state_dir import check_lock_timeout
 
     t0 = time.perf_counter()
     check_lock_timeout(lock_timeout)
-    sd = handoff.sd
+    sd = state.dir
     progress(0, 2)
-    ids_hash = hash_file(ids_file)
-    with sd.locked(lock_timeout):
-        est = handoff.estimator()
-        ids, rows = id_file_nodes(ids_file, handoff.index)
-        retired = handoff.retired
+    in_file = isinstance(ids, (str, Path))
+    if in_file:
+        source, ids_hash = str(Path(ids).resolve()), hash_file(ids)
+    else:
+        ids = [str(x) for x in ids]
+        if len(set(ids)) != len(ids):
+            raise DataError("retire: the ids given repeat a prompt")
+        source, ids_hash = None, hash_arrays(np.asarray(ids, dtype=object), extra="ids")
+    with state.transaction(lock_timeout) as txn:
+        est = state.estimator()
+        if in_file:
+            where, (names, rows) = ids, id_file_nodes(ids, state.index)
+        else:
+            where, names, rows = "retire", ids, state.index.nodes(ids)
+        retired = state.retired
         is_retired = np.isin(rows, retired)
         bad = np.flatnonzero(is_retired if not restore else ~is_retired)
         if bad.size:
             j = int(bad[0])
-            raise DataError(f"{ids_file}: prompt {ids[j]!r} is {'already' if not restore else 'not'} retired"
+            raise DataError(f"{where}: prompt {names[j]!r} is {'already' if not restore else 'not'} retired"
                             + ("" if not restore else " (nothing to restore)"))
         new = np.union1d(retired, rows) if not restore else np.setdiff1d(retired, rows)
         if not restore and new.size == est.n_nodes:
-            raise DataError(f"{ids_file}: would retire every prompt of the STATE; none would be left to select")
+            raise DataError(f"{where}: would retire every prompt of the STATE; none would be left to select")
         step, rev = sd.current_version()
         progress(1, 2)
-        entry = {"event": "restore" if restore else "retire", "ids_file": str(Path(ids_file).resolve()),
-                 "ids_hash": ids_hash, "prompts": len(ids), "n_retired": int(new.size)}
-        try:
-            pruned = sd.commit_revision({**est.state_dict(copy=False), RETIRED: new.astype(np.int64)}, entry,
-                                        durable=handoff.durable)
-        except BaseException:
-            handoff.forget()
-            raise
-        handoff.retired = new.astype(np.int64)
-        handoff.committed()
+        entry = {"event": "restore" if restore else "retire", "ids_file": source, "ids_hash": ids_hash,
+                 "prompts": len(names), "n_retired": int(new.size)}
+        pruned = txn.commit_revision(entry, retired=new.astype(np.int64))
     progress(2, 2)
     return {"command": "restore" if restore else "retire", "state": str(sd.root), "step": step,
             "revision": rev + 1, "version": f"{step}.{rev + 1}", **entry, "active": est.n_nodes - int(new.size),

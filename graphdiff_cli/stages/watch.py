@@ -1,8 +1,7 @@
 """Stage behind ``graphdiff watch``: apply a trainer's per-step outcomes files from an inbox folder.
 
 A trainer (or anything else) drops one outcomes file per training step into an inbox; the watcher
-applies each new file to a STATE directory in step order, exactly once, with ``stages.handoff``'s
-``update_state`` (so every check and every crash-safety property of ``graphdiff update`` holds), and
+applies each new file to a STATE directory in step order, exactly once, with ``State.update`` (so every check and every crash-safety property of ``graphdiff update`` holds), and
 writes predictions after each step if asked.
 
 Inbox conventions (docs/workflow.md, "graphdiff watch"):
@@ -46,7 +45,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import DataError, InvalidArgumentError, StateError
-from ..io.locks import file_lock
+from ..io.locks import DEFAULT_LOCK_TIMEOUT, file_lock
 
 STEP_FILE = re.compile(r"^step-(\d{1,12})\.(jsonl|ndjson|json|csv|tsv|parquet|pq)$")
 CHANGE_FILE = re.compile(r"^(prompts|retire)-(\d{1,12})\.(jsonl|ndjson|json|csv|tsv|parquet|pq|txt)$")
@@ -149,15 +148,13 @@ class _Watcher:
     """One run of the watcher (the state of its loop); ``watch`` is the public entry point."""
 
     def __init__(self, state, inbox, *, complete, predictions, group_size, success_threshold, lock_timeout,
-                 device, durable, listener, predict_ids=None):
-        from .handoff import Handoff
-
-        self.handoff = Handoff(state, device=device, durable=durable)  # the estimator stays in memory
-        self.sd = self.handoff.sd
-        self.state, self.inbox = Path(state), Path(inbox)
+                 listener, predict_ids=None):
+        self.st = state  # a graphdiff_cli.State: the estimator stays in memory between steps
+        self.sd = state.dir
+        self.state, self.inbox = state.path, Path(inbox)
         self.complete, self.predictions, self.group_size = complete, predictions, group_size
         self.success_threshold, self.lock_timeout = success_threshold, lock_timeout
-        self.device, self.durable, self.listener = device, durable, listener
+        self.listener = listener
         self.predict_ids = predict_ids
         # the last APPLIED_KEPT steps applied (a watcher can live for 10^5 steps: memory stays flat), and the count
         self.applied: deque[dict] = deque(maxlen=APPLIED_KEPT)
@@ -192,7 +189,7 @@ class _Watcher:
 
     def _apply(self, step: int, path: Path) -> None:
         try:
-            res = self.handoff.update(step, path, success_threshold=self.success_threshold,
+            res = self.st.update(step, path, success_threshold=self.success_threshold,
                                       lock_timeout=self.lock_timeout)
         except StateError:
             # Another writer (a second watcher on another inbox, a manual update or rollback) moved the
@@ -218,7 +215,6 @@ class _Watcher:
         """Apply the prompt set changes due before step cur + 1 that the log does not hold yet (the first one
         only; the caller looks again). Returns whether one was applied."""
         from ..io.artifacts import hash_file
-        from .prompt_set import extend, retire
 
         if not changes:
             return False
@@ -230,9 +226,9 @@ class _Watcher:
                 continue
             try:
                 if kind == "prompts":
-                    res = extend(self.handoff, path, device=self.device or "auto", lock_timeout=self.lock_timeout)
+                    res = self.st.extend(path, device=self.st.device or "auto", lock_timeout=self.lock_timeout)
                 else:
-                    res = retire(self.handoff, path, lock_timeout=self.lock_timeout)
+                    res = self.st.retire(path, lock_timeout=self.lock_timeout)
             except DataError as exc:
                 raise DataError(f"{exc} ({path.name} of inbox {self.inbox}; the watcher stops here: fix or "
                                 f"replace the file, then start it again)") from None
@@ -248,7 +244,7 @@ class _Watcher:
     def write_predictions(self, step: int) -> None:
         out = predictions_path(self.predictions, step)
         out.parent.mkdir(parents=True, exist_ok=True)
-        res = self.handoff.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
+        res = self.st.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
         if res["step"] != step:  # another writer moved CURRENT between the update and the predict
             self.listener({"event": "moved", "step": step, "current": res["step"]})
         self.listener({"event": "predicted", "step": res["step"], "out": str(out), "rows": res["rows"]})
@@ -257,7 +253,7 @@ class _Watcher:
         """At start: a restarted watcher may have been killed between an update and its predictions."""
         if self.predictions is None:
             return
-        from ..io.estimator_store import CURRENT
+        from ..io.layout import CURRENT
 
         cur = self.sd.current_step
         out = predictions_path(self.predictions, cur)
@@ -332,16 +328,17 @@ def _signature(p: Path) -> tuple:
 
 
 def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=None, group_size: int = 8,
-          success_threshold: float = 1.0, lock_timeout: float = 600.0, complete: str = "rename",
-          until_step: int | None = None, device: str | None = None, durable: bool = True,
-          predict_ids=None, stop: Callable[[], bool] = lambda: False, listener: Listener = _quiet) -> dict:
-    """Apply the inbox's step files to ``state`` in step order, exactly once; see the module docstring.
+          success_threshold: float = 1.0, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, complete: str = "rename",
+          until_step: int | None = None, predict_ids=None, stop: Callable[[], bool] = lambda: False,
+          listener: Listener = _quiet) -> dict:
+    """Apply the inbox's step files to ``state`` (a ``graphdiff_cli.State``; ``State.watch`` calls this) in
+    step order, exactly once; see the module docstring.
 
     ``once``: one pass (apply every step that is ready, then return). Otherwise look again every
     ``poll`` seconds until ``stop()`` is true or the STATE reaches ``until_step``. ``predictions``: a
     table written after each applied step (and at start), ``{step}`` in it naming one file per step;
     ``predict_ids``: a file of the ids to write there (the trainer's next candidate pool; default: every
-    prompt). The estimator stays in memory between steps (``handoff.Handoff``): the STATE is read once,
+    prompt). The estimator stays in memory between steps (the ``State`` is resident): the STATE is read once,
     and again only when another writer moved it.
     """
     import math
@@ -369,8 +366,8 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
 
     t0 = time.perf_counter()
     w = _Watcher(state, inbox, complete=complete, predictions=predictions, group_size=group_size,
-                 success_threshold=success_threshold, lock_timeout=lock_timeout, device=device, durable=durable,
-                 listener=listener, predict_ids=predict_ids)
+                 success_threshold=success_threshold, lock_timeout=lock_timeout, listener=listener,
+                 predict_ids=predict_ids)
     start_step = w.sd.current_step
     with inbox_lock(inbox):
         w.ensure_predictions()
@@ -393,11 +390,11 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
                 reason = "stopped"
                 break
     cur = w.sd.current_step
-    return {"command": "watch", "state": str(state), "inbox": str(inbox), "complete": complete,
+    return {"command": "watch", "state": str(state.path), "inbox": str(inbox), "complete": complete,
             "start_step": start_step, "step": cur, "applied": list(w.applied), "n_applied": w.n_applied,
             "prompt_set_changes": w.changed,
             "pending": sorted(s for s in scan.ready if s > cur + 1), "next_step": cur + 1,
             "incomplete": scan.incomplete, "duplicates": scan.duplicates, "invalid": scan.invalid,
             "conflicts": list(w.conflicts.values()),
             "predictions": None if predictions is None else str(predictions_path(predictions, cur)),
-            "stopped": reason, "state_loads": w.handoff.loads, "timings": {"total_s": time.perf_counter() - t0}}
+            "stopped": reason, "state_loads": w.st.loads, "timings": {"total_s": time.perf_counter() - t0}}

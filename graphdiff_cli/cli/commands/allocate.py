@@ -8,11 +8,12 @@ from typing import Optional
 import typer
 
 from ..common import command, emit, progress
+from ..options import StateOption
 
 
 @command("allocate")
 def allocate(
-    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    state: StateOption,
     ids: Path = typer.Option(..., "--ids", help="The batch's prompts: one id per line, or a "
                              ".jsonl/.csv/.parquet table with an 'id' column."),
     budget: int = typer.Option(..., "--budget", help="Total rollouts to split over the prompts."),
@@ -28,11 +29,11 @@ def allocate(
                                       "extension of --out)."),
 ):
     """Write per-prompt rollout counts that sum to --budget, each within [--min, --max]."""
-    from ...stages.decide import allocate as run_allocate
+    from ...state import State
 
     with progress("allocating") as bar:
-        res = run_allocate(state, ids, budget, strategy, out, min_count=min_count, max_count=max_count,
-                           vip_gamma=vip_gamma, fmt=fmt, progress=bar)
+        res = State.open(state).allocate(ids, budget, strategy, out, min_count=min_count, max_count=max_count,
+                                         vip_gamma=vip_gamma, fmt=fmt, progress=bar)
     pred = res["predicted_nondegenerate_groups"]
     emit(res, f"step {res['step']}: {res['budget']} rollouts over {res['prompts']} prompts by {strategy} "
               f"(n {res['counts']['min']}..{res['counts']['max']}; predicted groups with signal "

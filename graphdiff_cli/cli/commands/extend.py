@@ -8,11 +8,12 @@ from typing import Optional
 import typer
 
 from ..common import command, emit, progress
+from ..options import DEFAULT_LOCK_TIMEOUT, LockTimeoutOption, StateOption
 
 
 @command("extend")
 def extend(
-    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    state: StateOption,
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="The new prompts: JSONL, CSV or Parquet rows "
                                            "'id, prompt' (ids and texts not yet in the STATE), embedded here."),
     embedded: Optional[Path] = typer.Option(None, "--embedded", help="Instead of --prompts: their embeddings "
@@ -23,15 +24,14 @@ def extend(
     text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text."),
     batch_size: int = typer.Option(64, "--batch-size", help="Encoder batch size."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N (for the encoder)."),
-    lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another writer."),
+    lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
 ):
     """Add prompts: embedded with the STATE's own encoder, joined to the graph with its k and mutual rule, given
     a prior state from their neighbours; the next revision of the current step (undo: rollback --to T.R)."""
-    from ...stages.handoff import Handoff
-    from ...stages.prompt_set import extend as run_extend
+    from ...state import State
 
     with progress("extending the prompt set") as bar:
-        res = run_extend(Handoff(state), prompts, embedded=embedded, embeddings=embeddings, id_field=id_field, text_field=text_field,
+        res = State.open(state).extend(prompts, embedded=embedded, embeddings=embeddings, id_field=id_field, text_field=text_field,
                          batch_size=batch_size, device=device, lock_timeout=lock_timeout, progress=bar)
     t = res["timings"]
     emit(res, f"step {res['version']}: {res['added']} prompts added ({res['n_prompts']} now, {res['edges']} edges; "
@@ -42,17 +42,16 @@ def extend(
 
 @command("retire")
 def retire(
-    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    state: StateOption,
     ids: Path = typer.Option(..., "--ids", help="The prompts: one id per line, or a table with an 'id' column."),
     restore: bool = typer.Option(False, "--restore", help="Put retired prompts back into the candidate set."),
-    lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another writer."),
+    lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
 ):
     """Take prompts out of the candidate set (predict, select and allocate skip them); what they taught the
     states stays. The next revision of the current step (undo: rollback --to T.R, or --restore)."""
-    from ...stages.handoff import Handoff
-    from ...stages.prompt_set import retire as run_retire
+    from ...state import State
 
     with progress("restoring prompts" if restore else "retiring prompts") as bar:
-        res = run_retire(Handoff(state), ids, restore=restore, lock_timeout=lock_timeout, progress=bar)
+        res = State.open(state).retire(ids, restore=restore, lock_timeout=lock_timeout, progress=bar)
     emit(res, f"step {res['version']}: {res['prompts']} prompts {'restored' if restore else 'retired'} "
               f"({res['n_retired']} retired, {res['active']} active); undo: {res['undo']}")

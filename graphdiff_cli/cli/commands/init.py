@@ -31,10 +31,10 @@ def init(
 
     Every estimator setting (`graphdiff settings` lists them) is a flag; one that cannot act under the chosen schedule or mixing is refused.
     """
-    from ...stages.handoff import init_state
+    from ...state import State
 
     with progress("creating the state") as update:
-        res = init_state(graph, clusters, out, config=config, embeddings=embeddings, progress=update, keep=keep,
-                         **settings_flags)
+        res = State.init(graph, clusters, out, config=config, embeddings=embeddings, progress=update, keep=keep,
+                         **settings_flags).created
     emit(res, f"STATE {res['state']} at step 0: {res['n_prompts']} prompts, K = {res['states']} states, "
               f"{res['edges']} edges (keeps the last {res['keep']} states)")

@@ -8,21 +8,22 @@ from pathlib import Path
 import typer
 
 from ..common import command, emit, progress
+from ..options import DEFAULT_LOCK_TIMEOUT, LockTimeoutOption, StateOption
 
 
 @command("rollback")
 def rollback(
-    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    state: StateOption,
     to: str = typer.Option(..., "--to", help="The step T to make current (its newest retained revision), or "
                            "T.R for revision R of it (T.0: as update T left it, before extends or retires after "
                            "it); later states are removed, so the next update is T + 1.", metavar="T[.R]"),
-    lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for a running update."),
+    lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
 ):
     """Roll the STATE back to step T (or revision T.R); refused if it was pruned or not applied yet."""
-    from ...stages.handoff import rollback as run_rollback
+    from ...state import State
 
     with progress(f"rolling back to step {to}") as bar:
-        res = run_rollback(state, to, lock_timeout=lock_timeout, progress=bar)
+        res = State.open(state).rollback(to, lock_timeout=lock_timeout, progress=bar)
     removed = ", ".join(res.get("removed_versions") or map(str, res["removed"])) or "none"
     now = f"{res['step']}.{res['revision']}" if res["revision"] else str(res["step"])
     was = f"{res['previous_step']}.{res['previous_revision']}" if res["previous_revision"] else str(res["previous_step"])

@@ -8,11 +8,12 @@ from typing import Optional
 import typer
 
 from ..common import command, emit, progress
+from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, StateOption
 
 
 @command("select")
 def select(
-    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    state: StateOption,
     candidates: Path = typer.Option(..., "--candidates", help="Candidate pool: one id per line, or a "
                                     ".jsonl/.csv/.parquet table with an 'id' column."),
     batch_size: int = typer.Option(..., "--batch-size", "-B", help="How many distinct prompts to choose."),
@@ -26,16 +27,16 @@ def select(
     explore: float = typer.Option(1.0, "--explore", help="target: pseudo-rollouts at --target added to each "
                                   "prompt's belief before ranking, so little-known prompts get tried (0: the "
                                   "bare estimate; default 1, Jeffreys' prior weight)."),
-    group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance."),
+    group_size: GroupSizeOption = DEFAULT_GROUP_SIZE,
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
 ):
     """Choose --batch-size prompts of --candidates by --strategy and write them to --out."""
-    from ...stages.decide import select as run_select
+    from ...state import State
 
     with progress("selecting") as bar:
-        res = run_select(state, candidates, batch_size, strategy, out, seed=seed, target=target,
-                         explore=explore, group_size=group_size, fmt=fmt, progress=bar)
+        res = State.open(state).select(candidates, batch_size, strategy, out, seed=seed, target=target,
+                                       explore=explore, group_size=group_size, fmt=fmt, progress=bar)
     emit(res, f"step {res['step']}: chose {res['batch_size']} of {res['pool']} by {strategy} "
               f"(predicted effective share {res['predicted_effective_share']['chosen']:.3f} vs "
               f"{res['predicted_effective_share']['pool']:.3f} for the pool) -> {res['out']}")

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..common import command, emit
+from ..options import StateOption
 
 
 def _human(res: dict) -> str:
@@ -40,11 +41,11 @@ def _human(res: dict) -> str:
 
 @command("status")
 def status(
-    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    state: StateOption,
     last: int = typer.Option(10, "--last", help="How many of the last applied steps to list."),
 ):
     """Current step, N, K, config, the last applied steps and the retained states."""
-    from ...stages.handoff import status as run_status
+    from ...state import State
 
-    res = run_status(state, last=last)
+    res = State.open(state).status(last=last)
     emit(res, _human(res), report=True)

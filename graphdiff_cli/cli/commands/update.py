@@ -7,26 +7,26 @@ from pathlib import Path
 import typer
 
 from ..common import command, emit, progress
+from ..options import (DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, LockTimeoutOption, StateOption,
+                       SuccessThresholdOption)
 
 
 @command("update")
 def update(
-    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    state: StateOption,
     step: int = typer.Option(..., "--step", help="The training step these outcomes come from: the current "
                              "step + 1 (the first update is step 1)."),
     outcomes: Path = typer.Option(..., "--outcomes", help="JSONL, CSV or Parquet rows 'id, n, s' or one row "
                                   "per rollout 'id, reward'."),
-    success_threshold: float = typer.Option(1.0, "--success-threshold", help="A rollout with reward >= this "
-                                            "is a success (binary 0/1 rewards pass through)."),
-    lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another update "
-                                       "or rollback of this STATE to finish."),
+    success_threshold: SuccessThresholdOption = DEFAULT_SUCCESS_THRESHOLD,
+    lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
 ):
     """Apply exactly one step; a step already applied, a gap or bad outcomes change nothing."""
-    from ...stages.handoff import update_state
+    from ...state import State
 
     with progress(f"step {step}") as bar:
-        res = update_state(state, step, outcomes, success_threshold=success_threshold,
-                           lock_timeout=lock_timeout, progress=bar)
+        res = State.open(state).update(step, outcomes, success_threshold=success_threshold,
+                                       lock_timeout=lock_timeout, progress=bar)
     t = res["timings"]
     emit(res, f"step {res['step']}: {res['prompts']} prompts, {res['successes']}/{res['rollouts']} successes, "
               f"{res['iterations']} rounds ({'converged' if res['converged'] else 'not converged'}) in "

@@ -9,6 +9,8 @@ from typing import Optional
 import typer
 
 from ..common import command, debug, emit, info
+from ..options import (DEFAULT_GROUP_SIZE, DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, GroupSizeOption,
+                       LockTimeoutOption, StateOption, SuccessThresholdOption)
 
 
 def _describe(event: dict) -> str | None:
@@ -46,7 +48,7 @@ def _describe(event: dict) -> str | None:
 
 @command("watch")
 def watch(
-    state: Path = typer.Option(..., "--state", help="STATE directory (from init)."),
+    state: StateOption,
     inbox: Path = typer.Option(..., "--inbox", help="Folder the trainer writes one outcomes file per step into: "
                                "step-<T>.jsonl|csv|parquet, e.g. step-000012.jsonl."),
     once: bool = typer.Option(False, "--once", help="Apply every step that is ready, then exit (for cron)."),
@@ -61,16 +63,14 @@ def watch(
                                                "this file (one per line, or a table with an id column), read "
                                                "again at every step: the trainer's next candidate pool."),
     until_step: Optional[int] = typer.Option(None, "--until-step", help="Exit once the STATE reaches this step."),
-    group_size: int = typer.Option(8, "--group-size", help="Rollouts per group, for p_zero_variance."),
-    success_threshold: float = typer.Option(1.0, "--success-threshold", help="A rollout with reward >= this "
-                                            "is a success (binary 0/1 rewards pass through)."),
-    lock_timeout: float = typer.Option(600.0, "--lock-timeout", help="Seconds to wait for another update "
-                                       "or rollback of this STATE to finish."),
+    group_size: GroupSizeOption = DEFAULT_GROUP_SIZE,
+    success_threshold: SuccessThresholdOption = DEFAULT_SUCCESS_THRESHOLD,
+    lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
 ):
     """Apply each new outcomes file of an inbox to the STATE in step order, exactly once (safe to kill and restart)."""
     import signal
 
-    from ...stages.watch import watch as run_watch
+    from ...state import State
 
     stopping = []
 
@@ -89,7 +89,7 @@ def watch(
             info(text)
 
     try:
-        res = run_watch(state, inbox, once=once, poll=poll, predictions=predictions, group_size=group_size,
+        res = State.open(state).watch(inbox, once=once, poll=poll, predictions=predictions, group_size=group_size,
                         success_threshold=success_threshold, lock_timeout=lock_timeout, complete=complete,
                         until_step=until_step, predict_ids=predict_ids, stop=lambda: bool(stopping),
                         listener=listener)

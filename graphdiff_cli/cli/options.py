@@ -1,0 +1,26 @@
+"""Options that several commands share, declared once (``Annotated`` types: a command writes
+``state: StateOption`` or ``lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT``). The global options
+(``--json``, ``-q``, ``-v``) are added to every command by ``common.command``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..core.beta import DEFAULT_GROUP_SIZE
+from ..io.locks import DEFAULT_LOCK_TIMEOUT
+from ..io.outcomes import DEFAULT_SUCCESS_THRESHOLD
+
+__all__ = ["StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "DEFAULT_GROUP_SIZE",
+           "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
+
+StateOption = Annotated[Path, typer.Option("--state", help="STATE directory (from init).")]
+LockTimeoutOption = Annotated[float, typer.Option("--lock-timeout", help="Seconds to wait for another writer "
+                                                                       "of this STATE (update, extend, retire, "
+                                                                       "rollback) to finish.")]
+GroupSizeOption = Annotated[int, typer.Option("--group-size", help="Rollouts per group, for p_zero_variance "
+                                                                   "= P(all correct or all wrong).")]
+SuccessThresholdOption = Annotated[float, typer.Option("--success-threshold", help="A rollout with reward >= "
+                                                       "this is a success (binary 0/1 rewards pass through).")]

@@ -1,0 +1,16 @@
+"""The one progress type of the stages: ``progress(done, total)`` called as work advances.
+
+The CLI draws it with rich (``cli.common.progress``); the Python API, tests and integrations pass nothing
+and get ``no_progress``. A stage may call it with ``done`` alone when the total is unknown.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+Progress = Callable[[int, Optional[int]], None]
+
+
+def no_progress(done=None, total=None) -> None:
+    """The progress listener that ignores every report."""
+    return None

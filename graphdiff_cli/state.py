@@ -1,0 +1,290 @@
+"""``State``: the public object for a STATE directory, the step handoff between a trainer and graphdiff.
+
+    from graphdiff_cli import State
+
+    st = State.init("graph.zarr", "clusters.zarr", "STATE")          # step 0 (or State.open("STATE"))
+    for t in range(1, steps + 1):
+        batch = st.select("pool.txt", batch_size=128)["ids"]           # or read st.estimates(ids)
+        rows = train_one_step(batch)                                   # [{"id", "n", "s"}, ...]
+        st.update(t, rows)                                             # or an outcomes file
+    st.rollback(10)                                                    # the trainer resumed from step 10
+
+Every command of the step handoff (``init``, ``update``, ``predict``, ``select``, ``allocate``, ``extend``,
+``retire``, ``rollback``, ``status``, ``verify``, ``watch``) is a method here and the CLI command of the
+same name is one call of it. The object is resident: it keeps the estimator of the version it last read
+or wrote in memory and reads the STATE again only when another writer moved ``CURRENT`` under it (every
+atomic replace of CURRENT is a new inode) or when a write failed midway. Each write goes through
+``transaction()``: it holds the STATE's lock, and either commits the next version (and the object then
+holds it) or, on any exception, leaves the STATE as it was and forgets what it held in memory.
+
+Each method checks everything before writing, raises ``GraphdiffError``s with one-line messages, and
+returns a JSON-able dict (what ``--json`` prints); ``estimates`` returns arrays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from .errors import InvalidArgumentError, StateError
+from .io import layout
+from .io.locks import DEFAULT_LOCK_TIMEOUT
+from .io.state_dir import StateDir
+from .stages import decide, handoff, prompt_set
+from .stages.progress import Progress, no_progress
+
+__all__ = ["State", "Transaction"]
+
+
+class Transaction:
+    """One write to a STATE under its lock (``State.transaction``): at most one commit of the next version."""
+
+    def __init__(self, state: "State"):
+        self.state = state
+        self.committed = False
+        self._ids: list[str] | None = None
+        self._retired: np.ndarray | None = None
+        self._reload = False
+
+    def _check(self) -> None:
+        if self.committed:
+            raise StateError(f"{self.state.path}: one transaction commits one version")
+
+    def commit_step(self, entry: dict) -> list[int]:
+        """Write the resident estimator (just updated) as the next step, with the log ``entry``."""
+        self._check()
+        st = self.state
+        pruned = st.dir.commit_step({**st.estimator().state_dict(copy=False), layout.RETIRED: st.retired},
+                                    entry, durable=st.durable)
+        self.committed = True
+        return pruned
+
+    def commit_revision(self, entry: dict, *, retired=None, ids=None, model_arrays=None,
+                        model_attrs=None) -> list[int]:
+        """Write the resident estimator as the next revision of the current step (a prompt-set change: new
+        ``ids`` and model arrays for extend, a new ``retired`` set for retire)."""
+        self._check()
+        st = self.state
+        retired = st.retired if retired is None else np.asarray(retired, dtype=np.int64)
+        pruned = st.dir.commit_revision({**st.estimator().state_dict(copy=False), layout.RETIRED: retired}, entry,
+                                        ids=ids, model_arrays=model_arrays, model_attrs=model_attrs,
+                                        durable=st.durable)
+        self.committed = True
+        self._retired = retired
+        self._ids = None if ids is None else list(ids)
+        return pruned
+
+    def rollback(self, step: int, revision: int | None = None) -> list[int]:
+        """Make a retained version current again (what the object held is read again next time)."""
+        self._check()
+        removed = self.state.dir.rollback(step, revision)
+        self.committed, self._reload = True, True
+        return removed
+
+
+class State:
+    """An opened STATE directory; see the module docstring. ``device``: where the estimator runs (None:
+    the STATE's setting); ``durable=False`` skips fsyncs (tests, benchmarks on throwaway STATEs);
+    ``outcomes_dir``: where ``update`` writes the outcomes it is given as rows (default ``STATE.outcomes``
+    beside the STATE)."""
+
+    def __init__(self, path, *, device: str | None = None, durable: bool = True, outcomes_dir=None):
+        self.dir = StateDir.open(path)
+        self.device, self.durable = device, durable
+        self.outcomes_dir = Path(outcomes_dir) if outcomes_dir else layout.outcomes_dir(self.dir.root)
+        self._est = None
+        self.retired = np.zeros(0, np.int64)  # node indices of the retired prompts at the resident version
+        self._est_ids: list[str] = []         # the prompt ids of the resident estimator's nodes
+        self._est_index = None                # (self._est_ids, its IdIndex)
+        self._current_sig = None              # the CURRENT file the resident estimator is
+        self._index, self._index_sig = None, None
+        self.loads = 0                        # how many times the STATE was read (1 when nobody else writes)
+        self.created: dict | None = None      # init's report, on a State made by State.init
+
+    # -- opening and creating ------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path, *, device: str | None = None, durable: bool = True, outcomes_dir=None) -> "State":
+        """The STATE directory at ``path`` (refused in one line unless it is one)."""
+        return cls(path, device=device, durable=durable, outcomes_dir=outcomes_dir)
+
+    @classmethod
+    def init(cls, graph, clusters, path, *, config=None, embeddings=None, keep: int | None = None,
+             durable: bool = True, progress: Progress = no_progress, **settings) -> "State":
+        """A new STATE directory at step 0 from a graph and its clusters artifacts. ``config``: a YAML file
+        of estimator settings; ``settings``: any setting of ``graphdiff_cli.settings`` (``preset``, ``beta``,
+        ``device``, ...; None = not given), overriding the file's; ``keep``: states retained besides step 0.
+        Its report is ``.created``."""
+        report = handoff.init_state(graph, clusters, path, config=config, embeddings=embeddings, keep=keep,
+                                    progress=progress, durable=durable, **settings)
+        st = cls(path, durable=durable)
+        st.created = report
+        return st
+
+    # -- what it holds -------------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self.dir.root
+
+    @property
+    def step(self) -> int:
+        """The current step (read from CURRENT: another writer may have moved it)."""
+        return self.dir.current_step
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """The current (step, revision)."""
+        return self.dir.current_version()
+
+    @property
+    def ids(self) -> list[str]:
+        """The current version's prompt ids, in node order."""
+        return list(self.index.ids)
+
+    @property
+    def index(self):
+        """The ``IdIndex`` of the current version's prompts: the resident estimator's while CURRENT is the one
+        it was read from, else read again (extend adds prompts, a rollback may remove them)."""
+        sig = self._signature()
+        if self._est is not None and sig == self._current_sig:
+            return self._estimator_index()
+        if self._index is None or sig != self._index_sig:
+            self._index, self._index_sig = self.dir.id_index(), sig
+        return self._index
+
+    def _estimator_index(self):
+        from .io.readers import IdIndex
+
+        if self._est_index is None or self._est_index[0] is not self._est_ids:
+            self._est_index = (self._est_ids, IdIndex(self._est_ids, f"the prompts of STATE {self.path}"))
+        return self._est_index[1]
+
+    def _signature(self):
+        """Which CURRENT file is in place: every atomic replace makes a new inode."""
+        path = self.path / layout.CURRENT
+        st = path.stat()
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, path.read_bytes())
+
+    def estimator(self):
+        """The ``Estimator`` at the current version: the resident one, unless CURRENT moved under it."""
+        before = self._signature()
+        if self._est is not None and before == self._current_sig:
+            return self._est
+        self._est, self.retired, self._est_ids = handoff.load_current_state(self.dir, self.device)
+        self.loads += 1
+        # a CURRENT replaced while we read: keep the estimator (it is a whole version's) but look again next time
+        self._current_sig = before if self._signature() == before else None
+        return self._est
+
+    @contextlib.contextmanager
+    def transaction(self, lock_timeout: float = DEFAULT_LOCK_TIMEOUT):
+        """Hold the STATE's lock for one write: yields a ``Transaction`` whose ``commit_*`` writes the next
+        version. On any exception the STATE is left as it was and the resident estimator (which the write
+        may have moved ahead) is forgotten; after a commit the object holds the version it wrote."""
+        with self.dir.locked(lock_timeout):
+            txn = Transaction(self)
+            try:
+                yield txn
+            except BaseException:
+                self._est = None
+                raise
+            if txn._reload:
+                self._est = None
+            elif txn.committed:
+                self._current_sig = self._signature()
+                if txn._ids is not None:
+                    self._est_ids = txn._ids
+                if txn._retired is not None:
+                    self.retired = txn._retired
+
+    # -- the handoff ---------------------------------------------------------------------------------
+
+    def update(self, step: int, outcomes, *, success_threshold: float = 1.0,
+               lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
+        """Apply training step ``step`` (= current + 1). ``outcomes``: a JSONL/CSV/Parquet file of rows
+        ``id, n, s`` (or ``id, reward``), or those rows as dicts, written first to ``outcomes_dir`` so the
+        log names a file as for every step. A step applied twice, a gap or a bad row changes nothing."""
+        if not isinstance(outcomes, (str, Path)):
+            outcomes = self._write_outcomes(step, outcomes)
+        return handoff.update(self, step, outcomes, success_threshold=success_threshold,
+                              lock_timeout=lock_timeout, progress=progress)
+
+    def _write_outcomes(self, step, rows) -> Path:
+        from .io.tables import write_rows
+
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise InvalidArgumentError(f"step must be an integer >= 1 (step 0 is init), got {step!r}")
+        rows = list(rows)
+        if not rows:
+            # a step without rollouts (reused generations) still advances the STATE: one row with n = 0
+            rows = [{"id": self.index.ids[0], "n": 0, "s": 0}]
+        columns = list(rows[0]) if isinstance(rows[0], dict) else None
+        if columns is None:
+            raise InvalidArgumentError(f"outcomes must be a file or a list of row dicts ('id', 'n', 's'), "
+                                       f"got a list of {type(rows[0]).__name__}")
+        path = self.outcomes_dir / f"step_{step:08d}.jsonl"
+        write_rows(path, rows, columns=columns)
+        return path
+
+    def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = 8) -> dict:
+        """Every estimate of the prompts ``ids`` (all candidates, retired ones left out, when None) at the
+        current version: {"id": [...], "p", "difficulty", "p_model", "uncertainty", "mean", "variance",
+        "n_seen", "p_zero_variance": arrays}."""
+        return handoff.estimates(self, ids, group_size=group_size)
+
+    def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8,
+                progress: Progress = no_progress) -> dict:
+        """Write every candidate's (or ``ids_file``'s) estimates at the current version to ``out``, atomically."""
+        return handoff.predict(self, out, ids_file=ids_file, fmt=fmt, group_size=group_size, progress=progress)
+
+    def select(self, candidates, batch_size: int, strategy: str, out=None,
+               **kwargs) -> dict:
+        """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) by ``strategy``;
+        written to ``out`` when given. The chosen ids are ``["ids"]``, best first."""
+        return decide.select(self, candidates, batch_size, strategy, out, **kwargs)
+
+    def allocate(self, ids, budget: int, strategy: str = "variance", out=None, **kwargs) -> dict:
+        """Split ``budget`` rollouts over the prompts ``ids`` (an ids file or a list); written to ``out`` when
+        given. The counts are ``["counts_by_id"]``."""
+        return decide.allocate(self, ids, budget, strategy, out, **kwargs)
+
+    def extend(self, prompts=None, **kwargs) -> dict:
+        """Add prompts (a prompts file, or ``embedded=`` their embeddings artifact) as the next revision."""
+        return prompt_set.extend(self, prompts, **kwargs)
+
+    def retire(self, ids, *, restore: bool = False, **kwargs) -> dict:
+        """Take prompts (an ids file or a list) out of the candidate set, or put them back (``restore``)."""
+        return prompt_set.retire(self, ids, restore=restore, **kwargs)
+
+    def rollback(self, to, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
+        """Make step ``to`` current again (T, or a revision "T.R"), for a trainer resuming from its checkpoint."""
+        return handoff.rollback(self, to, lock_timeout=lock_timeout, progress=progress)
+
+    def status(self, *, last: int = 10) -> dict:
+        """What the STATE holds: current step, prompts, states, config, the last applied steps, retention."""
+        return handoff.status(self, last=last)
+
+    def verify(self) -> dict:
+        """Read every array of every retained version against its checksums; ``["intact"]`` and the problems."""
+        from .stages.verify import verify
+
+        return verify(self.path)
+
+    def watch(self, inbox, **kwargs) -> dict:
+        """Apply an inbox of per-step outcomes files as they arrive (``graphdiff watch``)."""
+        from .stages.watch import watch
+
+        return watch(self, inbox, **kwargs)
+
+    def __repr__(self) -> str:
+        try:
+            step, rev = self.version
+            where = f"step {step}" + (f".{rev}" if rev else "")
+        except Exception:  # noqa: BLE001 - a repr never raises
+            where = "unreadable"
+        return f"State({str(self.path)!r}, {where})"
