@@ -1,0 +1,1 @@
+"""OpenRLHF: the reward function file that records outcomes into a STATE."""
