@@ -376,8 +376,8 @@ def test_init_refuses_mismatched_inputs_and_a_used_out(tmp_path, inputs):
 def test_config_file_then_flags(tmp_path, inputs):
     graph, clusters, _ = inputs
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("preset: paper\nbeta: 3.5\nmax-iters: 7\nwindow: 4\nkeep: 2\ngamma: 0.25\n")
-    res = handoff.init_state(graph, clusters, tmp_path / "S", config=cfg, gamma=0.75, device="cpu",
+    cfg.write_text("preset: paper\nbeta: 3.5\nmax-iters: 7\nwindow: 4\ngamma: 0.25\n")
+    res = handoff.init_state(graph, clusters, tmp_path / "S", config=cfg, gamma=0.75, device="cpu", keep=2,
                              durable=False)
     c = res["config"]
     assert (c["beta"], c["max_iters"], c["window"], c["gamma"], res["keep"]) == (3.5, 7, 4, 0.75, 2)

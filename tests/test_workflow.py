@@ -159,6 +159,23 @@ def test_files_source_without_paths_and_bad_config_are_refused(tmp_path):
     assert res.returncode != 0 and "betta" in res.stdout + res.stderr  # the schema refuses unknown keys
 
 
+def test_the_estimator_section_is_resolved_by_graphdiff_at_plan_time(tmp_path):
+    """The workflow resolves its estimator section with graphdiff_cli.settings (as init --config does): a
+    setting that cannot act under the preset fails the plan in one line, before any job runs; state.keep
+    reaches init as --keep."""
+    inert = write_yaml(tmp_path / "i.yaml", {"estimator": {"preset": "default", "tol": 0.01}})
+    res = smk(tmp_path, inert, args=["-n"], check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "config estimator.tol: tol = 0.01 has no effect here" in out, out[-3000:]
+    assert len([line for line in out.splitlines() if "has no effect" in line]) == 1
+    keep = write_yaml(tmp_path / "k.yaml", {"state": {"keep": 3}, "estimator": {"preset": "paper", "beta": 4}})
+    out = (lambda r: r.stdout + r.stderr)(smk(tmp_path, keep, args=["-n", "-p"]))
+    init = next(line for line in out.splitlines() if " init --graph " in line)
+    assert "--preset paper --keep 3 " in init and "--beta 4" in init and "evaluate_b4_g0.5_wcum.yaml" in out
+    res = smk(tmp_path, write_yaml(tmp_path / "k1.yaml", {"state": {"keep": 1}}), args=["-n"], check=False)
+    assert res.returncode != 0 and "keep" in res.stdout + res.stderr  # init's minimum, in the schema
+
+
 def test_a_missing_encoder_is_refused_at_plan_time(tmp_path):
     """Not once per embed shard when the jobs run: the dry run itself fails in one line naming the fix."""
     override = write_yaml(tmp_path / "m.yaml", {"embed": {"model": "someone/not-downloaded-model"}, "embed_shards": 4})
