@@ -176,6 +176,22 @@ def test_the_estimator_section_is_resolved_by_graphdiff_at_plan_time(tmp_path):
     assert res.returncode != 0 and "keep" in res.stdout + res.stderr  # init's minimum, in the schema
 
 
+def test_dry_run_closedloop_passes_its_config_section_as_flags(tmp_path):
+    """The closed-loop benchmark is configured by the config's closedloop section (schema defaults filled
+    in), passed to `python -m closedloop` by the rules, with the repository root on PYTHONPATH."""
+    small = write_yaml(tmp_path / "cl.yaml", {"closedloop": {"run": "cl", "seeds": [0, 1], "schedulers": ["uniform", "gd-thompson"],
+                                                             "train": {"steps": 3}, "policy": {"shared_sft": False}}})
+    res = smk(tmp_path, small, args=["-n", "-p", "closedloop"])
+    out = res.stdout + res.stderr
+    counts = job_counts(res)
+    assert counts["closedloop_run"] == 4 and counts["closedloop_sft"] == 2 and counts["closedloop_data"] == 1
+    assert f"PYTHONPATH={REPO}" in out and "-m closedloop run" in out and "--steps 3 " in out
+    assert "--train-per-cell 250 " in out and "--skills compare,sort" in out  # the schema's defaults
+    res = smk(tmp_path, write_yaml(tmp_path / "bad.yaml", {"closedloop": {"train": {"stepz": 3}}}), args=["-n", "closedloop"],
+              check=False)
+    assert res.returncode != 0 and "stepz" in res.stdout + res.stderr
+
+
 def test_a_missing_encoder_is_refused_at_plan_time(tmp_path):
     """Not once per embed shard when the jobs run: the dry run itself fails in one line naming the fix."""
     override = write_yaml(tmp_path / "m.yaml", {"embed": {"model": "someone/not-downloaded-model"}, "embed_shards": 4})

@@ -202,34 +202,24 @@ def _grid_table_inputs(wildcards):
 
 
 # --- closed-loop benchmark (workflow/rules/closedloop.smk) ------------------------------------------
+# Its settings are the config's `closedloop` section (workflow/schemas/config.schema.yaml, defaults
+# filled in by validate); the rules pass them to `python -m closedloop` as flags. The benchmark is the
+# package closedloop/ at the repository root, not part of graphdiff_cli: its jobs run in the working
+# directory (-d), so the repository root goes on PYTHONPATH for them.
 
 import os as _cl_os
-import shlex as _cl_shlex
-import sys as _cl_sys
 
-import yaml as _cl_yaml
-
-
-def _closedloop_settings():
-    if config.get("closedloop"):
-        return config["closedloop"]
-    path = _cl_os.environ.get("GRAPHDIFF_CLOSEDLOOP_CONFIG",
-                              _cl_os.path.join(workflow.basedir, "configs", "closedloop.yaml"))
-    with open(path, encoding="utf-8") as f:
-        return _cl_yaml.safe_load(f)["closedloop"]
-
-
-CL = _closedloop_settings()
+CL = config["closedloop"]
 CL_ART = f"artifacts/{CL['run']}"
 CL_LOGS = f"logs/{CL['run']}"
-CL_PY = _cl_shlex.quote(_cl_sys.executable)
-CL_MAIN = f"{CL_PY} -m graphdiff_cli.closedloop"
-CL_THREADS = int(CL.get("threads", 1))
+_CL_ROOT = shlex.quote(str(Path(workflow.basedir).resolve()))
+CL_MAIN = f"PYTHONPATH={_CL_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(sys.executable)} -m closedloop"
+CL_THREADS = CL["threads"]
 
 
 def _cl_policy_seed(seed):
     """The SFT policy a run of ``seed`` starts from: seed 0's for every seed when policy.shared_sft."""
-    return str(CL["seeds"][0]) if CL["policy"].get("shared_sft", False) else str(seed)
+    return str(CL["seeds"][0]) if CL["policy"]["shared_sft"] else str(seed)
 
 
 def check_encoder(model):
