@@ -3,8 +3,9 @@ compare, built by key from one config.
 
 - ``METHOD_KEYS``: graphdiff, the peers (history, discounted history, MoPPS, GRESO, VIP, label
   propagation) and the two oracles, in report order; ``parse_methods`` reads ``--methods``.
-- ``load_config``: the ``estimator`` section (graphdiff's settings: ``graphdiff_cli.settings``) and the
-  ``evaluate`` section (the peers' settings, ``DEFAULT_CONFIG``) of a YAML/JSON file.
+- ``load_config``: the ``estimator`` section (graphdiff's settings, read by ``settings.config_layer`` as
+  init reads it) and the peers' settings (``DEFAULT_CONFIG``; the workflow's ``evaluate.settings``) of a
+  YAML/JSON file shaped like the Snakemake config.
 - ``build_methods``: fresh estimators for the keys; ``method_factories``: zero-argument factories of
   fresh ones (a counterfactual replay needs one per strategy).
 - ``GraphdiffMethod``: graphdiff's ``Estimator`` behind ``core.baselines``' interface (``OnlineEstimator``
@@ -69,16 +70,24 @@ class GraphdiffMethod:
                                                   np.asarray(s, dtype=np.int64))
 
 
+# the workflow's own keys of its `evaluate:` section (workflow/schemas/config.schema.yaml); the baselines'
+# settings sit under its `settings`
+WORKFLOW_EVALUATE_KEYS = ("enabled", "methods", "counterfactual", "settings")
+
+
 def load_config(path) -> dict:
     """{"estimator": EstimatorSettings, "estimator_preset": name, "evaluate": the peers' settings}.
 
-    The file's ``estimator`` section is a preset and the settings that override it (the same names and
-    rules as `graphdiff init`; one-line errors name the file); its ``evaluate`` section updates
-    ``DEFAULT_CONFIG``. Other top-level sections are ignored (one config file may serve several
-    commands); an unknown key inside these two sections is refused, so a typo cannot silently fall back
-    to a default.
+    The file has the Snakemake config's shape (so that file itself works): its ``estimator`` section is
+    read as `graphdiff init --config` reads it (``settings.config_layer``: a preset and the settings that
+    override it; a file of only those keys works too), and the peers' settings are the workflow's
+    ``evaluate.settings``, or, in evaluate's older own shape, the ``evaluate`` section itself (its keys
+    discounted, mopps, greso, vip, oracles cannot be mistaken for the workflow's). They update
+    ``DEFAULT_CONFIG``. Other top-level sections are ignored (one config file serves several commands);
+    an unknown key inside these sections is refused in one line naming the file, so a typo cannot
+    silently fall back to a default.
     """
-    from .settings import DEFAULT_PRESET, resolve_layers
+    from .settings import DEFAULT_PRESET, config_layer, resolve_layers
 
     cfg = copy.deepcopy(DEFAULT_CONFIG)
     user, lines, where = {}, {}, "the default config"
@@ -87,16 +96,17 @@ def load_config(path) -> dict:
 
         where = str(path)
         user, lines = read_mapping(Path(path))  # YAML or JSON (a YAML document)
-
-    def where_of(key):  # the file and line of estimator.<key>, for one-line errors
-        line = lines.get(f"estimator.{key}")
-        return f"{where}:{line}" if line else f"{where}: estimator"
-    given = user.get("estimator") or {}
-    if not isinstance(given, dict):
-        raise InvalidArgumentError(f"{where}: section 'estimator' must be a mapping")
     ev_user = user.get("evaluate") or {}
     if not isinstance(ev_user, dict):
         raise InvalidArgumentError(f"{where}: section 'evaluate' must be a mapping")
+    if any(key in WORKFLOW_EVALUATE_KEYS for key in ev_user):
+        for key in ev_user:
+            if key not in WORKFLOW_EVALUATE_KEYS:
+                raise InvalidArgumentError(f"{where}: unknown key evaluate.{key}; the baselines' settings go under "
+                                           f"evaluate.settings (known there: {', '.join(cfg['evaluate'])})")
+        ev_user = ev_user.get("settings") or {}
+        if not isinstance(ev_user, dict):
+            raise InvalidArgumentError(f"{where}: evaluate.settings must be a mapping")
     for key, value in ev_user.items():
         if key not in cfg["evaluate"]:
             raise InvalidArgumentError(f"{where}: unknown key evaluate.{key}; known: {', '.join(cfg['evaluate'])}")
@@ -107,10 +117,9 @@ def load_config(path) -> dict:
                 raise InvalidArgumentError(f"{where}: unknown key evaluate.{key}.{sub}; known: "
                                            f"{', '.join(cfg['evaluate'][key])}")
         cfg["evaluate"][key].update(value)
-    if "keep" in given:
-        raise InvalidArgumentError(f"{where}: estimator.keep is a STATE setting (graphdiff init), not one of evaluate")
-    cfg["estimator"] = resolve_layers([(dict(given), where_of)])
-    cfg["estimator_preset"] = given.get("preset") or DEFAULT_PRESET
+    values, where_of = config_layer(user, lines, where, sections=("evaluate",))
+    cfg["estimator"] = resolve_layers([(values, where_of)])
+    cfg["estimator_preset"] = values.get("preset") or DEFAULT_PRESET
     return cfg
 
 

@@ -4,8 +4,10 @@
 validation with a precise message per field *and* the JSON schema that the workflow's config schema
 includes, so the two cannot drift; ``tests/test_settings.py`` fails when the committed schema file is
 not what this module generates). Everything that takes estimator settings derives from it: the
-``Estimator`` keywords, ``graphdiff init``'s flags and ``--config`` file, ``graphdiff evaluate``'s
-``estimator`` section and the Snakemake config.
+``Estimator`` keywords, ``graphdiff init``'s flags, and the one ``estimator:`` section shape that
+``graphdiff init --config``, ``graphdiff evaluate --config`` and the Snakemake workflow read
+(``config_layer`` finds it in a parsed file, ``resolve_layers`` resolves it; the workflow calls
+``resolve_layers`` on its ``config["estimator"]``).
 
 Two presets are named instances: ``paper`` (Sections 3.4-3.6 exactly: the field defaults below) and
 ``default`` (the paper's model with the improvements that measurements showed to help; docs/results.md).
@@ -19,14 +21,13 @@ preset's or the setting's default is refused in one line instead of being silent
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .core.meanfield import DEFAULT_EPSILON, SCHEDULES  # the numerics define what they run
 from .errors import InvalidArgumentError
-from .io.state_dir import DEFAULT_KEEP
 
 MIXINGS = ("gamma", "evidence", "offset")
 STATE_PRIORS = ("uniform", "observed")
@@ -261,10 +262,14 @@ def resolve_layers(layers) -> EstimatorSettings:
         for key, value in values.items():
             if key == "preset":
                 if value is not None:
-                    preset = value
+                    preset, origin["preset"] = value, where(key)
                 continue
             overrides[key], origin[key] = value, where(key)
-    name = _check_preset(preset)
+    try:
+        name = _check_preset(preset)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{origin['preset']}: {exc}" if origin.get("preset") else str(exc)) from None
+    origin.pop("preset", None)
     base = PRESETS[name]
     try:
         settings = EstimatorSettings(**{**base.model_dump(), **overrides})
@@ -285,8 +290,9 @@ def resolve_layers(layers) -> EstimatorSettings:
 
 
 def parse_flag(name: str, text):
-    """A setting's value from command-line text: numbers, 'auto', and 'none'/'null' for the settings
-    that may be null (window, belief_strength, neighbor_smoothing). Checking is ``resolve``'s job."""
+    """A setting's value from command-line text (the one parser of flag text: every setting flag is
+    text): numbers, 'auto', and 'none'/'null' for the settings that may be null (window,
+    belief_strength, neighbor_smoothing, label_propagation). Checking is ``resolve``'s job."""
     if not isinstance(text, str):
         return text
     field = EstimatorSettings.model_fields[name]
@@ -300,23 +306,54 @@ def parse_flag(name: str, text):
         return text  # resolve refuses it with the setting's own message
 
 
-def read_file(path) -> tuple[dict, callable]:
-    """(values, where) of a YAML settings file: init's option names (``max-iters`` or ``max_iters``),
-    ``preset``, and ``keep`` (STATE retention); unknown keys refused with the file and line."""
-    from .io.readers import read_mapping
+SECTION = "estimator"
+KNOWN_KEYS = ("preset", *NAMES)  # the keys of an estimator section
+# keys that used to ride in the section but belong elsewhere: refused with where they went
+MOVED = {"keep": "keep is the STATE's retention, not an estimator setting: give graphdiff init --keep N "
+                 "(the workflow: state.keep)"}
 
-    data, lines = read_mapping(path)
+
+def config_layer(data: dict, lines: dict, path, sections: tuple = ()) -> tuple[dict, Callable[[str], str]]:
+    """(values, where) of the estimator section of a parsed config file (``data, lines`` as
+    ``io.readers.read_mapping`` gives them), for ``resolve_layers``.
+
+    One shape, two ways to hold it: a file with a top-level ``estimator:`` key (or one of the caller's
+    own ``sections``, e.g. evaluate's ``evaluate``) is a whole config (a Snakemake config file, evaluate's
+    config) and its ``estimator`` section is read, other top-level keys left to their readers; a file
+    without one must be only the section's content (``preset`` and settings: e.g. an older
+    ``init --config`` file, whose keys may also be spelled as the flags, ``max-iters``), and any other
+    key in it is refused. In a section, keys are spelled as in the workflow's schema (``max_iters``).
+    Unknown keys, a misplaced ``keep`` and a non-mapping section are refused in
+    one line naming the file and line."""
+    if SECTION in data or any(name in data for name in sections):
+        section, prefix = data.get(SECTION), f"{SECTION}."
+        if section is None:
+            section = {}
+        if not isinstance(section, dict):
+            raise InvalidArgumentError(f"{path}:{lines.get(SECTION, 1)}: section {SECTION!r} must be a mapping "
+                                       f"(a preset and settings), got {type(section).__name__}")
+        whole = True
+    else:
+        section, prefix, whole = data, "", False
     out, where_of = {}, {}
-    for raw, value in data.items():
-        key = str(raw).replace("-", "_")
-        where = f"{path}:{lines.get(str(raw), 1)}"
-        if key not in NAMES and key not in ("preset", "keep"):
-            raise InvalidArgumentError(f"{where}: unknown setting {raw!r}; known: preset, keep, "
-                                       f"{', '.join(n.replace('_', '-') for n in NAMES)}")
-        if key == "preset" and value is not None and not isinstance(value, str):
-            raise InvalidArgumentError(f"{where}: preset must be a string, got {value!r}")
+    for raw, value in section.items():
+        # a file of only the section's keys is also the older init --config shape, which spelled them as
+        # the flags do (max-iters); in a section they are spelled as the workflow's schema spells them
+        key = str(raw) if whole else str(raw).replace("-", "_")
+        where = f"{path}:{lines.get(prefix + key, lines.get(SECTION, 1) if whole else 1)}"
+        if key in MOVED:
+            raise InvalidArgumentError(f"{where}: {MOVED[key]}")
+        if key not in KNOWN_KEYS:
+            hint = ""
+            if key.replace("-", "_") in KNOWN_KEYS:
+                hint = f" (settings are spelled with underscores: {key.replace('-', '_')})"
+            elif not whole:
+                hint = f" (the file has no {SECTION!r} section, so every key must be one of its settings)"
+            raise InvalidArgumentError(f"{where}: unknown setting {prefix + str(raw)!r}{hint}; known: "
+                                       f"{', '.join(KNOWN_KEYS)}")
         out[key], where_of[key] = value, where
-    return out, lambda key: where_of.get(key, str(path))
+    fallback = f"{path}: {SECTION}" if whole else str(path)
+    return out, lambda key: where_of.get(key, fallback)
 
 
 def from_dict(values: dict, where: str = "") -> EstimatorSettings:
@@ -333,8 +370,9 @@ def preset_settings(name: str) -> dict[str, Any]:
 
 
 def json_schema() -> dict:
-    """The JSON schema of the workflow config's ``estimator`` section: ``preset``, ``keep`` and every
-    setting; a setting left out takes the preset's value. Generated from ``EstimatorSettings``."""
+    """The JSON schema of the ``estimator`` section (the workflow config's, and the one init --config and
+    evaluate --config read): ``preset`` and every setting; a setting left out takes the preset's value.
+    Generated from ``EstimatorSettings``."""
     props = {}
     for name, prop in EstimatorSettings.model_json_schema()["properties"].items():
         prop = {k: v for k, v in prop.items() if k not in ("default", "title")}
@@ -350,13 +388,8 @@ def json_schema() -> dict:
         "additionalProperties": False,
         "properties": {
             "preset": {"description": f"{PRESET_HELP} Left out: {DEFAULT_PRESET}.", "enum": list(PRESETS)},
-            "keep": {"description": "STATE retention: keep the last this many step states (step 0 always). "
-                                    f"Left out: {DEFAULT_KEEP}.", "type": "integer", "minimum": 1},
             **props,
         },
-        # annotations for the workflow, which resolves a run's settings without importing graphdiff
-        "x-graphdiff-defaults": {"preset": DEFAULT_PRESET, "keep": DEFAULT_KEEP},
-        "x-graphdiff-presets": {name: s.model_dump() for name, s in PRESETS.items()},
     }
 
 

@@ -10,12 +10,19 @@ per trainer step and its estimates moved, the metrics file is well-formed, and t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
-from graphdiff_cli.closedloop import schedulers as sch
-from graphdiff_cli.closedloop import tasks
+from closedloop import schedulers as sch
+from closedloop import tasks
+from graphdiff_cli.errors import InvalidArgumentError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 B, G, STEPS = 4, 4, 2
 
@@ -59,7 +66,7 @@ def test_sft_noise_is_systematic_per_cell():
                 assert b["answer"] == tasks.wrong_answer(a) != a["answer"]
             else:
                 assert b["answer"] == a["answer"]
-    with pytest.raises(ValueError, match="sft noise"):
+    with pytest.raises(InvalidArgumentError, match="sft noise"):
         tasks.cell_noise(0.5, 1.0, seed=0)
 
 
@@ -109,9 +116,9 @@ def _graph_over(rows):
 def test_two_grpo_steps_with_graphdiff(tmp_path):
     pytest.importorskip("trl")
     from graphdiff_cli import Estimator
-    from graphdiff_cli.closedloop.loop import RunConfig, run
-    from graphdiff_cli.closedloop.policy import build_model, build_tokenizer, save_policy, supervised_warmup
-    from graphdiff_cli.closedloop.report import write_report
+    from closedloop.loop import RunConfig, run
+    from closedloop.policy import build_model, build_tokenizer, save_policy, supervised_warmup
+    from closedloop.report import write_report
     from graphdiff_cli.estimator import preset_settings
 
     train, test, sft = tasks.make_splits(train_per_cell=4, test_per_cell=1, sft_per_cell=4, seed=2)
@@ -174,5 +181,32 @@ def test_the_task_family_can_be_narrowed_to_some_skills():
                                          skills=["compare", "sort"], sft_noise=(0.1, 0.7))
     assert {r["skill"] for r in train + test + sft} == {"compare", "sort"}
     assert len(train) == 3 * 2 * len(tasks.LEVELS)
-    with pytest.raises(ValueError, match="skills must be some of"):
+    with pytest.raises(InvalidArgumentError, match="skills must be some of"):
         tasks.make_splits(skills=["juggle"])
+
+
+def test_a_stage_error_is_one_line_with_the_error_exit_code(tmp_path):
+    """`python -m closedloop` (from the repository root) reports a graphdiff_cli error in one line."""
+    res = subprocess.run([sys.executable, "-m", "closedloop", "data", "--out", str(tmp_path / "d"), "--skills", "juggle"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("closedloop data: error: skills must be some of") and res.stderr.count("\n") == 1
+    assert not (tmp_path / "d").exists()
+
+
+def test_its_settings_are_declared_in_the_workflow_schema():
+    """Every key of the closedloop section has a type, a default and a description; the defaults are the
+    published grid (configs/closedloop.yaml), and the enums are the code's skills and schedulers."""
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())["properties"]["closedloop"]
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+
+    def defaults(node):
+        if node.get("type") == "object" and "properties" in node:
+            return {k: defaults(v) for k, v in node["properties"].items()}
+        assert "description" in node and "default" in node and "type" in node, node
+        return node["default"]
+
+    published = yaml.safe_load((ROOT / "configs/closedloop.yaml").read_text())["closedloop"]
+    assert defaults(schema) == published
+    assert schema["properties"]["schedulers"]["items"]["enum"] == list(sch.SCHEDULERS)
+    assert schema["properties"]["data"]["properties"]["skills"]["items"]["enum"] == list(tasks.SKILLS)

@@ -371,3 +371,18 @@ def test_usage_errors_of_the_real_command_are_one_line(argv, words):
     assert words in res.stderr and "--help)" in res.stderr and res.stdout == ""
     res = subprocess.run([GRAPHDIFF, *argv, "--json"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and json.loads(res.stdout)["exit_code"] == 2 and words in json.loads(res.stdout)["error"]
+
+
+def test_init_reads_the_estimator_section_of_the_papers_workflow_config(tmp_path, inputs):
+    """configs/paper.yaml, a whole Snakemake config, is an init --config file as it is: its estimator
+    section (the paper preset, synchronous, cumulative) is what the STATE gets; --keep is init's own."""
+    from pathlib import Path
+
+    from graphdiff_cli.settings import PRESETS
+
+    folder, _ = inputs
+    paper = Path(__file__).resolve().parents[1] / "configs" / "paper.yaml"
+    res = gd_json("init", "--graph", folder / "graph.zarr", "--clusters", folder / "clusters.zarr",
+                  "--out", tmp_path / "P", "--config", paper, "--keep", "3")
+    assert {k: v for k, v in res["config"].items() if k != "n_states"} == PRESETS["paper"].as_dict()
+    assert res["keep"] == 3

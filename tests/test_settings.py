@@ -97,19 +97,95 @@ def test_bad_values_are_one_line_errors_naming_the_setting(key, value, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+def _layer(path, sections=()):
+    from graphdiff_cli.io.readers import read_mapping
+    from graphdiff_cli.settings import config_layer
+
+    return config_layer(*read_mapping(path), path, sections=sections)
+
+
 def test_layers_name_where_a_bad_value_came_from(tmp_path):
     cfg = tmp_path / "s.yaml"
     cfg.write_text("preset: paper\nbeta: 3\nmixing: evidence\n")
-    from graphdiff_cli.settings import read_file
-
-    values, where = read_file(cfg)
-    got = resolve_layers([(values, where), ({"beta": 5.0}, lambda k: f"--{k}")])
+    got = resolve_layers([_layer(cfg), ({"beta": 5.0}, lambda k: f"--{k}")])
     assert (got.beta, got.mixing, got.schedule) == (5.0, "evidence", "synchronous")  # flags win, preset paper
     with pytest.raises(InvalidArgumentError, match=r"s\.yaml:2: beta must be >= 0"):
         resolve_layers([({"preset": "paper", "beta": -2}, lambda k: f"{cfg}:2")])
     cfg.write_text("preset: paper\nmax_itres: 3\n")
-    with pytest.raises(InvalidArgumentError, match=r"s\.yaml:2: unknown setting 'max_itres'"):
-        read_file(cfg)
+    with pytest.raises(InvalidArgumentError, match=r"s\.yaml:2: unknown setting 'max_itres' \(the file has no "
+                                                   r"'estimator' section"):
+        _layer(cfg)
+
+
+def test_init_and_evaluate_read_one_estimator_section_the_same_way(tmp_path):
+    """One shape: a whole config's `estimator:` section, read alike by init --config and evaluate --config."""
+    from graphdiff_cli.methods import load_config
+    from graphdiff_cli.stages.handoff import init_settings
+
+    whole = tmp_path / "whole.yaml"
+    whole.write_text("run: mine\nsource: {kind: simulate}\nestimator:\n  preset: paper\n  beta: 3\n"
+                     "  window: 10\n  mixing: evidence\nevaluate:\n  enabled: true\n  settings:\n"
+                     "    greso: {tau: 0.5}\n")
+    by_init, keep = init_settings(whole)
+    cfg = load_config(whole)
+    assert by_init == cfg["estimator"] and cfg["estimator_preset"] == "paper"
+    assert (by_init.beta, by_init.window, by_init.mixing, by_init.schedule) == (3.0, 10, "evidence", "synchronous")
+    assert cfg["evaluate"]["greso"]["tau"] == 0.5 and keep == 5
+    # the same section written as a file of only its keys: the same settings, by both readers
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("preset: paper\nbeta: 3\nwindow: 10\nmixing: evidence\n")
+    flat = tmp_path / "flat.yaml"  # the older init --config file spelled keys as the flags
+    flat.write_text("preset: paper\nbeta: 3\nwindow: 10\nmixing: evidence\nmax-iters: 50\n")
+    assert init_settings(flat)[0] == load_config(flat)["estimator"] == by_init
+    assert init_settings(bare)[0] == load_config(bare)["estimator"] == by_init
+    # evaluate's older shape (baseline settings right under `evaluate`) still reads
+    old = tmp_path / "old.yaml"
+    old.write_text("estimator: {preset: paper, beta: 3, window: 10, mixing: evidence}\nevaluate:\n  greso: {tau: 0.5}\n")
+    assert load_config(old) == cfg
+    # flags override the file, in init
+    assert init_settings(whole, beta="4", window="none")[0] == by_init.model_copy(update={"beta": 4.0, "window": None})
+
+
+def test_paper_yaml_is_a_valid_init_config():
+    from graphdiff_cli.stages.handoff import init_settings
+
+    settings, _ = init_settings(ROOT / "configs/paper.yaml")
+    section = yaml.safe_load((ROOT / "configs/paper.yaml").read_text())["estimator"]
+    assert settings == resolve(**section) and settings.schedule == "synchronous" and settings.mixing == "gamma"
+    assert (settings.beta, settings.gamma, settings.window) == (2.0, 0.5, None)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("estimator:\n  preset: paper\n  keep: 3\n", r"c\.yaml:3: keep is the STATE's retention, not an estimator "
+                                                   r"setting: give graphdiff init --keep N"),
+    ("keep: 3\nbeta: 2\n", r"c\.yaml:1: keep is the STATE's retention"),
+    ("estimator:\n  max-iters: 3\n", r"c\.yaml:2: unknown setting 'estimator\.max-iters' \(settings are spelled "
+                                       r"with underscores: max_iters\)"),
+    ("run: x\nsource: {kind: files}\n", r"c\.yaml:1: unknown setting 'run' \(the file has no 'estimator' section"),
+    ("estimator: [1, 2]\n", r"c\.yaml:1: section 'estimator' must be a mapping"),
+    ("estimator:\n  preset: fast\n", r"c\.yaml:2: unknown preset 'fast'; choose one of default, paper"),
+    ("estimator:\n  preset: paper\n\n  beta: -1\n", r"c\.yaml:4: beta must be >= 0\.0, got -1\.0"),
+    ("estimator:\n  tol: 0.01\n", r"c\.yaml:2: tol = 0\.01 has no effect here"),
+])
+def test_config_file_errors_are_one_line_naming_file_and_line_in_init_and_evaluate(tmp_path, text, message):
+    from graphdiff_cli.methods import load_config
+    from graphdiff_cli.stages.handoff import init_settings
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    for read in (init_settings, load_config):
+        with pytest.raises(InvalidArgumentError, match=message) as info:
+            read(path)
+        assert "\n" not in str(info.value)
+
+
+def test_init_keep_is_a_flag_with_the_state_dir_default():
+    from graphdiff_cli.io.state_dir import DEFAULT_KEEP
+    from graphdiff_cli.stages.handoff import init_settings
+
+    assert init_settings()[1] == DEFAULT_KEEP and init_settings(keep=7)[1] == 7
+    with pytest.raises(InvalidArgumentError, match="--keep must be an integer >= 2"):
+        init_settings(keep=1)
 
 
 def test_parse_flag_reads_command_line_text():
@@ -122,11 +198,27 @@ def test_parse_flag_reads_command_line_text():
         resolve_layers([({"window": parse_flag("window", "x")}, lambda k: "--window")])
 
 
+@pytest.mark.parametrize("flag,value,message", [
+    ("--beta", "x", "--beta: beta must be a number, got 'x'"),
+    ("--max-iters", "2.5", "--max-iters: max_iters must be an integer, got '2.5'"),
+    ("--window", "x", "--window: window must be an integer or null, got 'x'"),
+])
+def test_bad_flag_text_is_refused_by_the_one_parser_in_one_line(tmp_path, flag, value, message):
+    """Every setting flag is text read by settings.parse_flag: numbers and nullable settings alike are refused
+    in resolve's words (not typer's), before any input is read."""
+    res = subprocess.run([sys.executable, "-m", "graphdiff_cli.cli", "init", "--graph", str(tmp_path / "g"),
+                          "--clusters", str(tmp_path / "c"), "--out", str(tmp_path / "s"), flag, value],
+                         capture_output=True, text=True, env={"COLUMNS": "200", "PATH": "",
+                                                              "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 2 and message in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
 def test_the_workflow_schema_is_generated_from_the_settings():
     committed = json.loads((ROOT / "workflow/schemas/estimator.schema.json").read_text())
     assert committed == json_schema(), ("workflow/schemas/estimator.schema.json is stale: regenerate it with "
                                         "`graphdiff settings --schema > workflow/schemas/estimator.schema.json`")
-    assert set(committed["properties"]) == {"preset", "keep", *NAMES}
+    assert set(committed["properties"]) == {"preset", *NAMES}  # keep is a STATE setting (init --keep)
     config_schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert config_schema["properties"]["estimator"]["$ref"] == "estimator.schema.json"
 
@@ -147,10 +239,8 @@ def test_every_setting_is_an_init_flag_and_a_config_key(tmp_path):
                          text=True, env={"COLUMNS": "200", "PATH": ""}, check=True).stdout
     for name in NAMES:
         assert f"--{name.replace('_', '-')}" in out, name
-    from graphdiff_cli.settings import read_file
-
-    # every setting is accepted by name (dashes or underscores) in a config file
+    # every setting is accepted by name in a config file's estimator section
     path = tmp_path / "all.yaml"
-    path.write_text(yaml.safe_dump({k.replace("_", "-"): v for k, v in preset_settings("paper").items()}))
-    values, _ = read_file(path)
+    path.write_text(yaml.safe_dump({"estimator": preset_settings("paper")}))
+    values, _ = _layer(path)
     assert set(values) == set(NAMES)

@@ -379,8 +379,13 @@ def test_init_refuses_mismatched_inputs_and_a_used_out(tmp_path, inputs):
 def test_config_file_then_flags(tmp_path, inputs):
     graph, clusters, _ = inputs
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("preset: paper\nbeta: 3.5\nmax-iters: 7\nwindow: 4\nkeep: 2\ngamma: 0.25\n")
-    res = State.init(graph, clusters, tmp_path / "S", config=cfg, gamma=0.75, device="cpu",
+    cfg.write_text("preset: paper
+beta: 3.5
+max-iters: 7
+window: 4
+gamma: 0.25
+")
+    res = State.init(graph, clusters, tmp_path / "S", config=cfg, gamma=0.75, device="cpu", keep=2,
                      durable=False).created
     c = res["config"]
     assert (c["beta"], c["max_iters"], c["window"], c["gamma"], res["keep"]) == (3.5, 7, 4, 0.75, 2)

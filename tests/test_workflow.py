@@ -159,6 +159,39 @@ def test_files_source_without_paths_and_bad_config_are_refused(tmp_path):
     assert res.returncode != 0 and "betta" in res.stdout + res.stderr  # the schema refuses unknown keys
 
 
+def test_the_estimator_section_is_resolved_by_graphdiff_at_plan_time(tmp_path):
+    """The workflow resolves its estimator section with graphdiff_cli.settings (as init --config does): a
+    setting that cannot act under the preset fails the plan in one line, before any job runs; state.keep
+    reaches init as --keep."""
+    inert = write_yaml(tmp_path / "i.yaml", {"estimator": {"preset": "default", "tol": 0.01}})
+    res = smk(tmp_path, inert, args=["-n"], check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "config estimator.tol: tol = 0.01 has no effect here" in out, out[-3000:]
+    assert len([line for line in out.splitlines() if "has no effect" in line]) == 1
+    keep = write_yaml(tmp_path / "k.yaml", {"state": {"keep": 3}, "estimator": {"preset": "paper", "beta": 4}})
+    out = (lambda r: r.stdout + r.stderr)(smk(tmp_path, keep, args=["-n", "-p"]))
+    init = next(line for line in out.splitlines() if " init --graph " in line)
+    assert "--preset paper --keep 3 " in init and "--beta 4" in init and "evaluate_b4_g0.5_wcum.yaml" in out
+    res = smk(tmp_path, write_yaml(tmp_path / "k1.yaml", {"state": {"keep": 1}}), args=["-n"], check=False)
+    assert res.returncode != 0 and "keep" in res.stdout + res.stderr  # init's minimum, in the schema
+
+
+def test_dry_run_closedloop_passes_its_config_section_as_flags(tmp_path):
+    """The closed-loop benchmark is configured by the config's closedloop section (schema defaults filled
+    in), passed to `python -m closedloop` by the rules, with the repository root on PYTHONPATH."""
+    small = write_yaml(tmp_path / "cl.yaml", {"closedloop": {"run": "cl", "seeds": [0, 1], "schedulers": ["uniform", "gd-thompson"],
+                                                             "train": {"steps": 3}, "policy": {"shared_sft": False}}})
+    res = smk(tmp_path, small, args=["-n", "-p", "closedloop"])
+    out = res.stdout + res.stderr
+    counts = job_counts(res)
+    assert counts["closedloop_run"] == 4 and counts["closedloop_sft"] == 2 and counts["closedloop_data"] == 1
+    assert f"PYTHONPATH={REPO}" in out and "-m closedloop run" in out and "--steps 3 " in out
+    assert "--train-per-cell 250 " in out and "--skills compare,sort" in out  # the schema's defaults
+    res = smk(tmp_path, write_yaml(tmp_path / "bad.yaml", {"closedloop": {"train": {"stepz": 3}}}), args=["-n", "closedloop"],
+              check=False)
+    assert res.returncode != 0 and "stepz" in res.stdout + res.stderr
+
+
 def test_a_missing_encoder_is_refused_at_plan_time(tmp_path):
     """Not once per embed shard when the jobs run: the dry run itself fails in one line naming the fix."""
     override = write_yaml(tmp_path / "m.yaml", {"embed": {"model": "someone/not-downloaded-model"}, "embed_shards": 4})

@@ -1,7 +1,8 @@
 """The estimator-setting flags, generated from ``graphdiff_cli.settings`` (one per setting, same names).
 
 ``@with_settings`` adds ``--beta``, ``--schedule``, ... (and ``--preset``) to a command and hands the
-given ones to it as ``settings_flags`` (a dict; flags not given are left out). Help texts are each
+given ones to it as ``settings_flags`` (a dict of the flags' text; flags not given are left out), for
+``settings.parse_flag`` to read. Help texts are each
 setting's description with its value in every preset, so ``--help`` cannot drift from the code.
 """
 
@@ -21,10 +22,13 @@ def _option(name: str):
     values = "; ".join(f"preset {p}: {show_value(getattr(s, name))}" for p, s in PRESETS.items())
     extra = " Give 'none' for null." if name in NULLABLE else ""
     help_text = f"{field.description}{extra} ({values})"
-    kind = {float: float, int: int}.get(field.annotation, str)
+    # every setting flag is text, read by settings.parse_flag (the one parser of flag text, so "--beta x"
+    # and "--window x" are refused alike, in resolve's words); the metavar still says what it takes
+    metavar = {float: "<number>", int: "<int>"}.get(field.annotation, "<value>")
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                             default=typer.Option(None, f"--{name.replace('_', '-')}", help=help_text),
-                             annotation=Optional[kind])
+                             default=typer.Option(None, f"--{name.replace('_', '-')}", help=help_text,
+                                                  metavar=metavar),
+                             annotation=Optional[str])
 
 
 PRESET_OPTION = typer.Option(None, "--preset", help=f"{PRESET_HELP} (default: default)")

@@ -41,13 +41,6 @@ def _f(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def observed_rate(n, s) -> np.ndarray:
-    n, s = _f(n), _f(s)
-    if (n <= 0).any():
-        raise InvalidArgumentError("every row needs n >= 1 rollouts to have an observed rate")
-    return s / n
-
-
 def mae(p, r) -> float:
     """Mean absolute error over rows; NaN for no rows."""
     p, r = _f(p), _f(r)

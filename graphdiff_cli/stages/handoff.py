@@ -51,17 +51,18 @@ def _import_torch() -> float:
 # --------------------------------------------------------------------------------------------- init
 
 def init_settings(config=None, **flags):
-    """(EstimatorSettings, keep) for init: the preset's values < the config file < flags given on the
-    command line (None = not given). The preset is the flag ``preset``, else the file's, else "default"."""
-    from ..settings import parse_flag, read_file, resolve_layers
+    """(EstimatorSettings, keep) for init: the preset's values < the config file's estimator section
+    (``settings.config_layer``: a whole config's ``estimator:`` or a file of only its keys) < flags given
+    on the command line (None = not given). The preset is the flag ``preset``, else the file's, else
+    "default". ``keep`` (STATE retention) is a flag only; None = ``DEFAULT_KEEP``."""
+    from ..io.readers import read_mapping
+    from ..settings import config_layer, parse_flag, resolve_layers
 
-    file_values, file_where = read_file(config) if config is not None else ({}, None)
     keep = flags.pop("keep", None)
-    keep = file_values.pop("keep", DEFAULT_KEEP) if keep is None else keep
+    layers = [config_layer(*read_mapping(config), config)] if config is not None else []
     given = {k: parse_flag(k, v) if k != "preset" else v for k, v in flags.items() if v is not None}
-    layers = [(file_values, file_where)] if config is not None else []
     settings = resolve_layers(layers + [(given, lambda key: f"--{key.replace('_', '-')}")])
-    return settings, check_keep(keep)
+    return settings, check_keep(DEFAULT_KEEP if keep is None else keep)
 
 
 def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: Progress = no_progress,

@@ -1,12 +1,12 @@
 # Closed-loop benchmark (issue 14): real GRPO runs (TRL GRPOTrainer, tiny policy, CPU) where each scheduler
 # picks the prompts with its native estimator or with graphdiff; seeds paired. Stages call
-# `python -m graphdiff_cli.closedloop` (data -> graph -> sft per seed -> run per scheduler x seed -> report).
+# `python -m closedloop` (the package closedloop/ at the repository root; data -> graph -> sft per seed ->
+# run per scheduler x seed -> report).
 #
-#   .venv/bin/snakemake --cores 2 closedloop
+#   .venv/bin/snakemake --cores 2 --configfile configs/closedloop.yaml closedloop
 #
-# Settings: the `closedloop` section of the Snakemake config when present (--configfile
-# configs/closedloop.yaml), else configs/closedloop.yaml beside the Snakefile (read in common.smk;
-# GRAPHDIFF_CLOSEDLOOP_CONFIG names another file).
+# Settings: the config's `closedloop` section (workflow/schemas/config.schema.yaml: every key, its type,
+# default and meaning), passed to each stage as flags.
 
 wildcard_constraints:
     scheduler=r"[a-z][a-z-]*",
@@ -28,8 +28,8 @@ rule closedloop_data:
     params:
         cl=CL_MAIN,
         d=CL["data"],
-        skills=",".join(CL["data"].get("skills", ["add", "compare", "reverse", "sort", "count", "parity"])),
-        noise=CL["data"].get("sft_noise", [0.0, 0.0]),
+        skills=",".join(CL["data"]["skills"]),
+        noise=CL["data"]["sft_noise"],
         out=lambda w, output: _cl_os.path.dirname(output.train),
     conda:
         ENV
@@ -96,7 +96,6 @@ rule closedloop_run:
     params:
         cl=CL_MAIN,
         t=CL["train"],
-        eval_samples=CL["train"].get("eval_samples", 4),
         data=lambda w, input: _cl_os.path.dirname(input.train),
     conda:
         ENV
@@ -107,7 +106,7 @@ rule closedloop_run:
         "--steps {params.t[steps]} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
         "--pool-factor {params.t[pool_factor]} --dapo-oversample {params.t[dapo_oversample]} --lr {params.t[lr]} "
         "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} "
-        "--eval-samples {params.eval_samples} --threads {threads} > {log:q} 2>&1"
+        "--eval-samples {params.t[eval_samples]} --threads {threads} > {log:q} 2>&1"
 
 
 rule closedloop_report:

@@ -1,25 +1,30 @@
 # Shared helpers: paths of every artifact, wildcard formats, the graphdiff command, resources.
 # No rules here.
 
-import json
 import shlex
 import shutil
 import sys
 from itertools import product
 from pathlib import Path
 
+def _resolve_estimator(section):
+    from graphdiff_cli.errors import GraphdiffError
+    from graphdiff_cli.settings import resolve_layers
+
+    try:
+        return resolve_layers([(section, lambda key: f"config estimator.{key}")]).as_dict()
+    except GraphdiffError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
 RUN = config["run"]
 ART = f"artifacts/{RUN}"
 LOGS = f"logs/{RUN}"
-# The estimator section: its schema is generated from graphdiff_cli/settings.py (the one home of every
-# setting) and carries each preset's values and the section's defaults, so this file resolves what a
-# run gets without importing graphdiff (Snakemake itself may run outside graphdiff's environment);
-# init checks the settings (a bad or inert one fails the init job with one line in its log).
-ESTIMATOR_SCHEMA = json.loads((Path(workflow.basedir) / "workflow/schemas/estimator.schema.json").read_text())
-EST = {**ESTIMATOR_SCHEMA["x-graphdiff-defaults"], **config["estimator"]}
-SETTING_NAMES = tuple(ESTIMATOR_SCHEMA["x-graphdiff-presets"][EST["preset"]])
-SETTINGS = {**ESTIMATOR_SCHEMA["x-graphdiff-presets"][EST["preset"]],
-            **{k: v for k, v in EST.items() if k in SETTING_NAMES}}
+# The estimator section: resolved by graphdiff's own resolver (graphdiff_cli.settings, the one home of
+# every setting, as init --config and evaluate --config resolve it), so a bad or inert setting fails
+# the plan in one line, and BETA, GAMMA, WINDOW below are what init will use.
+EST = dict(config["estimator"])
+SETTINGS = _resolve_estimator(EST)
 RES = config["resources"]
 THREADS = config["threads"]
 # The software of every rule: used only with --software-deployment-method conda (a machine without the
@@ -156,16 +161,18 @@ def _flag_value(value):
 
 
 def init_args():
-    """graphdiff init's flags: the preset, every setting the config gives, and the STATE's retention."""
-    args = [f"--preset {EST['preset']}", f"--keep {EST['keep']}"]
-    args += [f"--{k.replace('_', '-')} {_flag_value(v)}" for k, v in EST.items() if k in SETTING_NAMES]
+    """graphdiff init's flags: the preset, every setting the config's estimator section gives, and the
+    STATE's retention (state.keep; null = init's default)."""
+    args = [f"--preset {EST.get('preset') or 'default'}"]
+    if config["state"]["keep"] is not None:
+        args.append(f"--keep {int(config['state']['keep'])}")
+    args += [f"--{k.replace('_', '-')} {_flag_value(v)}" for k, v in EST.items() if k != "preset"]
     return " ".join(args)
 
 
 def evaluate_estimator_settings():
     """The estimator section of evaluate's --config, but beta, gamma and window (from the wildcards)."""
-    est = {k: v for k, v in EST.items() if k in SETTING_NAMES and k not in ("beta", "gamma", "window")}
-    return {"preset": EST["preset"], **est}
+    return {k: v for k, v in EST.items() if k not in ("beta", "gamma", "window")}
 
 
 # --- grid stage: input functions -----------------------------------------------------------------
@@ -195,34 +202,24 @@ def _grid_table_inputs(wildcards):
 
 
 # --- closed-loop benchmark (workflow/rules/closedloop.smk) ------------------------------------------
+# Its settings are the config's `closedloop` section (workflow/schemas/config.schema.yaml, defaults
+# filled in by validate); the rules pass them to `python -m closedloop` as flags. The benchmark is the
+# package closedloop/ at the repository root, not part of graphdiff_cli: its jobs run in the working
+# directory (-d), so the repository root goes on PYTHONPATH for them.
 
 import os as _cl_os
-import shlex as _cl_shlex
-import sys as _cl_sys
 
-import yaml as _cl_yaml
-
-
-def _closedloop_settings():
-    if config.get("closedloop"):
-        return config["closedloop"]
-    path = _cl_os.environ.get("GRAPHDIFF_CLOSEDLOOP_CONFIG",
-                              _cl_os.path.join(workflow.basedir, "configs", "closedloop.yaml"))
-    with open(path, encoding="utf-8") as f:
-        return _cl_yaml.safe_load(f)["closedloop"]
-
-
-CL = _closedloop_settings()
+CL = config["closedloop"]
 CL_ART = f"artifacts/{CL['run']}"
 CL_LOGS = f"logs/{CL['run']}"
-CL_PY = _cl_shlex.quote(_cl_sys.executable)
-CL_MAIN = f"{CL_PY} -m graphdiff_cli.closedloop"
-CL_THREADS = int(CL.get("threads", 1))
+_CL_ROOT = shlex.quote(str(Path(workflow.basedir).resolve()))
+CL_MAIN = f"PYTHONPATH={_CL_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} {shlex.quote(sys.executable)} -m closedloop"
+CL_THREADS = CL["threads"]
 
 
 def _cl_policy_seed(seed):
     """The SFT policy a run of ``seed`` starts from: seed 0's for every seed when policy.shared_sft."""
-    return str(CL["seeds"][0]) if CL["policy"].get("shared_sft", False) else str(seed)
+    return str(CL["seeds"][0]) if CL["policy"]["shared_sft"] else str(seed)
 
 
 def check_encoder(model):

@@ -19,8 +19,10 @@ def evaluate(
     out: Path = typer.Option(..., "--out", "-o", help="Report folder to write (replaced atomically)."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Embeddings artifact; needed by the "
                                               "VIP baseline, which is skipped without it."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON config: sections 'estimator' "
-                                          "(graphdiff's settings) and 'evaluate' (baseline settings)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON config shaped like the Snakemake "
+                                          "config (that file works): section 'estimator' (graphdiff's settings, "
+                                          "read as init --config reads it) and 'evaluate.settings' (baseline "
+                                          "settings)."),
     methods: Optional[List[str]] = typer.Option(None, "--methods", help="Methods to compare, comma-separated "
                                                 "or repeated: graphdiff, history, discounted, mopps, greso, vip, "
                                                 "labelprop, sbr, sbs (oracles), or all (default)."),

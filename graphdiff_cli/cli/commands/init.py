@@ -18,8 +18,10 @@ def init(
     graph: Path = typer.Option(..., "--graph", help="Graph artifact (from build-graph)."),
     clusters: Path = typer.Option(..., "--clusters", help="Clusters artifact made from that graph (from cluster)."),
     out: Path = typer.Option(..., "--out", "-o", help="STATE directory to create (must not exist or be empty)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML file of the settings below (and 'preset', "
-                                          "'keep'); flags override it."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON config whose 'estimator' section "
+                                          "(a preset and the settings below) is read: a Snakemake config file, "
+                                          "evaluate's config, or a file of only that section's keys; flags "
+                                          "override it."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="The embeddings artifact the graph was "
                                               "built from, for graphdiff extend (default: where build-graph read "
                                               "them; checked by content hash)."),

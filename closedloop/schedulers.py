@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core import baselines as bl
-from ..core import decisions as dec
-from ..core.counterfactual import moments
+from graphdiff_cli.core import baselines as bl
+from graphdiff_cli.core import decisions as dec
+from graphdiff_cli.core.counterfactual import moments
+from graphdiff_cli.errors import InvalidArgumentError
 
 # name -> (kind, rule, estimator)
 SCHEDULERS = {
@@ -88,13 +89,13 @@ def make_belief(kind: str | None, n_nodes: int, graphdiff_factory=None):
         return Belief(bl.HistoryMean(n_nodes), "history")
     if kind == "graphdiff":
         if graphdiff_factory is None:
-            raise ValueError("the graphdiff schedulers need a graphdiff estimator")
+            raise InvalidArgumentError("the graphdiff schedulers need a graphdiff estimator")
         return graphdiff_belief(graphdiff_factory())
-    raise ValueError(f"unknown estimator {kind!r}")
+    raise InvalidArgumentError(f"unknown estimator {kind!r}")
 
 
 def graphdiff_belief(estimator) -> Belief:
-    from ..methods import GraphdiffMethod
+    from graphdiff_cli.methods import GraphdiffMethod
 
     return Belief(GraphdiffMethod(estimator), "graphdiff")
 
@@ -118,20 +119,15 @@ class Scheduler:
                  belief=None, pool_factor: float = 4.0, oversample: float = 2.0, units_per_prompt: int = 2,
                  max_units: int = 4, target: float = 0.5):
         if name not in SCHEDULERS:
-            raise ValueError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
+            raise InvalidArgumentError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
         self.name = name
         self.kind, self.rule, self.belief_kind = SCHEDULERS[name]
         if (self.belief_kind is None) != (belief is None):
-            raise ValueError(f"scheduler {name!r} needs estimator {self.belief_kind!r}")
+            raise InvalidArgumentError(f"scheduler {name!r} needs estimator {self.belief_kind!r}")
         self.belief = belief
         self.n_nodes, self.batch_prompts, self.group_size = int(n_nodes), int(batch_prompts), int(group_size)
         self.seed, self.pool_factor, self.oversample = int(seed), float(pool_factor), float(oversample)
         self.units_per_prompt, self.max_units, self.target = int(units_per_prompt), int(max_units), float(target)
-
-    @property
-    def rollout_group(self) -> int:
-        """The trainer's fixed GRPO group size (allocation works in units of it)."""
-        return self.group_size
 
     def _pool(self, step: int, size: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, step, 7])

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..integrations.tracking import OutcomeRecorder, count_outcomes
-from ..io.readers import IdIndex
+from graphdiff_cli.errors import InvalidArgumentError
+from graphdiff_cli.integrations.tracking import OutcomeRecorder, count_outcomes
+from graphdiff_cli.io.readers import IdIndex
 from . import schedulers as sch
 from .tasks import verify
 
@@ -100,10 +101,10 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     gd = None
     belief = None
     if belief_kind == "graphdiff":
-        from ..integrations.trl import GraphdiffTRL
+        from graphdiff_cli.integrations.trl import GraphdiffTRL
 
         if graphdiff_factory is None:
-            raise ValueError(f"scheduler {cfg.scheduler} needs a graphdiff estimator")
+            raise InvalidArgumentError(f"scheduler {cfg.scheduler} needs a graphdiff estimator")
         estimator = graphdiff_factory()
         gd = GraphdiffTRL(estimator, ids=ids, group_size=cfg.group_size)
         belief = sch.graphdiff_belief(estimator)
@@ -115,7 +116,7 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
                               units_per_prompt=units if kind == "allocate" else 1,
                               max_units=cfg.alloc_max_units, target=cfg.target)
     if kind == "allocate" and cfg.group_size != units * g:
-        raise ValueError(f"allocation needs group_size = 2 x alloc_group (got {cfg.group_size}, {g})")
+        raise InvalidArgumentError(f"allocation needs group_size = 2 x alloc_group (got {cfg.group_size}, {g})")
 
     model, tok = load_policy(policy_dir)
     recorder = OutcomeRecorder()  # what the trainer's reward function saw, per trainer step

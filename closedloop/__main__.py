@@ -1,13 +1,16 @@
-"""``python -m graphdiff_cli.closedloop {data,graph,sft,run,report}``: the closed-loop benchmark's stages.
+"""``python -m closedloop {data,graph,sft,run,report}``: the closed-loop benchmark's stages.
 
-    python -m graphdiff_cli.closedloop data   --out artifacts/closedloop/data
-    python -m graphdiff_cli.closedloop graph  --data artifacts/closedloop/data --out artifacts/closedloop/graph
-    python -m graphdiff_cli.closedloop sft    --data artifacts/closedloop/data --seed 0 --out artifacts/closedloop/policy/s0
-    python -m graphdiff_cli.closedloop run    --data ... --state artifacts/closedloop/graph/STATE --policy ... \\
+    python -m closedloop data   --out artifacts/closedloop/data
+    python -m closedloop graph  --data artifacts/closedloop/data --out artifacts/closedloop/graph
+    python -m closedloop sft    --data artifacts/closedloop/data --seed 0 --out artifacts/closedloop/policy/s0
+    python -m closedloop run    --data ... --state artifacts/closedloop/graph/STATE --policy ... \\
                                               --scheduler gd-thompson --seed 0 --out artifacts/closedloop/runs/gd-thompson/s0
-    python -m graphdiff_cli.closedloop report --runs artifacts/closedloop/runs --out artifacts/closedloop/report
+    python -m closedloop report --runs artifacts/closedloop/runs --out artifacts/closedloop/report
 
-The whole grid: ``snakemake --cores 2 --configfile configs/closedloop.yaml`` (workflow/rules/closedloop.smk).
+Run from the repository root (or with it on PYTHONPATH). The whole grid: ``snakemake --cores 2
+--configfile configs/closedloop.yaml closedloop`` (workflow/rules/closedloop.smk), whose `closedloop:`
+section (workflow/schemas/config.schema.yaml) gives every stage its flags. Errors (``graphdiff_cli.errors``,
+a failed graphdiff command) end the stage with one line on stderr and the error's exit code.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+from graphdiff_cli.errors import GraphdiffError, StateError
+
 
 def _write_jsonl(path: Path, rows) -> None:
-    from ..io.atomic import atomic_write_text
+    from graphdiff_cli.io.atomic import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
@@ -34,6 +39,13 @@ def _read_jsonl(path) -> list[dict]:
 
 def _graphdiff_exe() -> str:
     return shutil.which("graphdiff") or str(Path(sys.executable).with_name("graphdiff"))
+
+
+def _graphdiff(gd: str, args) -> None:
+    """Run one graphdiff command; its own one-line error is already on stderr when it fails."""
+    res = subprocess.run([gd, "-q", *args])
+    if res.returncode != 0:
+        raise GraphdiffError(f"graphdiff {args[0]} failed (exit {res.returncode}; its error is above)")
 
 
 def cmd_data(a) -> None:
@@ -60,7 +72,7 @@ def cmd_graph(a) -> None:
 
     def step(name, args):
         t0 = time.perf_counter()
-        subprocess.run([gd, "-q", *args], check=True)
+        _graphdiff(gd, args)
         timings[name] = time.perf_counter() - t0
 
     for p in ("emb.zarr", "graph.zarr", "clusters.zarr", "STATE"):
@@ -77,13 +89,12 @@ def cmd_graph(a) -> None:
                   "--out", str(out / "STATE"), "--preset", a.preset, "--device", "cpu"])
     # node order of the STATE must be the training pool's row order (the loop maps row i to node i)
     t0 = time.perf_counter()
-    subprocess.run([gd, "-q", "predict", "--state", str(out / "STATE"), "--out", str(out / "predictions0.jsonl")],
-                   check=True)
+    _graphdiff(gd, ["predict", "--state", str(out / "STATE"), "--out", str(out / "predictions0.jsonl")])
     timings["predict"] = time.perf_counter() - t0
     pred_ids = [r["id"] for r in _read_jsonl(out / "predictions0.jsonl")]
     train_ids = [r["id"] for r in _read_jsonl(data / "train.jsonl")]
     if pred_ids != train_ids:
-        raise SystemExit("the STATE's node order is not the training pool's row order")
+        raise StateError(f"{out / 'STATE'}: its node order is not the training pool's row order")
     summary = {"prompts": len(train_ids), "k_nn": a.k_nn, "states": a.states, "preset": a.preset,
                "seconds": timings}
     (out / "graph.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -138,7 +149,7 @@ def cmd_run(a) -> None:
                     eval_samples=a.eval_samples, threads=a.threads)
     factory = None
     if a.state:
-        from ..estimator import Estimator
+        from graphdiff_cli.estimator import Estimator
 
         state = Path(a.state)
         factory = lambda: Estimator.load(state, device="cpu")  # noqa: E731 - a fresh estimator at step 0
@@ -154,7 +165,7 @@ def cmd_report(a) -> None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m graphdiff_cli.closedloop", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m closedloop", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
     d = sub.add_parser("data", help="generate the training pool, held-out test set and SFT data")
@@ -219,7 +230,11 @@ def main(argv=None) -> None:
     rp.set_defaults(fn=cmd_report)
 
     a = p.parse_args(argv)
-    a.fn(a)
+    try:
+        a.fn(a)
+    except GraphdiffError as exc:  # the one error boundary: one line and the error's exit code
+        print(f"closedloop {a.cmd}: error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphdiff_cli.errors import InvalidArgumentError
+
 SKILLS = ("add", "compare", "reverse", "sort", "count", "parity")
 LEVELS = (1, 2, 3, 4)
 LETTERS = "abcdefghij"  # a small alphabet keeps the character vocabulary (and the model) small
@@ -78,7 +80,7 @@ def make_example(skill: str, level: int, rng: np.random.Generator) -> dict:
         text = tpl.format(w=w)
         ans = ("yes" if even else "no") if t == 2 else ("even" if even else "odd")
     else:
-        raise ValueError(f"unknown skill {skill!r}")
+        raise InvalidArgumentError(f"unknown skill {skill!r}")
     return {"prompt": text, "answer": ans, "skill": skill, "level": int(level), "template": t}
 
 
@@ -99,7 +101,7 @@ def wrong_answer(ex: dict) -> str:
         return str(int(ans) + 1)
     if skill == "parity":
         return {"even": "odd", "odd": "even", "yes": "no", "no": "yes"}[ans]
-    raise ValueError(f"unknown skill {skill!r}")
+    raise InvalidArgumentError(f"unknown skill {skill!r}")
 
 
 def _numbers(text: str) -> list[str]:
@@ -111,7 +113,7 @@ def _numbers(text: str) -> list[str]:
 def cell_noise(lo: float, hi: float, seed: int, skills=SKILLS, levels=LEVELS) -> dict[tuple[str, int], float]:
     """rho for each (skill, level): ``lo`` .. ``hi`` evenly spaced, assigned to the cells in a seeded order."""
     if not 0.0 <= lo <= hi < 1.0:
-        raise ValueError(f"sft noise needs 0 <= lo <= hi < 1 (got {lo}, {hi})")
+        raise InvalidArgumentError(f"sft noise needs 0 <= lo <= hi < 1 (got {lo}, {hi})")
     cells = [(s, lv) for s in skills for lv in levels]
     rates = np.linspace(lo, hi, len(cells)) if len(cells) > 1 else np.array([lo])
     order = np.random.default_rng(seed).permutation(len(cells))
@@ -146,7 +148,7 @@ def make_prompts(per_cell: int, seed: int, prefix: str, exclude: set | None = No
             while j < per_cell:
                 tries += 1
                 if tries > 200 * per_cell:
-                    raise ValueError(f"cannot draw {per_cell} distinct {skill} level {level} prompts")
+                    raise InvalidArgumentError(f"cannot draw {per_cell} distinct {skill} level {level} prompts")
                 ex = make_example(skill, level, rng)
                 if ex["prompt"] in seen:
                     continue
@@ -165,7 +167,7 @@ def make_splits(train_per_cell: int = 100, test_per_cell: int = 24, sft_per_cell
     skills = tuple(dict.fromkeys(skills))  # in order, each once
     unknown = [s for s in skills if s not in SKILLS]
     if unknown or not skills:
-        raise ValueError(f"skills must be some of {', '.join(SKILLS)} (got {', '.join(skills) or 'none'})")
+        raise InvalidArgumentError(f"skills must be some of {', '.join(SKILLS)} (got {', '.join(skills) or 'none'})")
     train = make_prompts(train_per_cell, seed, "tr", skills=skills)
     test = make_prompts(test_per_cell, seed + 1, "te", exclude={r["prompt"] for r in train}, skills=skills)
     taken = {r["prompt"] for r in train} | {r["prompt"] for r in test}
