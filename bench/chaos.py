@@ -207,10 +207,10 @@ class World:
         self.pred[t] = self.predictions(state)
 
     def predictions(self, state: Path) -> str:
-        from graphdiff_cli.stages.handoff import predict
+        from graphdiff_cli import State
 
         out = self.work / "ref_pred.jsonl"
-        predict(state, out)
+        State.open(state).predict(out)
         return sha(out)
 
     def fresh(self, t: int, name: str = "S") -> Path:

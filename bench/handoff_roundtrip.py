@@ -10,7 +10,7 @@ then times, as a trainer would run them, the real CLI processes
 
 and reports each one's wall time (process start and imports included) and its own split into load,
 inference and write (from --json). Then the resident handoff on the same STATE, in this process
-(``stages.handoff.Handoff``, what ``graphdiff watch`` and the trainer integrations use): the STATE read
+(``graphdiff_cli.State``, what ``graphdiff watch`` and the trainer integrations use): the STATE read
 once, then per step update + predictions of the next candidate pool only (``--batch`` ids), each step
 timed from outcomes file in to predictions file out, with the ratio to the two-process round trip of the
 same run. Prints one JSON object (and writes it to --out if given). Not run by the tests.
@@ -117,19 +117,19 @@ def run(*args) -> tuple[dict, float]:
 
 
 def resident_steps(state, work, ids, labels, p_state, rng, args) -> dict:
-    """The resident handoff (one Handoff object, this process): per step, outcomes in -> update -> predictions
+    """The resident handoff (one State object, this process): per step, outcomes in -> update -> predictions
     of the next pool (args.batch ids) out; the first read of the STATE timed apart."""
     import statistics
 
-    from graphdiff_cli.stages.handoff import Handoff
+    from graphdiff_cli import State
 
     import torch  # noqa: F401 - the resident process imported it long ago
 
     t0 = time.perf_counter()
-    h = Handoff(state, device="cpu")
+    h = State.open(state, device="cpu")
     h.estimator()
     first_load_s = time.perf_counter() - t0
-    start = h.sd.current_step
+    start = h.step
     per_step = []
     for t in range(start + 1, start + 1 + args.resident_steps):
         batch = rng.choice(args.n, size=args.batch, replace=False)
