@@ -152,12 +152,15 @@ class State:
         it was read from, else read again (extend adds prompts, a rollback may remove them)."""
         sig = self._signature()
         if self._est is not None and sig == self._current_sig:
-            return self._estimator_index()
+            return self.resident_index
         if self._index is None or sig != self._index_sig:
             self._index, self._index_sig = self.dir.id_index(), sig
         return self._index
 
-    def _estimator_index(self):
+    @property
+    def resident_index(self):
+        """The ``IdIndex`` of the resident estimator's nodes: the same version as ``estimator()`` returned
+        last, even if another writer moved CURRENT since (what a reader pairs with that estimator)."""
         from .io.readers import IdIndex
 
         if self._est_index is None or self._est_index[0] is not self._est_ids:

@@ -63,3 +63,30 @@ def test_importing_the_core_pulls_in_no_framework():
             "'sentence_transformers', 'graphdiff_cli.estimator', 'graphdiff_cli.settings') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_docs_list_every_init_flag():
+    """docs/handoff.md's init row names one flag per estimator setting, exactly the ones init has."""
+    import re
+
+    from graphdiff_cli.settings import NAMES
+
+    text = (ROOT / "docs" / "handoff.md").read_text(encoding="utf-8")
+    m = re.search(r"\(one flag per estimator setting: (.*?); `graphdiff settings` lists", text)
+    assert m, "docs/handoff.md lost the init row's list of setting flags"
+    listed = re.findall(r"`--([a-z-]+)`", m.group(1))
+    assert listed == [n.replace("_", "-") for n in NAMES], "regenerate the list from graphdiff_cli.settings.NAMES"
+
+
+def test_examples_and_integrations_use_only_public_names():
+    """What lint-imports checks (pyproject's contracts), stated for a reader: examples import only
+    graphdiff_cli, graphdiff_cli.errors and graphdiff_cli.integrations.*; integrations reach a STATE only
+    through graphdiff_cli.state."""
+    allowed = ("graphdiff_cli", "graphdiff_cli.errors", "graphdiff_cli.integrations")
+    for path in sorted((ROOT / "examples").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                if name.startswith("graphdiff_cli"):
+                    assert name in allowed or name.startswith("graphdiff_cli.integrations."), f"{path}: {name}"

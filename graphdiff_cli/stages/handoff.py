@@ -178,7 +178,7 @@ def candidate_rows(state, ids=None, *, ids_file=None) -> tuple[list[str], np.nda
     from ..io.readers import id_file_nodes
 
     state.estimator()
-    index, retired = state._estimator_index(), state.retired
+    index, retired = state.resident_index, state.retired
     if ids_file is not None:
         return id_file_nodes(ids_file, index, unique=False)
     if ids is not None:
