@@ -1,0 +1,136 @@
+"""``graphdiff_cli.State``, the public object for a STATE: the in-memory calls a Python trainer makes (rows
+instead of files, ids instead of id files), one transaction per write, and equality with the CLI's files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from _handoff_fixtures import make_inputs, step_rows, tree_hash, write_outcomes
+from graphdiff_cli import State
+from graphdiff_cli.errors import ArtifactError, DataError, InvalidArgumentError, StateError
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return make_inputs(tmp_path_factory.mktemp("state-inputs"))
+
+
+@pytest.fixture
+def st(tmp_path, inputs):
+    graph, clusters, _ = inputs
+    return State.init(graph, clusters, tmp_path / "STATE", device="cpu", keep=3, durable=False)
+
+
+def test_open_refuses_what_is_not_a_state(tmp_path):
+    with pytest.raises(ArtifactError, match="no such STATE directory"):
+        State.open(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(ArtifactError, match="not a graphdiff STATE directory"):
+        State.open(tmp_path / "plain")
+
+
+def test_rows_in_memory_are_the_same_step_as_a_file(tmp_path, inputs):
+    """update(t, rows) writes the rows to STATE.outcomes/step_T.jsonl and applies them as update(t, file) does."""
+    graph, clusters, ids = inputs
+    a = State.init(graph, clusters, tmp_path / "A", device="cpu", durable=False)
+    b = State.init(graph, clusters, tmp_path / "B", device="cpu", durable=False)
+    for t in (1, 2):
+        rows = step_rows(ids, t)
+        ra = a.update(t, rows)
+        rb = b.update(t, write_outcomes(tmp_path / f"o{t}.jsonl", rows))
+        assert ra["outcomes_hash"] == rb["outcomes_hash"] and ra["rollouts"] == rb["rollouts"]
+        assert ra["outcomes"] == str((tmp_path / "A.outcomes" / f"step_{t:08d}.jsonl").resolve())
+    ea, eb = a.estimates(), b.estimates()
+    assert ea["id"] == eb["id"] == ids
+    for col in ("p", "mean", "variance", "p_zero_variance", "n_seen"):
+        np.testing.assert_array_equal(ea[col], eb[col])
+    assert a.loads == 1  # resident: read once at the first update, never again
+
+
+def test_an_empty_step_still_advances_and_bad_rows_change_nothing(st, tmp_path):
+    res = st.update(1, [])  # reused generations: no rollouts this step
+    assert res["step"] == 1 and res["rollouts"] == 0
+    before = tree_hash(st.path)
+    with pytest.raises(DataError, match="unknown prompt id 'nope'"):
+        st.update(2, [{"id": "nope", "n": 8, "s": 1}])
+    with pytest.raises(InvalidArgumentError, match="list of row dicts"):
+        st.update(2, [("q000", 8, 1)])
+    with pytest.raises(StateError, match="step 3 would skip step 2"):
+        st.update(3, [{"id": "q000", "n": 8, "s": 1}])
+    assert tree_hash(st.path) == before and st.step == 1
+
+
+def test_estimates_select_allocate_take_lists_of_ids(st, inputs):
+    _, _, ids = inputs
+    st.update(1, step_rows(ids, 1))
+    e = st.estimates(["q003", "q001"])
+    assert e["id"] == ["q003", "q001"] and e["p"].shape == (2,)
+    with pytest.raises(DataError, match="unknown prompt id 'zz'"):
+        st.estimates(["zz"])
+    sel = st.select(ids[:20], 5, "target", seed=1)
+    assert len(sel["ids"]) == 5 and set(sel["ids"]) <= set(ids[:20]) and sel["out"] is None
+    with pytest.raises(DataError, match="repeats"):
+        st.select(["q000", "q000"], 1, "uniform")
+    alloc = st.allocate(ids[:10], 80, "variance")
+    assert sum(alloc["counts_by_id"].values()) == 80 and list(alloc["counts_by_id"]) == ids[:10]
+
+
+def test_select_to_a_file_matches_the_result(st, tmp_path, inputs):
+    _, _, ids = inputs
+    pool = tmp_path / "pool.txt"
+    pool.write_text("".join(f"{i}\n" for i in ids[:30]))
+    res = st.select(pool, 6, "thompson", tmp_path / "batch.txt", seed=3)
+    assert (tmp_path / "batch.txt").read_text().split() == res["ids"]
+    assert st.select(ids[:30], 6, "thompson", seed=3)["ids"] == res["ids"]  # a file or a list: the same pool
+
+
+def test_retire_by_list_skips_the_prompts_and_rollback_undoes_it(st, inputs):
+    _, _, ids = inputs
+    st.update(1, step_rows(ids, 1))
+    res = st.retire(["q002", "q005"])
+    assert res["version"] == "1.1" and res["ids_file"] is None
+    assert "q002" not in st.estimates()["id"] and len(st.estimates()["id"]) == len(ids) - 2
+    with pytest.raises(DataError, match="'q002' is already retired"):
+        st.retire(["q002"])
+    st.rollback("1.0")
+    assert len(st.estimates()["id"]) == len(ids)
+
+
+def test_a_failed_transaction_leaves_the_state_and_forgets_the_resident_estimator(st, inputs):
+    _, _, ids = inputs
+    st.update(1, step_rows(ids, 1))
+    before = tree_hash(st.path)
+    est = st.estimator()
+    with pytest.raises(RuntimeError, match="trainer died"):
+        with st.transaction(lock_timeout=1) as txn:
+            est.update(np.array([0]), np.array([8]), np.array([8]))  # the resident estimator moves ahead ...
+            raise RuntimeError("trainer died")                         # ... and the write never commits
+    assert tree_hash(st.path) == before
+    assert st.estimator() is not est and st.estimator().step_ == 1 and st.loads == 2  # read again, not reused
+    with st.transaction() as txn:
+        pass
+    assert not txn.committed and tree_hash(st.path) == before  # a transaction that commits nothing writes nothing
+
+
+def test_one_transaction_commits_one_version(st, inputs):
+    with pytest.raises(StateError, match="one transaction commits one version"):
+        with st.transaction() as txn:
+            txn.commit_revision({"event": "retire", "ids_file": None, "ids_hash": "x", "prompts": 0, "n_retired": 0})
+            txn.commit_revision({"event": "retire", "ids_file": None, "ids_hash": "y", "prompts": 0, "n_retired": 0})
+    assert st.version == (0, 1)  # the first commit stands: it was complete before the second was refused
+
+
+def test_another_writer_is_seen(st, tmp_path, inputs):
+    """Two State objects on one STATE: each follows what the other committed (CURRENT is the truth)."""
+    _, _, ids = inputs
+    other = State.open(st.path, device="cpu", durable=False)
+    st.update(1, step_rows(ids, 1))
+    with pytest.raises(StateError, match="step 1 is already applied"):
+        other.update(1, step_rows(ids, 1))
+    other.update(2, step_rows(ids, 2))
+    assert st.estimator().step_ == 2 and st.status()["step"] == 2
+    assert json.loads((st.path / "CURRENT").read_text())["step"] == 2
+    assert repr(st) == f"State({str(st.path)!r}, step 2)"
