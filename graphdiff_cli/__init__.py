@@ -20,12 +20,15 @@ The Python API:
 from ._version import __version__  # noqa: E402,F401
 
 from .errors import (  # noqa: E402
+    AlreadyAppliedError,
     ArtifactError,
     BackendError,
     DataError,
     GraphdiffError,
     InvalidArgumentError,
+    LockedError,
     StateError,
+    StepGapError,
 )
 
 
@@ -60,6 +63,9 @@ __all__ = [
     "DataError",
     "ArtifactError",
     "StateError",
+    "AlreadyAppliedError",
+    "StepGapError",
+    "LockedError",
     "BackendError",
     "__version__",
 ]

@@ -40,6 +40,13 @@ from .stages.progress import Progress, no_progress
 __all__ = ["State", "Transaction"]
 
 
+def _plain(x):
+    """numpy scalars in rows (counts from np.sum, ...) as the JSON numbers they are."""
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"outcome rows hold numbers and strings, got {type(x).__name__}")
+
+
 class Transaction:
     """One write to a STATE under its lock (``State.transaction``): at most one commit of the next version."""
 
@@ -114,13 +121,14 @@ class State:
 
     @classmethod
     def init(cls, graph, clusters, path, *, config=None, embeddings=None, keep: int | None = None,
-             durable: bool = True, progress: Progress = no_progress, **settings) -> "State":
+             keep_every: int | None = None, durable: bool = True, progress: Progress = no_progress,
+             **settings) -> "State":
         """A new STATE directory at step 0 from a graph and its clusters artifacts. ``config``: a YAML file
         of estimator settings; ``settings``: any setting of ``graphdiff_cli.settings`` (``preset``, ``beta``,
-        ``device``, ...; None = not given), overriding the file's; ``keep``: states retained besides step 0.
-        Its report is ``.created``."""
+        ``device``, ...; None = not given), overriding the file's; ``keep`` and ``keep_every``: which states
+        are retained (``retention``). Its report is ``.created``."""
         report = handoff.init_state(graph, clusters, path, config=config, embeddings=embeddings, keep=keep,
-                                    progress=progress, durable=durable, **settings)
+                                    keep_every=keep_every, progress=progress, durable=durable, **settings)
         st = cls(path, durable=durable)
         st.created = report
         return st
@@ -218,7 +226,13 @@ class State:
                               lock_timeout=lock_timeout, progress=progress)
 
     def _write_outcomes(self, step, rows) -> Path:
-        from .io.tables import write_rows
+        """``rows`` as ``outcomes_dir/step_T.jsonl``, written atomically; the file of a step already applied is
+        never replaced (the log names it): sending it the same rows again reuses it (update is then a no-op),
+        other rows are refused as ``update`` refuses them."""
+        import json
+
+        from .io.atomic import atomic_write_text
+        from .stages.handoff import already_applied_refusal
 
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise InvalidArgumentError(f"step must be an integer >= 1 (step 0 is init), got {step!r}")
@@ -231,7 +245,13 @@ class State:
             raise InvalidArgumentError(f"outcomes must be a file or a list of row dicts ('id', 'n', 's'), "
                                        f"got a list of {type(rows[0]).__name__}")
         path = self.outcomes_dir / f"step_{step:08d}.jsonl"
-        write_rows(path, rows, columns=columns)
+        text = "".join(json.dumps(r, default=_plain) + "\n" for r in rows)
+        if step <= self.step and path.is_file():
+            if path.read_bytes() == text.encode("utf-8"):
+                return path
+            raise already_applied_refusal(self.path, step, self.step)
+        self.outcomes_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
         return path
 
     def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = 8) -> dict:
@@ -267,6 +287,12 @@ class State:
     def rollback(self, to, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
         """Make step ``to`` current again (T, or a revision "T.R"), for a trainer resuming from its checkpoint."""
         return handoff.rollback(self, to, lock_timeout=lock_timeout, progress=progress)
+
+    def retention(self, *, keep: int | None = None, keep_every: int | None = None,
+                  lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> dict:
+        """Which states are kept: the last ``keep`` steps and every multiple of ``keep_every`` (so a trainer
+        checkpointing every C steps finds its step), with the disk they use; given either, set it and prune."""
+        return handoff.retention(self, keep=keep, keep_every=keep_every, lock_timeout=lock_timeout)
 
     def status(self, *, last: int = 10) -> dict:
         """What the STATE holds: current step, prompts, states, config, the last applied steps, retention."""

@@ -79,12 +79,12 @@ def test_every_command_prints_one_json_object(state, inputs, tmp_path):
 
 
 @pytest.mark.parametrize("args,code,words", [
-    (["update", "--step", 1, "--outcomes", "{f}/o2.jsonl"], 1, "step 1 is already applied"),
-    (["update", "--step", 3, "--outcomes", "{f}/o3.jsonl"], 1, "would skip step 2"),
+    (["update", "--step", 1, "--outcomes", "{f}/o2.jsonl"], 3, "step 1 is already applied from other outcomes"),
+    (["update", "--step", 3, "--outcomes", "{f}/o3.jsonl"], 4, "would skip step 2"),
     (["update", "--step", 2, "--outcomes", "{f}/missing.jsonl"], 1, "no such outcomes file"),
     (["update", "--step", 2, "--outcomes", "{f}/o2.jsonl", "--lock-timeout", -1], 2, "--lock-timeout"),
     (["update", "--step", "two", "--outcomes", "{f}/o2.jsonl"], 2, ""),
-    (["rollback", "--to", 5], 1, "step 5 has not been applied"),
+    (["rollback", "--to", 5], 7, "step 5 has not been applied"),
     (["predict", "--out", "{t}/p.xml"], 2, "cannot tell the format"),
     (["predict", "--out", "{t}/p.csv", "--format", "xml"], 2, "unknown format"),
     (["predict", "--out", "{t}/p.csv", "--group-size", 0], 2, "--group-size"),
@@ -96,7 +96,7 @@ def test_refusals_exit_codes_and_one_line(state, inputs, tmp_path, args, code, w
     argv = [a.format(f=folder, t=tmp_path) if isinstance(a, str) else a for a in args]
     res = gd(argv[0], "--state", state, *argv[1:], code=code)
     assert words in res.stderr
-    if code == 1:
+    if code != 2:
         assert res.stderr.startswith("graphdiff: error: ") and res.stderr.count("\n") == 1
     assert tree_hash(state) == before
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "p.xml").exists()
@@ -109,7 +109,7 @@ def test_init_usage_errors(tmp_path, inputs):
     assert "concurrent predict" in gd(*base, "--keep", 1, code=2).stderr  # readers need the previous state
     assert "schedule" in gd(*base, "--schedule", "chaotic", code=2).stderr
     assert "no such graph artifact" in gd("init", "--graph", tmp_path / "g.zarr", "--clusters",
-                                          folder / "clusters.zarr", "--out", tmp_path / "S", code=1).stderr
+                                          folder / "clusters.zarr", "--out", tmp_path / "S", code=6).stderr
     assert not (tmp_path / "S").exists()
 
 
@@ -205,8 +205,9 @@ def test_shared_options_after_the_command_name(state):
     """@command adds --json/-q/-v to every command; they add to the global ones and keep the exit codes."""
     res = gd("status", "--state", state, "-q", "--json")
     assert json.loads(res.stdout)["step"] == 0 and res.stderr == ""
-    res = gd("status", "--state", state.parent / "missing", "--json", code=1)
-    assert json.loads(res.stdout) == {"error": res.stderr[len("graphdiff: error: "):].strip(), "exit_code": 1}
+    res = gd("status", "--state", state.parent / "missing", "--json", code=6)
+    assert json.loads(res.stdout) == {"error": res.stderr[len("graphdiff: error: "):].strip(), "exit_code": 6,
+                                      "kind": "damaged"}
     assert "graphdiff: error:" in res.stderr
 
 
@@ -276,15 +277,18 @@ def test_a_second_update_waits_for_the_lock_and_never_applies_twice(state, input
     _wait_for(Path(f"{release}.reached"), proc)
     before = tree_hash(state)
     res = gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl", "--lock-timeout", 0.3,
-             code=1)
+             code=5)
     assert "another update or rollback has held .lock for more than 0.3 s" in res.stderr
     assert tree_hash(state) == before
     release.touch()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert json.loads(out)["step"] == 1
+    # the same outcomes again, after the waiting writer committed them: a no-op that says so
+    assert json.loads(gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl",
+                         "--json").stdout)["noop"]
     assert "step 1 is already applied" in gd("update", "--state", state, "--step", 1, "--outcomes",
-                                             folder / "o1.jsonl", code=1).stderr
+                                             folder / "o2.jsonl", code=3).stderr
 
 
 @pytest.mark.slow
@@ -292,10 +296,9 @@ def test_two_racing_updates_apply_the_step_once(state, inputs):
     folder, _ = inputs
     procs = [_spawn_update(state, 1, folder / "o1.jsonl") for _ in range(2)]
     results = [p.communicate(timeout=180) + (p.returncode,) for p in procs]
-    codes = sorted(r[2] for r in results)
-    assert codes == [0, 1], results
-    loser = next(r for r in results if r[2] == 1)
-    assert "step 1 is already applied" in loser[1]
+    assert [r[2] for r in results] == [0, 0], results
+    # the loser found the step applied from the very same file: a no-op, not a second application
+    assert sorted(bool(json.loads(r[0]).get("noop")) for r in results) == [False, True], results
     assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1]
     assert StateDir.open(state).retained_steps() == [0, 1]
 
@@ -352,7 +355,7 @@ def test_errors_are_plain_text_one_line_and_bounded(state, tmp_path, bad_id):
         assert "characters cut" in err
     res = gd("update", "--state", state, "--step", 1, "--outcomes", out, "--json", code=1)
     obj = json.loads(res.stdout)
-    assert obj["exit_code"] == 1 and obj["error"] == err[len("graphdiff: error: "):].rstrip("\n")
+    assert obj["exit_code"] == 1 and obj["kind"] == "bad-input" and obj["error"] == err[len("graphdiff: error: "):].rstrip("\n")
     assert tree_hash(state) == before
 
 

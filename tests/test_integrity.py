@@ -185,7 +185,7 @@ def test_verify_refuses_a_path_that_is_nothing(tmp_path):
     from graphdiff_cli.cli.app import app
 
     res = CliRunner().invoke(app, ["verify", str(tmp_path / "nope")])
-    assert res.exit_code == 1 and "no such STATE directory or artifact" in res.stderr
+    assert res.exit_code == 6 and "no such STATE directory or artifact" in res.stderr
 
 
 def test_public_helpers_map_ids_and_load_the_graph(state, inputs):

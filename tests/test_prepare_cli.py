@@ -53,8 +53,11 @@ def assert_refused(res, out: Path, code: int, *needles: str):
     for needle in needles:
         assert needle in lines[0], lines[0]
     # nothing on stdout, or with --json the same error as one object
-    assert res.stdout == "" or json.loads(res.stdout) == {"error": lines[0][len("graphdiff: error: "):],
-                                                          "exit_code": code}, res.stdout
+    if res.stdout:
+        obj = json.loads(res.stdout)
+        assert {k: obj[k] for k in ("error", "exit_code")} == {"error": lines[0][len("graphdiff: error: "):],
+                                                               "exit_code": code}, res.stdout
+        assert obj["kind"] in ("bad-input", "usage", "damaged", "conflict", "backend"), res.stdout
     assert not out.exists()
     assert not [p for p in out.parent.iterdir() if ".staging-" in p.name or ".old-" in p.name]
 
@@ -343,22 +346,22 @@ def test_shards_merge_equal_unsharded(small, tmp_path):
 
     # refusals: missing, duplicated, not a shard, different prompts file; nothing written
     bad = tmp_path / "bad.zarr"
-    assert_refused(gd("merge-embeddings", *shards[:3], "--out", bad, ok=False), bad, 1, "3/4 missing")
-    assert_refused(gd("merge-embeddings", *shards, shards[1], "--out", bad, ok=False), bad, 1,
+    assert_refused(gd("merge-embeddings", *shards[:3], "--out", bad, ok=False), bad, 6, "3/4 missing")
+    assert_refused(gd("merge-embeddings", *shards, shards[1], "--out", bad, ok=False), bad, 6,
                    "shard 1/4 given twice")
-    assert_refused(gd("merge-embeddings", *shards[1:], full_path, "--out", bad, ok=False), bad, 1,
+    assert_refused(gd("merge-embeddings", *shards[1:], full_path, "--out", bad, ok=False), bad, 6,
                    "is not a shard")
     other_rows = [dict(r) for r in PROMPT_ROWS[::4][:9]]
     other_rows[-1]["prompt"] = "A different last prompt."
     other = write_jsonl(tmp_path / "other.jsonl", other_rows)
     o0 = tmp_path / "other0.zarr"
     gd("embed", other, "--out", o0, "--shard", "0/4")
-    assert_refused(gd("merge-embeddings", o0, *shards[1:], "--out", bad, ok=False), bad, 1,
+    assert_refused(gd("merge-embeddings", o0, *shards[1:], "--out", bad, ok=False), bad, 6,
                    "different prompts file")
 
     # a shard is not a whole embedding set: build-graph refuses it
     g = tmp_path / "g.zarr"
-    assert_refused(gd("build-graph", shards[0], "--out", g, ok=False), g, 1, "merge all shards first")
+    assert_refused(gd("build-graph", shards[0], "--out", g, ok=False), g, 6, "merge all shards first")
 
 
 # --------------------------------------------------------------------------------------- bad input
@@ -399,20 +402,20 @@ def test_dim_larger_than_model_refused(small, tmp_path):
 def test_missing_model_refused_in_one_line(small, tmp_path):
     out = tmp_path / "emb.zarr"
     assert_refused(gd("embed", small[0], "--out", out, "--model", "graphdiff-tests/not-cached", ok=False),
-                   out, 1, "not in the local Hugging Face cache", "--model /local/path")
+                   out, 8, "not in the local Hugging Face cache", "--model /local/path")
 
 
 def test_wrong_artifact_kinds_refused(embedded, graph40, tmp_path):
     _, emb, _ = embedded
     graph, _ = graph40
     out = tmp_path / "x.zarr"
-    assert_refused(gd("build-graph", graph, "--out", out, ok=False), out, 1, "is a graph artifact",
+    assert_refused(gd("build-graph", graph, "--out", out, ok=False), out, 6, "is a graph artifact",
                    "embeddings")
-    assert_refused(gd("cluster", emb, "--out", out, ok=False), out, 1, "is an embeddings artifact", "graph")
-    assert_refused(gd("build-graph", tmp_path / "missing.zarr", "--out", out, ok=False), out, 1, "no such")
+    assert_refused(gd("cluster", emb, "--out", out, ok=False), out, 6, "is an embeddings artifact", "graph")
+    assert_refused(gd("build-graph", tmp_path / "missing.zarr", "--out", out, ok=False), out, 6, "no such")
     plain = tmp_path / "plain"
     plain.mkdir()
-    assert_refused(gd("cluster", plain, "--out", out, ok=False), out, 1, "not a graphdiff artifact")
+    assert_refused(gd("cluster", plain, "--out", out, ok=False), out, 6, "not a graphdiff artifact")
 
 
 def test_embed_will_not_overwrite_another_kind(embedded, graph40, tmp_path):
@@ -421,7 +424,7 @@ def test_embed_will_not_overwrite_another_kind(embedded, graph40, tmp_path):
     target = tmp_path / "graph.zarr"
     shutil.copytree(graph, target)
     res = gd("embed", prompts, "--out", target, ok=False)
-    assert res.exit_code == 1 and "is a graph artifact" in res.stderr
+    assert res.exit_code == 6 and "is a graph artifact" in res.stderr
     assert read_artifact(target, "graph").content_hash == read_artifact(graph, "graph").content_hash
 
 
@@ -439,7 +442,7 @@ def test_bad_graph_options(embedded, tmp_path):
     out = tmp_path / "g.zarr"
     assert_refused(gd("build-graph", embedded[1], "--out", out, "--k-nn", 0, ok=False), out, 2, "--k-nn")
     if not cuda_works():
-        assert_refused(gd("build-graph", embedded[1], "--out", out, "--device", "cuda", ok=False), out, 1,
+        assert_refused(gd("build-graph", embedded[1], "--out", out, "--device", "cuda", ok=False), out, 8,
                        "no working CUDA GPU")
 
 
@@ -463,7 +466,8 @@ def test_subprocess_json_is_one_object_and_errors_one_line(graph40, tmp_path):
     out2 = tmp_path / "e.zarr"
     proc = run_cli("--json", "embed", bad, "--out", out2)
     message = f"{bad}:2: duplicate id '1' (first on line 1)"
-    assert proc.returncode == 1 and json.loads(proc.stdout) == {"error": message, "exit_code": 1}  # one object
+    assert proc.returncode == 1 and json.loads(proc.stdout) == {"error": message, "exit_code": 1,
+                                                                "kind": "bad-input"}  # one object
     assert proc.stderr.strip().splitlines() == [f"graphdiff: error: {message}"]
     assert not out2.exists()
 

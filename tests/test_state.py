@@ -10,7 +10,7 @@ import pytest
 
 from _handoff_fixtures import make_inputs, step_rows, tree_hash, write_outcomes
 from graphdiff_cli import State
-from graphdiff_cli.errors import ArtifactError, DataError, InvalidArgumentError, StateError
+from graphdiff_cli.errors import AlreadyAppliedError, ArtifactError, DataError, InvalidArgumentError, StateError
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +128,11 @@ def test_another_writer_is_seen(st, tmp_path, inputs):
     _, _, ids = inputs
     other = State.open(st.path, device="cpu", durable=False)
     st.update(1, step_rows(ids, 1))
-    with pytest.raises(StateError, match="step 1 is already applied"):
-        other.update(1, step_rows(ids, 1))
+    assert other.update(1, step_rows(ids, 1))["noop"]  # the same rows again: nothing to do
+    before = tree_hash(st.path.parent)
+    with pytest.raises(AlreadyAppliedError, match="step 1 is already applied from other outcomes"):
+        other.update(1, step_rows(ids, 1, seed=9))
+    assert tree_hash(st.path.parent) == before  # the applied step's outcomes file is never replaced
     other.update(2, step_rows(ids, 2))
     assert st.estimator().step_ == 2 and st.status()["step"] == 2
     assert json.loads((st.path / "CURRENT").read_text())["step"] == 2

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from _handoff_fixtures import make_inputs, step_rows, tree_hash, write_clusters, write_outcomes
-from graphdiff_cli.errors import ArtifactError, DataError, InvalidArgumentError, StateError
+from graphdiff_cli.errors import (AlreadyAppliedError, ArtifactError, DataError, InvalidArgumentError, StateError,
+                                  StepGapError)
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io import state_dir as sdmod
 from graphdiff_cli.io.artifacts import read_artifact
@@ -67,7 +68,7 @@ def rollback(state, to, **kw):
 
 def test_init_writes_the_layout_and_estimator_load_opens_the_current_step(state, inputs):
     graph, clusters, ids = inputs
-    assert sorted(p.name for p in state.iterdir()) == [".lock", "CURRENT", "log.jsonl", "model.zarr", "steps"]
+    assert sorted(p.name for p in state.iterdir()) == [".lock", "CURRENT", "log.jsonl", "model.zarr", "retention.json", "steps"]
     assert json.loads((state / "CURRENT").read_text()) == {"step": 0, "path": "steps/00000000.zarr"}
     sd = StateDir.open(state)
     assert sd.ids == ids and sd.keep == 3 and sd.retained_steps() == [0]
@@ -142,10 +143,17 @@ def test_step_refusals_change_nothing(state, inputs, tmp_path):
     update(state, 1, outcomes(tmp_path, ids, 1))
     update(state, 2, outcomes(tmp_path, ids, 2))
     o = outcomes(tmp_path, ids, 3)
-    _refused(state, StateError, "step 2 is already applied .*current step is 2", update, state, 2, o)
-    _refused(state, StateError, "step 1 is already applied", update, state, 1, o)
-    _refused(state, StateError, "step 5 would skip steps 3..4", update, state, 5, o)
-    _refused(state, StateError, "step 4 would skip step 3:", update, state, 4, o)
+    _refused(state, AlreadyAppliedError, "step 2 is already applied .*current step is 2", update, state, 2, o)
+    _refused(state, AlreadyAppliedError, "step 1 is already applied", update, state, 1, o)
+    _refused(state, StepGapError, "step 5 would skip steps 3..4", update, state, 5, o)
+    _refused(state, StepGapError, "step 4 would skip step 3:", update, state, 4, o)
+    # the last applied step sent again from the same outcomes: a no-op (a retry after a crash or a signal that
+    # came after the commit); an older step is refused even then (the trainer is behind the STATE)
+    before = tree_hash(state)
+    assert update(state, 2, outcomes(tmp_path, ids, 2))["noop"] and tree_hash(state) == before
+    _refused(state, AlreadyAppliedError, "step 1 is already applied", update, state, 1, outcomes(tmp_path, ids, 1))
+    _refused(state, AlreadyAppliedError, "step 2 is already applied", update, state, 2, outcomes(tmp_path, ids, 2),
+             success_threshold=0.5)  # the same file read with another threshold is other outcomes
     _refused(state, InvalidArgumentError, "--step must be an integer >= 1", update, state, 0, o)
     _refused(state, InvalidArgumentError, "success-threshold", update, state, 3, o, success_threshold=float("nan"))
 
@@ -222,8 +230,9 @@ def test_a_crash_after_any_write_leaves_a_readable_state(state, inputs, tmp_path
     if applied:  # CURRENT was replaced: step 4 is in, and applying it again is refused
         assert est.step_ == 4 and status["step"] == 4
         np.testing.assert_allclose(est.predict(), ref.predict(), atol=1e-6)
-        with pytest.raises(StateError, match="already applied"):
-            update(state, 4, outcomes(tmp_path, ids, 4))
+        assert update(state, 4, outcomes(tmp_path, ids, 4))["noop"]  # the crash came after the commit: the retry
+        with pytest.raises(StateError, match="already applied from other outcomes"):  # is a no-op, other rows
+            update(state, 4, outcomes(tmp_path, ids, 5))                              # are refused
     else:  # still at step 3, the debris above it is ignored, and re-running step 4 completes
         assert est.step_ == 3 and status["step"] == 3
         np.testing.assert_array_equal(est.predict(), before)
@@ -250,7 +259,7 @@ def test_stale_staging_and_temp_files_are_ignored_then_cleaned(state, inputs, tm
     (state / "user-notes.txt").write_text("not ours")
     assert Estimator.load(state).step_ == 1 and State.open(state).status()["retained"] == [0, 1]
     update(state, 2, outcomes(tmp_path, ids, 2))
-    assert sorted(p.name for p in state.iterdir()) == [".lock", "CURRENT", "log.jsonl", "model.zarr", "steps",
+    assert sorted(p.name for p in state.iterdir()) == [".lock", "CURRENT", "log.jsonl", "model.zarr", "retention.json", "steps",
                                                        "user-notes.txt"]
     assert sorted(p.name for p in (state / "steps").iterdir()) == ["00000000.zarr", "00000001.zarr",
                                                                    "00000002.zarr"]
@@ -379,12 +388,7 @@ def test_init_refuses_mismatched_inputs_and_a_used_out(tmp_path, inputs):
 def test_config_file_then_flags(tmp_path, inputs):
     graph, clusters, _ = inputs
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("preset: paper
-beta: 3.5
-max-iters: 7
-window: 4
-gamma: 0.25
-")
+    cfg.write_text("preset: paper\nbeta: 3.5\nmax-iters: 7\nwindow: 4\ngamma: 0.25\n")
     res = State.init(graph, clusters, tmp_path / "S", config=cfg, gamma=0.75, device="cpu", keep=2,
                      durable=False).created
     c = res["config"]
@@ -476,8 +480,7 @@ def test_resident_handoff_reloads_when_another_writer_moves_current(state, input
     assert h.loads == 1
     State.open(state).rollback(1)                      # another process rolls back ...
     update(state, 2, outcomes(tmp_path, ids, 2))    # ... and re-applies step 2 itself
-    with pytest.raises(StateError, match="step 2 is already applied"):
-        h.update(2, outcomes(tmp_path, ids, 2))
+    assert h.update(2, outcomes(tmp_path, ids, 2))["noop"]  # the same outcomes: a no-op, whoever applied them
     res = h.update(3, outcomes(tmp_path, ids, 3))   # the in-memory step 2 is not trusted: read again
     assert res["step"] == 3 and h.loads == 2
     ref = reference(inputs)

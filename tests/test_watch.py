@@ -228,7 +228,7 @@ def test_bad_file_stops_the_watcher_with_one_line_and_changes_nothing(state, inb
 def test_second_watcher_on_one_inbox_is_refused(state, inbox):
     with inbox_lock(inbox):
         res = runner.invoke(app, ["watch", "--state", str(state), "--inbox", str(inbox), "--once"])
-    assert res.exit_code == 1 and "another graphdiff watch" in res.stderr
+    assert res.exit_code == 5 and "another graphdiff watch" in res.stderr
 
 
 def test_bad_options(state, inbox, tmp_path):
@@ -238,7 +238,7 @@ def test_bad_options(state, inbox, tmp_path):
         assert res.exit_code == code, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1
     res = runner.invoke(app, ["watch", "--state", str(tmp_path / "nope"), "--inbox", str(inbox), "--once"])
-    assert res.exit_code == 1 and "no such STATE" in res.stderr
+    assert res.exit_code == 6 and "no such STATE" in res.stderr
     res = runner.invoke(app, ["watch", "--state", str(state), "--inbox", str(tmp_path / "nope"), "--once"])
     assert res.exit_code == 1 and "no such inbox" in res.stderr
 

@@ -96,12 +96,12 @@ def main() -> None:
             sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
         OUT.json = OUT.json or "--json" in sys.argv[1:]
         try:
-            fail(f"{exc.format_message()} (see {where} --help)", getattr(exc, "exit_code", EXIT_USAGE))
+            fail(f"{exc.format_message()} (see {where} --help)", getattr(exc, "exit_code", EXIT_USAGE), "usage")
         except typer.Exit as done:
             sys.exit(done.exit_code)
     except typer.Abort:
         try:
-            fail("interrupted", 130)
+            fail("interrupted", 130, "interrupted")
         except typer.Exit as done:
             sys.exit(done.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

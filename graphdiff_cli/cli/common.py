@@ -164,9 +164,10 @@ def plain_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
     return line
 
 
-def fail(message: str, code: int = EXIT_ERROR) -> None:
+def fail(message: str, code: int = EXIT_ERROR, kind: str = "error") -> None:
     """Print ``graphdiff: error: ...`` on stderr as one line and exit; with --json also ``{"error": ...,
-    "exit_code": ...}`` on stdout, so a pipe into jq gets an object either way.
+    "exit_code": ..., "kind": ...}`` on stdout, so a pipe into jq gets an object either way (``kind`` is the
+    stable name a loop branches on: the table in ``graphdiff_cli.errors``).
 
     The message is printed as text, never parsed as rich markup: an id or path with ``[/bold]`` in it is
     echoed as it is."""
@@ -174,7 +175,7 @@ def fail(message: str, code: int = EXIT_ERROR) -> None:
 
     line = plain_line(message)
     if OUT.json:
-        sys.stdout.write(json.dumps({"error": line, "exit_code": int(code)}) + "\n")
+        sys.stdout.write(json.dumps({"error": line, "exit_code": int(code), "kind": kind}) + "\n")
         sys.stdout.flush()
     stderr_console().print(Text.assemble(("graphdiff: error: ", "bold red"), line), soft_wrap=True)
     raise typer.Exit(code)
@@ -189,13 +190,14 @@ def run_guarded(fn, *args, **kwargs):
     except GraphdiffError as exc:
         if os.environ.get("GRAPHDIFF_DEBUG"):
             raise
-        fail(str(exc), exc.exit_code)
+        fail(str(exc), exc.exit_code, exc.kind)
     except KeyboardInterrupt:
-        fail("interrupted", 130)
+        fail("interrupted (a write in progress either committed or left nothing: send the same call again, a "
+             "no-op if it had committed)", 130, "interrupted")
     except Exception as exc:  # noqa: BLE001 - the boundary: no traceback for users unless asked
         if os.environ.get("GRAPHDIFF_DEBUG"):
             raise
-        fail(f"{exc.__class__.__name__}: {exc} (set GRAPHDIFF_DEBUG=1 for the traceback)", EXIT_ERROR)
+        fail(f"{exc.__class__.__name__}: {exc} (set GRAPHDIFF_DEBUG=1 for the traceback)", EXIT_ERROR, "internal")
 
 
 # The output options: global ones (before the command name, see app.py) and the same on every command

@@ -5,16 +5,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from ..core.beta import DEFAULT_GROUP_SIZE
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.outcomes import DEFAULT_SUCCESS_THRESHOLD
+from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY
 
-__all__ = ["StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "DEFAULT_GROUP_SIZE",
-           "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
+__all__ = ["StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
+           "KeepEveryOption", "DEFAULT_GROUP_SIZE", "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
 
 StateOption = Annotated[Path, typer.Option("--state", help="STATE directory (from init).")]
 LockTimeoutOption = Annotated[float, typer.Option("--lock-timeout", help="Seconds to wait for another writer "
@@ -24,3 +25,8 @@ GroupSizeOption = Annotated[int, typer.Option("--group-size", help="Rollouts per
                                                                    "= P(all correct or all wrong).")]
 SuccessThresholdOption = Annotated[float, typer.Option("--success-threshold", help="A rollout with reward >= "
                                                        "this is a success (binary 0/1 rewards pass through).")]
+KeepOption = Annotated[Optional[int], typer.Option("--keep", help="How many of the last steps' states are kept "
+                                                   f"(older ones are pruned after each update; default {DEFAULT_KEEP}).")]
+KeepEveryOption = Annotated[Optional[int], typer.Option("--keep-every", help="Also keep every step that is a "
+                                                        "multiple of this (set it to your checkpoint interval, or "
+                                                        f"a divisor of it; 0: none; default {DEFAULT_KEEP_EVERY}).")]

@@ -9,6 +9,7 @@
       steps/0000000T.zarr   estimator-step artifact of update T (steps/0000000T.R.zarr: revision R)
       log.jsonl             one JSON line per applied version (step 0 = init), with each input file's hash
       .lock                 flock'ed by every writer
+      retention.json        {"keep": K, "keep_every": C}: the states pruning keeps (init, graphdiff retention)
     STATE.outcomes/         beside it: the outcomes files ``State.update`` writes for rows given in memory
 
 Every module that reads or writes a STATE takes its names from here: ``io.estimator_store`` (the pointer and
@@ -26,6 +27,7 @@ MODEL = "model.zarr"     # init's model artifact
 MODELS = "models"        # the models written by extend, named T.R.zarr
 LOG = "log.jsonl"        # one line per applied version
 LOCK = ".lock"           # held by every writer
+RETENTION = "retention.json"  # {"keep": K, "keep_every": C}: which states pruning keeps (graphdiff retention)
 LAYOUT_VERSION = 1       # stamped into the model's "handoff" attribute
 
 # arrays of a model artifact that graphdiff extend reads and writes (absent in STATEs made before extend)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..errors import StateError
+from ..errors import LockedError, StateError
 
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 POLL_S = 0.05
@@ -28,7 +28,7 @@ def file_lock(path, timeout: float = 0.0, *, busy: Callable[[str], str],
     """Hold an exclusive flock on ``path`` (created if missing) for the ``with`` block.
 
     One non-blocking try, then polling every 50 ms until ``timeout`` seconds have passed (0: a single
-    try). If the lock is still held, raise StateError(busy(holder)), where ``holder`` is the pid the
+    try). If the lock is still held, raise LockedError(busy(holder)), where ``holder`` is the pid the
     holder recorded in the file (``record_pid``) or "?". With ``record_pid`` the file is rewritten
     with our pid once we hold the lock. An OSError opening the file becomes StateError(cannot_open(exc))
     when ``cannot_open`` is given, else propagates. Closing the descriptor on exit releases the lock.
@@ -51,7 +51,7 @@ def file_lock(path, timeout: float = 0.0, *, busy: Callable[[str], str],
                     raise
             if time.monotonic() >= deadline:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-                raise StateError(busy(holder)) from None
+                raise LockedError(busy(holder)) from None
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         if record_pid:
             os.ftruncate(fd, 0)

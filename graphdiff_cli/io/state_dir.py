@@ -41,6 +41,7 @@ import re
 import shutil
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -49,12 +50,15 @@ from .artifacts import read_artifact
 from .atomic import atomic_write_text
 from .estimator_store import (STEP_KIND, check_step_artifact, pointer_text, read_current, read_model, read_pointer,
                               read_state, save_model, save_step, step_model_path)
-from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, STEPS, step_relpath
+from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, RETENTION, STEPS, step_relpath
 from .locks import DEFAULT_LOCK_TIMEOUT, file_lock
 from .debris import owner
 from .staging import staged_dir
 
 DEFAULT_KEEP = 5
+# every step that is a multiple of this is kept too, so that a trainer resuming from a checkpoint (taken every
+# 50, 100, 500 steps: TRL's save_steps default is 500) finds its step: ~550 KB a step at 3,000 prompts
+DEFAULT_KEEP_EVERY = 50
 _STEP_NAME = re.compile(r"^(\d{8})(?:\.([1-9]\d*))?\.zarr$")
 _MODEL_NAME = re.compile(r"^(\d+)\.(\d+)\.zarr$")
 
@@ -119,7 +123,8 @@ class StateDir:
         return cls(root)
 
     @classmethod
-    def create(cls, root, state: dict, ids, *, keep: int = DEFAULT_KEEP, inputs: dict | None = None,
+    def create(cls, root, state: dict, ids, *, keep: int = DEFAULT_KEEP, keep_every: int = DEFAULT_KEEP_EVERY,
+               inputs: dict | None = None,
                init_entry: dict | None = None, model_arrays: dict | None = None, model_attrs: dict | None = None,
                durable: bool = True) -> "StateDir":
         """Make a new STATE directory at step 0 for a fresh estimator's ``state`` dict, atomically.
@@ -128,7 +133,7 @@ class StateDir:
         leaves no STATE at all rather than half of one. An existing non-empty ``root`` is refused.
         """
         root = Path(root)
-        check_keep(keep)
+        retention = Retention(keep, keep_every)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise StateError(f"{root}: already exists and is not empty; choose another --out or remove it")
         if state["step"] != 0:
@@ -137,12 +142,13 @@ class StateDir:
             (staging / LOCK).touch()
             (staging / STEPS).mkdir()
             content = save_model(state, staging / MODEL, ids, inputs=inputs, extra_arrays=model_arrays,
-                                 extra_attrs={"handoff": {"layout_version": LAYOUT_VERSION, "keep": int(keep)},
+                                 extra_attrs={"handoff": {"layout_version": LAYOUT_VERSION},
                                               **(model_attrs or {})}, durable=durable)
             save_step(state, staging / step_relpath(0), staging / MODEL, content, durable=durable)
             entry = {"step": 0, "event": "init", "applied_at": _now(), "state": step_relpath(0),
                      **(init_entry or {})}
             atomic_write_text(staging / LOG, json.dumps(entry, sort_keys=True) + "\n")
+            atomic_write_text(staging / RETENTION, retention.text())
             atomic_write_text(staging / CURRENT, pointer_text(0))
         return cls(root)
 
@@ -196,10 +202,35 @@ class StateDir:
         return IdIndex(self.ids, f"the prompts of STATE {self.root}")
 
     @property
+    def retention(self) -> "Retention":
+        """Which states pruning keeps: ``retention.json`` (written by init and ``graphdiff retention``); a STATE
+        made before it existed keeps what its model's ``handoff.keep`` says, and every DEFAULT_KEEP_EVERY-th."""
+        path = self.root / RETENTION
+        if not path.exists():
+            handoff = self.model()[0].attr("handoff") or {}
+            # a STATE made when --keep 1 was allowed keeps 2: fewer removes what a concurrent reader opens
+            return Retention(max(int(handoff.get("keep", DEFAULT_KEEP)), MIN_KEEP), DEFAULT_KEEP_EVERY)
+        return Retention.read(path)
+
+    @property
     def keep(self) -> int:
-        handoff = self.model()[0].attr("handoff") or {}
-        # a STATE made when --keep 1 was allowed keeps 2: fewer removes what a concurrent reader opens
-        return max(int(handoff.get("keep", DEFAULT_KEEP)), MIN_KEEP)
+        return self.retention.keep
+
+    def set_retention(self, retention: "Retention") -> list[int]:
+        """Write a new retention (callers hold the lock) and prune by it at once; returns the pruned steps."""
+        atomic_write_text(self.root / RETENTION, retention.text())
+        return self.prune(retention)
+
+    def disk_bytes(self) -> dict[str, int]:
+        """Bytes on disk of the retained states (steps/), the models (model.zarr, models/) and all of it."""
+        def size(p: Path) -> int:
+            if p.is_file():
+                return p.stat().st_size
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
+
+        steps = size(self.root / STEPS)
+        models = size(self.root / MODEL) + size(self.root / MODELS)
+        return {"steps": steps, "models": models, "total": size(self.root)}
 
     def current_artifact(self):
         """The current step's artifact (its stamp; arrays are read on demand), checked to hold that step and
@@ -377,7 +408,7 @@ class StateDir:
                 removed.append(f"{MODELS}/{p.name}")
         return removed
 
-    def commit_step(self, state: dict, entry: dict, *, keep: int | None = None, durable: bool = True) -> list[int]:
+    def commit_step(self, state: dict, entry: dict, *, durable: bool = True) -> list[int]:
         """Make an estimator ``state`` dict (one step past the current one) the current state; returns the
         pruned steps.
 
@@ -389,10 +420,10 @@ class StateDir:
         if t != cur + 1:
             raise StateError(f"internal: committing step {t} onto step {cur}")
         self.clean_debris()
-        return self._commit(state, entry, (t, 0), keep=keep, durable=durable)
+        return self._commit(state, entry, (t, 0), durable=durable)
 
     def commit_revision(self, state: dict, entry: dict, *, ids=None, model_arrays: dict | None = None,
-                        model_attrs: dict | None = None, keep: int | None = None, durable: bool = True) -> list[int]:
+                        model_attrs: dict | None = None, durable: bool = True) -> list[int]:
         """Make ``state`` (the current step's, with a changed prompt set) the next revision of the current
         step; with ``ids`` it belongs to a new model (W, labels, ``ids`` and ``model_arrays`` from it), written
         first under models/. Returns the pruned steps. Same order and crash safety as ``commit_step``."""
@@ -410,9 +441,9 @@ class StateDir:
             save_model(state, model, ids, inputs=inputs, extra_arrays=model_arrays,
                        extra_attrs={"handoff": base.attr("handoff"), **(model_attrs or {})}, durable=durable)
             _pause("model")
-        return self._commit(state, entry, (t, r + 1), keep=keep, model=model, durable=durable)
+        return self._commit(state, entry, (t, r + 1), model=model, durable=durable)
 
-    def _commit(self, state: dict, entry: dict, version: tuple[int, int], *, keep, durable: bool,
+    def _commit(self, state: dict, entry: dict, version: tuple[int, int], *, durable: bool,
                 model: Path | None = None) -> list[int]:
         """Write ``state`` as ``version`` (of ``model``, default the current version's), then the log line,
         then CURRENT, then prune (callers cleaned the debris first)."""
@@ -437,19 +468,18 @@ class StateDir:
         atomic_write_text(self.root / CURRENT, pointer_text(*version))
         _pause("current")
         try:  # committed: pruning is housekeeping, and what it leaves the next writer removes
-            pruned = self.prune(self.keep if keep is None else keep)
+            pruned = self.prune(self.retention)
         except (ArtifactError, OSError):
             pruned = []
         _pause("prune")
         return pruned
 
-    def prune(self, keep: int) -> list[int]:
-        """Remove the versions of all but the last ``keep`` steps (every revision of a kept step stays, and
-        step 0 as init wrote it is always kept) and the models none of the rest names; returns the steps
-        none of whose versions is left."""
-        check_keep(keep)
+    def prune(self, retention: "Retention") -> list[int]:
+        """Remove the versions of every step ``retention`` does not keep (the last ``keep`` steps and every
+        multiple of ``keep_every``; every revision of a kept step stays, and step 0 as init wrote it is always
+        kept) and the models none of the rest names; returns the steps none of whose versions is left."""
         retained = self.retained_versions()
-        kept_steps = sorted({t for t, _r in retained})[-keep:]
+        kept_steps = retention.kept({t for t, _r in retained})
         drop = [v for v in retained if v[0] not in kept_steps and v != (0, 0)]
         for v in drop:
             _remove_tree(self.root / step_relpath(*v))
@@ -477,7 +507,7 @@ class StateDir:
         if target not in dirs:
             kept = ", ".join(_name(v) for v in self.retained_versions())
             raise StateError(f"{self.root}: the state of step {_name(target)} was pruned; retained steps: {kept} "
-                             "(init --keep sets how many are kept)")
+                             "(graphdiff retention --keep N --keep-every C sets which are kept)")
         art = read_artifact(dirs[target], STEP_KIND)  # refuse to point CURRENT at a damaged state
         check_step_artifact(art, target, said_by="its name says")
         if target == cur:
@@ -525,3 +555,36 @@ def check_keep(keep) -> int:
         raise InvalidArgumentError(f"--keep must be an integer >= {MIN_KEEP} (with fewer, an update removes the "
                                    f"state a concurrent predict is reading), got {keep!r}")
     return keep
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Which steps' states a STATE keeps: the last ``keep`` and every multiple of ``keep_every`` (0: none),
+    besides step 0. Checkpoint-aligned: a trainer that saves every C steps and sets keep_every to C (or a
+    divisor of it) always finds the step it resumes from."""
+
+    keep: int = DEFAULT_KEEP
+    keep_every: int = DEFAULT_KEEP_EVERY
+
+    def __post_init__(self):
+        check_keep(self.keep)
+        if isinstance(self.keep_every, bool) or not isinstance(self.keep_every, int) or self.keep_every < 0:
+            raise InvalidArgumentError(f"--keep-every must be an integer >= 0 (0: keep only the last --keep), got "
+                                       f"{self.keep_every!r}")
+
+    def kept(self, steps) -> set[int]:
+        """The steps of ``steps`` this retention keeps."""
+        steps = sorted(steps)
+        return set(steps[-self.keep:]) | {0} | ({t for t in steps if t % self.keep_every == 0} if self.keep_every else set())
+
+    def text(self) -> str:
+        return json.dumps({"keep": self.keep, "keep_every": self.keep_every}) + "\n"
+
+    @classmethod
+    def read(cls, path) -> "Retention":
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(int(doc["keep"]), int(doc["keep_every"]))
+        except (OSError, ValueError, KeyError, TypeError, InvalidArgumentError) as exc:
+            raise ArtifactError(f"{path}: damaged retention file ({exc.__class__.__name__}); rewrite it with "
+                                "graphdiff retention --keep N --keep-every C") from None

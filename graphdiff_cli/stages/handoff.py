@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ArtifactError, InvalidArgumentError, StateError
+from ..errors import AlreadyAppliedError, ArtifactError, InvalidArgumentError, StateError, StepGapError
 from ..io.artifacts import has_array, hash_file
 from ..io.layout import JOINED, RETIRED
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
-from ..io.state_dir import DEFAULT_KEEP, StateDir, check_keep, check_lock_timeout
+from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY, Retention, StateDir, check_lock_timeout
 from .progress import Progress, no_progress
 
 PREDICT_COLUMNS = ["id", "p", "difficulty", "p_model", "uncertainty", "mean", "variance", "n_seen", "p_zero_variance"]
@@ -54,20 +54,23 @@ def init_settings(config=None, **flags):
     """(EstimatorSettings, keep) for init: the preset's values < the config file's estimator section
     (``settings.config_layer``: a whole config's ``estimator:`` or a file of only its keys) < flags given
     on the command line (None = not given). The preset is the flag ``preset``, else the file's, else
-    "default". ``keep`` (STATE retention) is a flag only; None = ``DEFAULT_KEEP``."""
+    "default". ``keep`` and ``keep_every`` (STATE retention) are flags only; None = ``DEFAULT_KEEP``,
+    ``DEFAULT_KEEP_EVERY``."""
     from ..io.readers import read_mapping
     from ..settings import config_layer, parse_flag, resolve_layers
 
-    keep = flags.pop("keep", None)
+    keep, keep_every = flags.pop("keep", None), flags.pop("keep_every", None)
     layers = [config_layer(*read_mapping(config), config)] if config is not None else []
     given = {k: parse_flag(k, v) if k != "preset" else v for k, v in flags.items() if v is not None}
     settings = resolve_layers(layers + [(given, lambda key: f"--{key.replace('_', '-')}")])
-    return settings, check_keep(DEFAULT_KEEP if keep is None else keep)
+    return settings, Retention(DEFAULT_KEEP if keep is None else keep,
+                               DEFAULT_KEEP_EVERY if keep_every is None else keep_every)
 
 
 def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: Progress = no_progress,
                durable: bool = True, **flags) -> dict:
-    """A new STATE directory at step 0 from a graph and its clusters (``flags``: ``preset``, ``keep`` and
+    """A new STATE directory at step 0 from a graph and its clusters (``flags``: ``preset``, ``keep``,
+    ``keep_every`` and
     any setting of ``graphdiff_cli.settings``; None = not given). The STATE keeps the graph's directed kNN
     lists and names the embeddings it was built from (``embeddings``, else where build-graph read them),
     which ``graphdiff extend`` needs."""
@@ -78,7 +81,7 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
 
     t0 = time.perf_counter()
     out = Path(out)
-    settings, keep = init_settings(config, **flags)
+    settings, retention = init_settings(config, **flags)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise StateError(f"{out}: already exists and is not empty; choose another --out or remove it")
     progress(0, 3)
@@ -88,25 +91,49 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
     est = Estimator(inp.w, inp.labels, n_states=inp.k, settings=settings)
     progress(2, 3)
     model_arrays, model_attrs = init_model_extras(inp.graph, embeddings)
-    sd = StateDir.create(out, est.state_dict(copy=False), inp.ids, keep=keep, durable=durable,
+    sd = StateDir.create(out, est.state_dict(copy=False), inp.ids, keep=retention.keep,
+                         keep_every=retention.keep_every, durable=durable,
                          inputs={"graph": g_hash, "clusters": c_hash},
                          model_arrays=model_arrays, model_attrs=model_attrs,
                          init_entry={"graph": str(graph), "graph_hash": g_hash,
                                      "clusters": str(clusters), "clusters_hash": c_hash})
     progress(3, 3)
     return {"command": "init", "state": str(out), "step": 0, "n_prompts": len(inp.ids), "states": inp.k,
-            "edges": int(inp.w.nnz // 2), "keep": keep, "config": {"n_states": inp.k, **settings.as_dict()},
+            "edges": int(inp.w.nnz // 2), "keep": retention.keep, "keep_every": retention.keep_every, "config": {"n_states": inp.k, **settings.as_dict()},
             "model_hash": sd.model()[0].content_hash, "device": str(est.device_),
             "timings": {"total_s": time.perf_counter() - t0}}
 
 
 # ------------------------------------------------------------------------------------------- update
 
-def _step_refusal(root, step: int, cur: int) -> StateError:
+def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float, t0: float) -> dict | None:
+    """The no-op result when ``step`` is the last applied step and was applied from these very outcomes (same
+    bytes, same threshold): a trainer's retry after a crash or a signal that came after the commit. Else None."""
+    if step != cur or step < 1 or not Path(outcomes).is_file():
+        return None
+    entry = next((e for e in reversed(sd.log_entries(upto=sd.current_version()))
+                  if e.get("step") == step and not e.get("revision") and e.get("event") is None), None)
+    if (entry is None or entry.get("outcomes_hash") != hash_file(outcomes)
+            or entry.get("success_threshold") != float(success_threshold)):
+        return None
+    return {"command": "update", "state": str(sd.root), "step": step, "noop": True,
+            **{k: entry.get(k) for k in ("outcomes", "outcomes_hash", "schema", "rows", "prompts", "rollouts",
+                                         "successes", "success_threshold", "iterations", "converged", "elbo",
+                                         "applied_at")},
+            "pruned": [], "retained": sd.retained_steps(), "timings": {"total_s": time.perf_counter() - t0}}
+
+
+def already_applied_refusal(root, step: int, cur: int) -> AlreadyAppliedError:
+    return AlreadyAppliedError(f"{root}: step {step} is already applied from other outcomes (the current step "
+                               f"is {cur}; the next update is step {cur + 1}); to redo it run graphdiff "
+                               f"rollback --to {step - 1} first")
+
+
+def step_refusal(root, step: int, cur: int) -> StateError:
+    """The refusal of an update of ``step`` onto a STATE at step ``cur`` (step != cur + 1)."""
     if step <= cur:
-        return StateError(f"{root}: step {step} is already applied (the current step is {cur}; the next update "
-                          f"is step {cur + 1}); to redo it run graphdiff rollback --to {step - 1} first")
-    return StateError(f"{root}: step {step} would skip step{'s' if step - cur > 2 else ''} "
+        return already_applied_refusal(root, step, cur)
+    return StepGapError(f"{root}: step {step} would skip step{'s' if step - cur > 2 else ''} "
                       f"{cur + 1}{'..' + str(step - 1) if step - cur > 2 else ''}: the current step is {cur}, "
                       f"the next update must be step {cur + 1}")
 
@@ -127,7 +154,10 @@ def update(state, step: int, outcomes, *, success_threshold: float = 1.0,
     sd = state.dir
     cur = sd.current_step
     if step != cur + 1:  # fail fast, before parsing; checked again under the lock
-        raise _step_refusal(sd.root, step, cur)
+        noop = _already_applied(sd, step, cur, outcomes, success_threshold, t0)
+        if noop is not None:
+            return noop
+        raise step_refusal(sd.root, step, cur)
     progress(0, 4)
     t_import = _import_torch()
     t1 = time.perf_counter()
@@ -142,7 +172,10 @@ def update(state, step: int, outcomes, *, success_threshold: float = 1.0,
         t_locked = time.perf_counter()
         cur = sd.current_step
         if step != cur + 1:  # another writer moved on while we waited
-            raise _step_refusal(sd.root, step, cur)
+            noop = _already_applied(sd, step, cur, outcomes, success_threshold, t0)
+            if noop is not None:
+                return noop
+            raise step_refusal(sd.root, step, cur)
         est = state.estimator()
         if est.step_ != cur:
             raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
@@ -250,11 +283,30 @@ def status(state, *, last: int = 10) -> dict:
     return {"command": "status", "state": str(sd.root), "step": step, "revision": rev, "current": rel,
             "n_prompts": len(ids), "active": len(ids) - retired, "retired": retired,
             "joined": {str(int(t)): int(c) for t, c in zip(steps, counts)},
-            "states": int(config["n_states"]), "edges": int(w.nnz // 2), "config": config, "keep": sd.keep,
+            "states": int(config["n_states"]), "edges": int(w.nnz // 2), "config": config,
+            "keep": (ret := sd.retention).keep, "keep_every": ret.keep_every, "disk_bytes": sd.disk_bytes(),
             "model_hash": m_art.content_hash, "inputs": m_art.inputs, "retained": sd.retained_steps(),
             "retained_versions": [f"{t}.{r}" if r else str(t) for t, r in sd.retained_versions()],
             "applied": entries[-last:] if last > 0 else [],
             "n_applied": sum(1 for e in entries if e.get("step", 0) > 0 and not e.get("revision"))}
+
+
+def retention(state, *, keep: int | None = None, keep_every: int | None = None,
+              lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> dict:
+    """Which states the STATE of a ``State`` keeps (the last ``keep`` steps and every multiple of
+    ``keep_every``), and its disk use; given either, set it (under the lock) and prune by it at once."""
+    sd = state.dir
+    before = sd.retention
+    pruned: list[int] = []
+    if keep is not None or keep_every is not None:
+        new = Retention(before.keep if keep is None else keep, before.keep_every if keep_every is None else keep_every)
+        check_lock_timeout(lock_timeout)
+        with sd.locked(lock_timeout):
+            pruned = sd.set_retention(new)
+    now = sd.retention
+    return {"command": "retention", "state": str(sd.root), "keep": now.keep, "keep_every": now.keep_every,
+            "previous": {"keep": before.keep, "keep_every": before.keep_every}, "pruned": pruned,
+            "retained": sd.retained_steps(), "disk_bytes": sd.disk_bytes()}
 
 
 def parse_version(to) -> tuple[int, int | None]:

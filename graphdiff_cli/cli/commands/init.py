@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from ...io.state_dir import DEFAULT_KEEP
 from ..common import command, emit, progress
+from ..options import KeepEveryOption, KeepOption
 from ..settings_options import with_settings
 
 
@@ -25,8 +25,8 @@ def init(
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="The embeddings artifact the graph was "
                                               "built from, for graphdiff extend (default: where build-graph read "
                                               "them; checked by content hash)."),
-    keep: Optional[int] = typer.Option(None, "--keep", help="States kept besides step 0 (older ones are "
-                                       f"pruned after each update) (default: {DEFAULT_KEEP})."),
+    keep: KeepOption = None,
+    keep_every: KeepEveryOption = None,
     settings_flags: dict = None,
 ):
     """Create the STATE directory a trainer updates once per step (step 0: prior only, no outcomes).
@@ -37,6 +37,7 @@ def init(
 
     with progress("creating the state") as update:
         res = State.init(graph, clusters, out, config=config, embeddings=embeddings, progress=update, keep=keep,
-                         **settings_flags).created
+                         keep_every=keep_every, **settings_flags).created
     emit(res, f"STATE {res['state']} at step 0: {res['n_prompts']} prompts, K = {res['states']} states, "
-              f"{res['edges']} edges (keeps the last {res['keep']} states)")
+              f"{res['edges']} edges (keeps the last {res['keep']} states"
+              + (f" and every {res['keep_every']}th)" if res["keep_every"] else ")"))

@@ -22,7 +22,8 @@ def _human(res: dict) -> str:
              f"config: beta {c.get('beta')}, epsilon {c.get('epsilon')}, gamma {c.get('gamma')}, {mode}, "
              f"{c.get('schedule')} (max {c.get('max_iters')} rounds, tol {c.get('tol')}), device {c.get('device')}",
              f"retained states: {', '.join(res.get('retained_versions') or map(str, res['retained']))} "
-             f"(keep {res['keep']} + step 0)"]
+             f"(the last {res['keep']}" + (f", every multiple of {res['keep_every']}" if res.get("keep_every") else "")
+             + f" and step 0; {res['disk_bytes']['total'] / 1e6:.1f} MB on disk)"]
     for e in res["applied"]:
         at = f"{e['step']}.{e['revision']}" if e.get("revision") else str(e["step"])
         if e.get("event") == "init":

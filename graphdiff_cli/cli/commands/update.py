@@ -21,12 +21,17 @@ def update(
     success_threshold: SuccessThresholdOption = DEFAULT_SUCCESS_THRESHOLD,
     lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
 ):
-    """Apply exactly one step; a step already applied, a gap or bad outcomes change nothing."""
+    """Apply exactly one step; a step already applied from other outcomes, a gap or bad outcomes change nothing
+    (exit codes: docs/handoff.md). Sending the last applied step's outcomes again is a no-op (exit 0)."""
     from ...state import State
 
     with progress(f"step {step}") as bar:
         res = State.open(state).update(step, outcomes, success_threshold=success_threshold,
                                        lock_timeout=lock_timeout, progress=bar)
+    if res.get("noop"):
+        emit(res, f"step {res['step']} was already applied from these outcomes ({res['outcomes_hash']}, "
+                  f"{res['applied_at']}): nothing to do; the next update is step {res['step'] + 1}")
+        return
     t = res["timings"]
     emit(res, f"step {res['step']}: {res['prompts']} prompts, {res['successes']}/{res['rollouts']} successes, "
               f"{res['iterations']} rounds ({'converged' if res['converged'] else 'not converged'}) in "
