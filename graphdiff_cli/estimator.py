@@ -648,7 +648,12 @@ class Estimator:
         return est
 
     def save(self, path) -> None:
-        """Write the estimator as a stamped Zarr v3 group, atomically (staging folder, then rename)."""
+        """Write the estimator as a stamped Zarr v3 group, atomically (staging folder, then rename).
+
+        ``path`` must be new, an empty folder, or an estimator saved there before (which is replaced);
+        a STATE directory, a file, another artifact or a folder holding other files is refused in one line
+        and left as it was (``io.estimator_store.check_save_target``).
+        """
         from .io.estimator_store import write_state
 
         write_state(self.state_dict(copy=False), path)  # written at once: no N x K copy

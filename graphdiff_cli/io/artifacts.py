@@ -173,18 +173,20 @@ def attrs_hash(attrs: dict) -> str:
 
 def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: dict | None = None,
                    inputs: dict | None = None, content_hash: str | None = None, attrs: dict | None = None,
-                   durable: bool = True) -> Path:
+                   durable: bool = True, before_replace=None) -> Path:
     """Write arrays and a stamp as a Zarr v3 group at ``path``, atomically (staging + rename).
 
     ``content_hash`` identifies the artifact's content for downstream input checks; by default it is
     the hash of all arrays. ``attrs`` are extra JSON attributes stored next to the stamp. An existing
     artifact at ``path`` is replaced; a crash at any point leaves either it or the new one.
+    ``before_replace(path)`` runs just before the rename (``staging.staged_dir``): a writer that may
+    replace only some things checks ``path`` there.
     """
     import zarr
     from zarr.storage import LocalStore
 
     path = Path(path)
-    with staged_dir(path, replace=True, durable=durable) as staging:
+    with staged_dir(path, replace=True, durable=durable, before_replace=before_replace) as staging:
         group = zarr.open_group(LocalStore(staging), mode="w")
         checksums = {}
         for name, arr in arrays.items():
@@ -245,6 +247,18 @@ def _json_default(o):
 
 def _article(word: str) -> str:
     return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
+def stamped_kind(path) -> str | None:
+    """The ``kind`` in the stamp of the folder ``path``, or None when it holds no readable stamp (a plain
+    folder, a Zarr group graphdiff did not write, a damaged ``zarr.json``). Reads the JSON only: no check
+    of the format version or the checksums (``read_artifact`` makes those)."""
+    try:
+        stamp = json.loads((Path(path) / "zarr.json").read_text())["attributes"][STAMP_KEY]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    kind = stamp.get("kind") if isinstance(stamp, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def read_artifact(path, kind: str | tuple[str, ...]) -> Artifact:

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ArtifactError
-from .artifacts import hash_arrays, read_artifact, write_artifact
+from ..errors import ArtifactError, InvalidArgumentError, StateError
+from .artifacts import hash_arrays, read_artifact, stamped_kind, write_artifact
 
 KIND = "estimator-state"
 MODEL_KIND = "estimator-model"
@@ -72,16 +72,53 @@ def _read_graph(art, n: int) -> sp.csr_matrix:
     return sp.csr_matrix((art.array("graph_data"), indices, indptr), shape=(n, n))
 
 
+def check_save_target(path) -> None:
+    """Refuse a destination a standalone estimator may not be written to, since writing replaces it whole.
+
+    Allowed: a path that does not exist, an empty folder, or an ``estimator-state`` artifact (a save
+    written earlier: re-saving replaces it). Refused, in one line naming the right call: a STATE directory
+    (it has ``CURRENT``; StateError), a file or symbolic link, another kind of artifact, a folder holding
+    anything else (InvalidArgumentError).
+    """
+    path = Path(path)
+    export = "save the estimator to a new path (or an empty folder) to export it"
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        what = "a symbolic link" if path.is_symlink() else "a file"
+        raise InvalidArgumentError(f"{path}: is {what}, which saving would replace; {export}")
+    if not path.exists():
+        return
+    if is_state_dir(path):
+        raise StateError(f"{path}: is a STATE directory, which saving would replace with a bare estimator; continue "
+                         f"it with graphdiff_cli.State.open({str(path)!r}), or {export}")
+    kind = stamped_kind(path)
+    if kind == KIND:
+        return
+    if kind is not None:
+        raise InvalidArgumentError(f"{path}: is {'an' if kind[:1] in 'aeiou' else 'a'} {kind} artifact, which "
+                                   f"saving would replace; {export}")
+    if any(path.iterdir()):
+        raise InvalidArgumentError(f"{path}: is a folder holding other files, which saving would delete; {export}")
+
+
 def write_state(state: dict, path, *, inputs: dict | None = None, extra_attrs: dict | None = None,
                 durable: bool = True) -> Path:
-    """Write an estimator ``state`` dict as one standalone ``estimator-state`` artifact."""
+    """Write an estimator ``state`` dict as one standalone ``estimator-state`` artifact at ``path``.
+
+    ``path`` must be new, an empty folder or an ``estimator-state`` artifact (``check_save_target``,
+    which refuses anything else before a byte is written). The check runs again just before the atomic
+    rename that puts the new artifact in place, so what another process put at ``path`` while this one
+    wrote is seen too; only a change in the instant between that check and the rename goes unseen (a
+    STATE writer holds its lock, which a plain save does not take).
+    """
+    check_save_target(path)
     st = dict(state)
     g: sp.csr_matrix = st.pop("graph")
     config, step = st.pop("config"), st.pop("step")
     arrays = {**_graph_arrays(g), **st}
     content = model_hash(g, st["labels"])
     return write_artifact(path, KIND, arrays, params=config, inputs={"model": content, **(inputs or {})},
-                          attrs={"config": config, "step": step, **(extra_attrs or {})}, durable=durable)
+                          attrs={"config": config, "step": step, **(extra_attrs or {})}, durable=durable,
+                          before_replace=check_save_target)
 
 
 def save_model(state: dict, path, ids, *, inputs: dict | None = None, extra_attrs: dict | None = None,
