@@ -8,7 +8,8 @@ Every artifact is a Zarr v3 group whose root attribute ``graphdiff`` is a stamp:
 
 Zarr makes single files atomic, never a whole group, so a group is written into a staging folder next to
 its destination and renamed into place: a reader sees the old artifact or the new one, never half of
-one. Readers check the kind and format version and turn anything unreadable into one ``ArtifactError``.
+one. Readers check the kind and its encoding version (``format_version``: one per kind, ``ENCODINGS``) and
+turn anything unreadable into one ``ArtifactError``.
 
 Verified reads: the stamp also holds ``checksums`` - a CRC-32C of every chunk row of every array, taken
 of the *decoded* values - and ``attrs_hash``, a hash of the other attributes (an estimator's config).
@@ -31,10 +32,34 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArtifactError
+from .estimator_layout import MODEL_VERSION
+from .estimator_layout import VERSION as STATE_VERSION
 from .staging import staged_dir
 
-FORMAT_VERSION = 1
 STAMP_KEY = "graphdiff"
+
+# Each kind's encoding version: (the version written, the versions read). A reader takes only those; each
+# kind's reader turns every version it lists into what its callers expect (the estimator's: one reader per
+# (kind, version) in io.estimator_store, older layouts migrated by graphdiff_cli.estimator.versions). A kind
+# not listed (tests', benchmarks') is written and read as version 1. docs/artifact-format.md lists them.
+ENCODINGS: dict[str, tuple[int, tuple[int, ...]]] = {
+    "embeddings": (1, (1,)),
+    "graph": (1, (1,)),
+    "clusters": (1, (1,)),
+    "estimator-model": (MODEL_VERSION, (1, MODEL_VERSION)),
+    "estimator-state": (STATE_VERSION, (1, STATE_VERSION)),
+    "estimator-step": (STATE_VERSION, (1, STATE_VERSION)),
+}
+
+
+def encoding_version(kind: str) -> int:
+    """The encoding version ``write_artifact`` stamps an artifact of ``kind`` with."""
+    return ENCODINGS.get(kind, (1, (1,)))[0]
+
+
+def readable_versions(kind: str) -> tuple[int, ...]:
+    """The encoding versions of ``kind`` that ``read_artifact`` opens."""
+    return ENCODINGS.get(kind, (1, (1,)))[1]
 
 
 def graphdiff_version() -> str:
@@ -79,6 +104,11 @@ class Artifact:
     @property
     def kind(self) -> str:
         return self.stamp["kind"]
+
+    @property
+    def version(self) -> int:
+        """Its kind's encoding version (``ENCODINGS``)."""
+        return self.stamp["format_version"]
 
     @property
     def params(self) -> dict:
@@ -207,7 +237,7 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
                         z[start:start + chunks[0]] = arr[start:start + chunks[0]]
         stamp = {
             "kind": kind,
-            "format_version": FORMAT_VERSION,
+            "format_version": encoding_version(kind),
             "graphdiff_version": graphdiff_version(),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "params": _jsonable(params or {}),
@@ -282,10 +312,11 @@ def read_artifact(path, kind: str | tuple[str, ...]) -> Artifact:
         raise ArtifactError(f"{path}: not a graphdiff artifact (no stamp); expected a {want} artifact")
     if stamp["kind"] not in kinds:
         raise ArtifactError(f"{path}: is {_article(stamp['kind'])} artifact, expected {_article(want)} artifact")
-    version = stamp.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ArtifactError(f"{path}: {stamp['kind']} artifact has format version {version}; this graphdiff "
-                            f"reads version {FORMAT_VERSION}: re-create it with this version")
+    version, known = stamp.get("format_version"), readable_versions(stamp["kind"])
+    if version not in known:
+        raise ArtifactError(f"{path}: {stamp['kind']} artifact has encoding version {version}; this graphdiff reads "
+                            f"version{'s' if len(known) > 1 else ''} {', '.join(map(str, known))}: re-create it "
+                            "with this version")
     if "attrs_hash" in stamp and attrs_hash(dict(group.attrs)) != stamp["attrs_hash"]:
         raise ArtifactError(f"{path}: the attributes in its zarr.json were altered after it was written (they no "
                             f"longer match their hash); {_FIX}")
