@@ -160,11 +160,12 @@ class OnlineChoices:
             return None
         return layout.grow(layout.BY_NAME["time_counts"], self.time_counts, m)
 
-    def arrays(self, n_nodes: int, copy: bool = True) -> dict[str, np.ndarray]:
-        """The scoreboard and ``time_counts`` as ``Estimator.state_dict`` saves them (empty when not in play)."""
-        out = {name: b.copy() if copy else b for name, b in self.board.items()}
+    def arrays(self, n_nodes: int) -> dict[str, np.ndarray]:
+        """Copies of the scoreboard and ``time_counts``, as ``Estimator.state_dict`` saves them (a board not in
+        play empty; ``time_counts`` 0 x 2 x N unless time_forgetting is "auto")."""
+        out = {name: b.copy() for name, b in self.board.items()}
         tc = self.time_counts
-        out["time_counts"] = np.zeros((0, 2, n_nodes)) if tc is None else (tc.copy() if copy else tc)
+        out["time_counts"] = np.zeros((0, 2, n_nodes)) if tc is None else tc.copy()
         return out
 
     def load(self, state: dict, n_nodes: int) -> None:

@@ -469,17 +469,16 @@ class Estimator:
         (io.estimator_layout.VERSION), ``n_states``, ``config`` (the settings), ``step``, ``graph``, ``labels``
         and every array of io.estimator_layout.STATE_ARRAYS.
 
-        ``copy=False`` returns the arrays themselves (q as a view of the estimator's own, on the CPU), valid
-        until its next update: for writers that consume them at once, without an N x K copy.
+        ``copy=False`` returns q as a view of the estimator's own (on the CPU), valid until its next update:
+        for writers that consume it at once, without an N x K copy. The other arrays are always copies.
         """
-        n = self.n_nodes
         out = {"version": layout.VERSION, "n_states": self.n_states, "config": self.settings.as_dict(),
                "step": self.step_, "graph": self._spec.graph, "labels": self._spec.labels,
                "q": self.q_ if copy else self._q.detach().cpu().numpy()}
         for a in layout.DRIVER_ARRAYS:
-            out[a.name] = getattr(self, a.attr).copy() if copy else getattr(self, a.attr)
-        out.update(self.choices.arrays(n, copy))
-        out["lp_field"] = np.zeros(0) if self.lp_field_ is None else (self.lp_field_.copy() if copy else self.lp_field_)
+            out[a.name] = getattr(self, a.attr).copy()
+        out.update(self.choices.arrays(self.n_nodes))
+        out["lp_field"] = np.zeros(0) if self.lp_field_ is None else self.lp_field_.copy()
         out["dirty"] = np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy()
         out["at_fixed_point"] = np.array(self._dirty is not None)
         return out
