@@ -8,7 +8,8 @@ Every artifact is a Zarr v3 group whose root attribute ``graphdiff`` is a stamp:
 
 Zarr makes single files atomic, never a whole group, so a group is written into a staging folder next to
 its destination and renamed into place: a reader sees the old artifact or the new one, never half of
-one. Readers check the kind and format version and turn anything unreadable into one ``ArtifactError``.
+one. Readers check the kind and its encoding version (``format_version``: one per kind, ``ENCODINGS``) and
+turn anything unreadable into one ``ArtifactError``.
 
 Verified reads: the stamp also holds ``checksums`` - a CRC-32C of every chunk row of every array, taken
 of the *decoded* values - and ``attrs_hash``, a hash of the other attributes (an estimator's config).
@@ -31,10 +32,34 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArtifactError
+from .estimator_layout import MODEL_VERSION
+from .estimator_layout import VERSION as STATE_VERSION
 from .staging import staged_dir
 
-FORMAT_VERSION = 1
 STAMP_KEY = "graphdiff"
+
+# Each kind's encoding version: (the version written, the versions read). A reader takes only those; each
+# kind's reader turns every version it lists into what its callers expect (the estimator's: one reader per
+# (kind, version) in io.estimator_store, older layouts migrated by graphdiff_cli.estimator.versions). A kind
+# not listed (tests', benchmarks') is written and read as version 1. docs/artifact-format.md lists them.
+ENCODINGS: dict[str, tuple[int, tuple[int, ...]]] = {
+    "embeddings": (1, (1,)),
+    "graph": (1, (1,)),
+    "clusters": (1, (1,)),
+    "estimator-model": (MODEL_VERSION, (1, MODEL_VERSION)),
+    "estimator-state": (STATE_VERSION, (1, STATE_VERSION)),
+    "estimator-step": (STATE_VERSION, (1, STATE_VERSION)),
+}
+
+
+def encoding_version(kind: str) -> int:
+    """The encoding version ``write_artifact`` stamps an artifact of ``kind`` with."""
+    return ENCODINGS.get(kind, (1, (1,)))[0]
+
+
+def readable_versions(kind: str) -> tuple[int, ...]:
+    """The encoding versions of ``kind`` that ``read_artifact`` opens."""
+    return ENCODINGS.get(kind, (1, (1,)))[1]
 
 
 def graphdiff_version() -> str:
@@ -79,6 +104,11 @@ class Artifact:
     @property
     def kind(self) -> str:
         return self.stamp["kind"]
+
+    @property
+    def version(self) -> int:
+        """Its kind's encoding version (``ENCODINGS``)."""
+        return self.stamp["format_version"]
 
     @property
     def params(self) -> dict:
@@ -173,18 +203,20 @@ def attrs_hash(attrs: dict) -> str:
 
 def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: dict | None = None,
                    inputs: dict | None = None, content_hash: str | None = None, attrs: dict | None = None,
-                   durable: bool = True) -> Path:
+                   durable: bool = True, before_replace=None) -> Path:
     """Write arrays and a stamp as a Zarr v3 group at ``path``, atomically (staging + rename).
 
     ``content_hash`` identifies the artifact's content for downstream input checks; by default it is
     the hash of all arrays. ``attrs`` are extra JSON attributes stored next to the stamp. An existing
     artifact at ``path`` is replaced; a crash at any point leaves either it or the new one.
+    ``before_replace(path)`` runs just before the rename (``staging.staged_dir``): a writer that may
+    replace only some things checks ``path`` there.
     """
     import zarr
     from zarr.storage import LocalStore
 
     path = Path(path)
-    with staged_dir(path, replace=True, durable=durable) as staging:
+    with staged_dir(path, replace=True, durable=durable, before_replace=before_replace) as staging:
         group = zarr.open_group(LocalStore(staging), mode="w")
         checksums = {}
         for name, arr in arrays.items():
@@ -205,7 +237,7 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
                         z[start:start + chunks[0]] = arr[start:start + chunks[0]]
         stamp = {
             "kind": kind,
-            "format_version": FORMAT_VERSION,
+            "format_version": encoding_version(kind),
             "graphdiff_version": graphdiff_version(),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "params": _jsonable(params or {}),
@@ -247,6 +279,18 @@ def _article(word: str) -> str:
     return ("an " if word[:1] in "aeiou" else "a ") + word
 
 
+def stamped_kind(path) -> str | None:
+    """The ``kind`` in the stamp of the folder ``path``, or None when it holds no readable stamp (a plain
+    folder, a Zarr group graphdiff did not write, a damaged ``zarr.json``). Reads the JSON only: no check
+    of the format version or the checksums (``read_artifact`` makes those)."""
+    try:
+        stamp = json.loads((Path(path) / "zarr.json").read_text())["attributes"][STAMP_KEY]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    kind = stamp.get("kind") if isinstance(stamp, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def read_artifact(path, kind: str | tuple[str, ...]) -> Artifact:
     """Open an artifact and check its stamp; any problem becomes one ``ArtifactError`` line."""
     import zarr
@@ -268,10 +312,11 @@ def read_artifact(path, kind: str | tuple[str, ...]) -> Artifact:
         raise ArtifactError(f"{path}: not a graphdiff artifact (no stamp); expected a {want} artifact")
     if stamp["kind"] not in kinds:
         raise ArtifactError(f"{path}: is {_article(stamp['kind'])} artifact, expected {_article(want)} artifact")
-    version = stamp.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ArtifactError(f"{path}: {stamp['kind']} artifact has format version {version}; this graphdiff "
-                            f"reads version {FORMAT_VERSION}: re-create it with this version")
+    version, known = stamp.get("format_version"), readable_versions(stamp["kind"])
+    if version not in known:
+        raise ArtifactError(f"{path}: {stamp['kind']} artifact has encoding version {version}; this graphdiff reads "
+                            f"version{'s' if len(known) > 1 else ''} {', '.join(map(str, known))}: re-create it "
+                            "with this version")
     if "attrs_hash" in stamp and attrs_hash(dict(group.attrs)) != stamp["attrs_hash"]:
         raise ArtifactError(f"{path}: the attributes in its zarr.json were altered after it was written (they no "
                             f"longer match their hash); {_FIX}")

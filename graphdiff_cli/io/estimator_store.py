@@ -7,11 +7,11 @@ handoff stages turn it into an ``Estimator``.
 Two layouts:
 
 - standalone (``Estimator.save(path)``): one ``estimator-state`` artifact. Arrays: the graph W in CSR
-  parts (``graph_indptr``, ``graph_indices``, ``graph_data``), ``labels``, ``q`` (N x K), ``a``, ``b``
-  (K), per-prompt ``successes`` and ``rollouts``, ``window_evidence`` (steps x 2 x K, windowed variant)
-  and whatever else ``Estimator.state_dict`` holds. Attributes: ``config`` and ``step``.
+  parts (``graph_indptr``, ``graph_indices``, ``graph_data``), ``labels`` and every array of
+  ``io.estimator_layout.STATE_ARRAYS``. Attributes: ``n_states``, ``config`` (the settings) and ``step``.
 - split, for a STATE directory of the step handoff (``io.state_dir``): an ``estimator-model`` artifact
-  (graph, labels, prompt ``ids``, ``config``; written by init and again by each ``graphdiff extend``) and
+  (graph, labels, prompt ``ids``; attributes ``n_states`` and ``config``; written by init and again by each
+  ``graphdiff extend``) and
   one small ``estimator-step`` artifact per applied version holding only what a step changes (every
   array of ``state_dict`` but the graph and labels). A step artifact names its model by a path relative
   to itself (attribute ``model``) and by content hash (``inputs.model``), so a 150k-prompt graph is not
@@ -19,7 +19,9 @@ Two layouts:
 
 ``read_state`` opens either kind, or a STATE directory: a folder with a ``CURRENT`` JSON pointer
 ``{"step": T, "path": "<relative path>"}`` (with ``"revision": R`` after an extend or retire) is read as the
-artifact that pointer names.
+artifact that pointer names. Every encoding version of each kind written so far is read (``_READERS``, one
+reader per (kind, version)); the state dict comes back in its own version's layout, with that version under
+``"version"``, and ``graphdiff_cli.estimator.versions`` migrates it to the current one.
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ArtifactError
-from .artifacts import hash_arrays, read_artifact, write_artifact
+from ..errors import ArtifactError, InvalidArgumentError, StateError
+from .artifacts import hash_arrays, read_artifact, stamped_kind, write_artifact
+from .estimator_layout import LAYOUTS, MODEL_VERSION, VERSION, legacy_version
 from .layout import CURRENT, step_relpath
 
 KIND = "estimator-state"
 MODEL_KIND = "estimator-model"
 STEP_KIND = "estimator-step"
 
-_STATIC = ("config", "step", "graph", "labels")  # what a step never changes (step is an attribute)
+# what a step never changes (n_states, config, step: attributes; version: the stamp's)
+_STATIC = ("version", "n_states", "config", "step", "graph", "labels")
 
 
 def model_hash(graph: sp.csr_matrix, labels: np.ndarray) -> str:
@@ -65,16 +69,60 @@ def _read_graph(art, n: int) -> sp.csr_matrix:
     return sp.csr_matrix((art.array("graph_data"), indices, indptr), shape=(n, n))
 
 
+def check_save_target(path) -> None:
+    """Refuse a destination a standalone estimator may not be written to, since writing replaces it whole.
+
+    Allowed: a path that does not exist, an empty folder, or an ``estimator-state`` artifact (a save
+    written earlier: re-saving replaces it). Refused, in one line naming the right call: a STATE directory
+    (it has ``CURRENT``; StateError), a file or symbolic link, another kind of artifact, a folder holding
+    anything else (InvalidArgumentError).
+    """
+    path = Path(path)
+    export = "save the estimator to a new path (or an empty folder) to export it"
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        what = "a symbolic link" if path.is_symlink() else "a file"
+        raise InvalidArgumentError(f"{path}: is {what}, which saving would replace; {export}")
+    if not path.exists():
+        return
+    if is_state_dir(path):
+        raise StateError(f"{path}: is a STATE directory, which saving would replace with a bare estimator; continue "
+                         f"it with graphdiff_cli.State.open({str(path)!r}), or {export}")
+    kind = stamped_kind(path)
+    if kind == KIND:
+        return
+    if kind is not None:
+        raise InvalidArgumentError(f"{path}: is {'an' if kind[:1] in 'aeiou' else 'a'} {kind} artifact, which "
+                                   f"saving would replace; {export}")
+    if any(path.iterdir()):
+        raise InvalidArgumentError(f"{path}: is a folder holding other files, which saving would delete; {export}")
+
+
 def write_state(state: dict, path, *, inputs: dict | None = None, extra_attrs: dict | None = None,
                 durable: bool = True) -> Path:
-    """Write an estimator ``state`` dict as one standalone ``estimator-state`` artifact."""
-    st = dict(state)
-    g: sp.csr_matrix = st.pop("graph")
-    config, step = st.pop("config"), st.pop("step")
-    arrays = {**_graph_arrays(g), **st}
-    content = model_hash(g, st["labels"])
-    return write_artifact(path, KIND, arrays, params=config, inputs={"model": content, **(inputs or {})},
-                          attrs={"config": config, "step": step, **(extra_attrs or {})}, durable=durable)
+    """Write an estimator ``state`` dict as one standalone ``estimator-state`` artifact at ``path``.
+
+    ``path`` must be new, an empty folder or an ``estimator-state`` artifact (``check_save_target``,
+    which refuses anything else before a byte is written). The check runs again just before the atomic
+    rename that puts the new artifact in place, so what another process put at ``path`` while this one
+    wrote is seen too; only a change in the instant between that check and the rename goes unseen (a
+    STATE writer holds its lock, which a plain save does not take).
+    """
+    check_save_target(path)
+    _check_current(state, path)
+    g: sp.csr_matrix = state["graph"]
+    arrays = {**_graph_arrays(g), "labels": state["labels"],
+              **{k: v for k, v in state.items() if k not in _STATIC}}
+    content = model_hash(g, state["labels"])
+    attrs = {"n_states": state["n_states"], "config": state["config"], "step": state["step"]}
+    return write_artifact(path, KIND, arrays, inputs={"model": content, **(inputs or {})},
+                          attrs={**attrs, **(extra_attrs or {})}, durable=durable, before_replace=check_save_target)
+
+
+def _check_current(state: dict, path) -> None:
+    """Only the current layout is written (a state dict of an older version is migrated first)."""
+    if state.get("version", VERSION) != VERSION:
+        raise ArtifactError(f"{path}: refusing to write a version {state['version']} estimator state as version "
+                            f"{VERSION} (Estimator.from_state_dict migrates it)")
 
 
 def save_model(state: dict, path, ids, *, inputs: dict | None = None, extra_attrs: dict | None = None,
@@ -85,14 +133,15 @@ def save_model(state: dict, path, ids, *, inputs: dict | None = None, extra_attr
     them (what ``graphdiff extend`` needs: the directed kNN lists, the added prompts' embeddings, ...).
     """
     st = state
+    _check_current(st, path)
     ids = [str(x) for x in ids]
     if len(ids) != len(st["labels"]):
         raise ArtifactError(f"{path}: {len(ids)} ids for a model of {len(st['labels'])} prompts")
     content = model_hash(st["graph"], st["labels"])
     arrays = {"ids": np.asarray(ids, dtype=object), **_graph_arrays(st["graph"]), "labels": st["labels"],
               **(extra_arrays or {})}
-    write_artifact(path, MODEL_KIND, arrays, params=st["config"], inputs=inputs, content_hash=content,
-                   attrs={"config": st["config"], **(extra_attrs or {})}, durable=durable)
+    write_artifact(path, MODEL_KIND, arrays, inputs=inputs, content_hash=content,
+                   attrs={"n_states": st["n_states"], "config": st["config"], **(extra_attrs or {})}, durable=durable)
     return content
 
 
@@ -104,6 +153,7 @@ def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict
     the STATE directory can be moved as a whole.
     """
     st = state
+    _check_current(st, path)
     step = st["step"]
     arrays = {k: v for k, v in st.items() if k not in _STATIC}
     rel = os.path.relpath(Path(model_path).resolve(), Path(path).resolve())
@@ -157,14 +207,31 @@ def resolve_state_path(path) -> tuple[Path, int | None]:
     return path, None
 
 
+def _model_config_v1(art) -> dict:
+    """Version 1 kept n_states inside the settings (``config``; the stamp's params held a copy)."""
+    config = art.attr("config")
+    if not isinstance(config, dict) or "n_states" not in config:
+        raise ArtifactError(f"{art.path}: estimator-model artifact lacks its config attribute")
+    return dict(config)
+
+
+def _model_config_v2(art) -> dict:
+    """Version 2 keeps n_states and the settings (``config``) as two attributes, once."""
+    n_states, config = art.attr("n_states"), art.attr("config")
+    if not isinstance(n_states, int) or not isinstance(config, dict):
+        raise ArtifactError(f"{art.path}: estimator-model artifact lacks its n_states or config attribute")
+    return {"n_states": n_states, **config}
+
+
 def read_model(path):
-    """(artifact, ids, W, labels, config) of an ``estimator-model`` artifact, checked for consistency."""
+    """(artifact, ids, W, labels, config) of an ``estimator-model`` artifact, checked for consistency.
+
+    ``config`` describes the model as a STATE's callers show and use it: ``n_states`` and every setting, one
+    dict (each version's reader in ``_READERS`` makes it from that version's attributes)."""
     art = read_artifact(path, MODEL_KIND)
     ids = [str(x) for x in art.array("ids")]
     labels = art.array("labels")
-    config = art.attr("config")
-    if config is None:
-        raise ArtifactError(f"{art.path}: estimator-model artifact lacks its config attribute")
+    config = _READERS[(MODEL_KIND, art.version)](art)
     if labels.shape != (len(ids),):
         raise ArtifactError(f"{art.path}: {labels.shape[0]} labels for {len(ids)} ids")
     return art, ids, _read_graph(art, len(ids)), labels, config
@@ -202,29 +269,69 @@ def check_step_artifact(art, step, model_art=None, *, said_by: str = "CURRENT sa
                             f"{model_art.path} has {model_art.content_hash}")
 
 
+def _standalone_arrays(art) -> dict:
+    n = int(art.array("labels").size)
+    arrays = {k: v for k, v in read_step_arrays(art).items() if k not in _graph_arrays_names}
+    return {"step": art.attr("step"), "graph": _read_graph(art, n), **arrays}
+
+
+def _read_standalone_legacy(art, model) -> dict:
+    """Versions 1-6 (all stamped 1): n_states inside the settings (``config``)."""
+    return {"config": art.attr("config"), **_standalone_arrays(art)}
+
+
+def _read_standalone(art, model) -> dict:
+    """Version 7: the attributes n_states and config (the settings)."""
+    return {"n_states": art.attr("n_states"), "config": art.attr("config"), **_standalone_arrays(art)}
+
+
+def _read_step_legacy(art, model) -> dict:
+    """Versions 1-6 of a step: the model's config as those versions held it, n_states inside."""
+    _m_art, _ids, graph, labels, config = model
+    return {"config": config, "step": art.attr("step"), "graph": graph, "labels": labels, **read_step_arrays(art)}
+
+
+def _read_step(art, model) -> dict:
+    """Version 7 of a step: n_states beside the settings (from the model, whatever its version)."""
+    _m_art, _ids, graph, labels, config = model
+    settings = {k: v for k, v in config.items() if k != "n_states"}
+    return {"n_states": config["n_states"], "config": settings, "step": art.attr("step"), "graph": graph,
+            "labels": labels, **read_step_arrays(art)}
+
+
+# one reader per (kind, version) this graphdiff reads (io.artifacts.ENCODINGS lists the same versions)
+_READERS = {
+    (MODEL_KIND, 1): _model_config_v1,
+    (MODEL_KIND, MODEL_VERSION): _model_config_v2,
+    (KIND, 1): _read_standalone_legacy,
+    (KIND, VERSION): _read_standalone,
+    (STEP_KIND, 1): _read_step_legacy,
+    (STEP_KIND, VERSION): _read_step,
+}
+
+
 def read_state(path, model=None) -> dict:
     """An estimator's state dict from a standalone artifact, a step artifact (with its model) or a STATE
     directory (``Estimator.from_state_dict`` makes the estimator; the arrays are fresh, so it may own them).
 
-    ``model`` is an already-read ``read_model`` tuple to reuse, or a function of the model artifact's path
-    that returns one (a STATE directory's models are read once and kept by path).
+    The dict is in the layout of the artifact's encoding version, which it holds under ``"version"`` (an
+    artifact stamped 1 is one of versions 1-6, told apart by its arrays: ``estimator_layout.legacy_version``);
+    every array of that version's layout is checked to be there. ``model`` is an already-read
+    ``read_model`` tuple to reuse, or a function of the model artifact's path that returns one (a STATE
+    directory's models are read once and kept by path).
     """
     where, current = resolve_state_path(path)
     art = read_artifact(where, (KIND, STEP_KIND))
     if art.kind == STEP_KIND:
         if model is None or callable(model):
             model = (model or read_model)(step_model_path(art))
-        m_art, _ids, graph, labels, config = model
-        check_step_artifact(art, current, m_art)
-        state = {"config": config, "step": art.attr("step"), "graph": graph, "labels": labels,
-                 **read_step_arrays(art)}
-    else:
-        n = int(art.array("labels").size)
-        arrays = {k: v for k, v in read_step_arrays(art).items() if k not in _graph_arrays_names}
-        state = {"config": art.attr("config"), "step": art.attr("step"), "graph": _read_graph(art, n), **arrays}
-    if state["config"] is None or state["step"] is None:
-        raise ArtifactError(f"{art.path}: {art.kind} artifact lacks its config or step attribute")
-    missing = [k for k in ("q", "a", "b", "successes", "rollouts", "window_evidence") if k not in state]
+        check_step_artifact(art, current, model[0])
+    state = _READERS[(art.kind, art.version)](art, model)
+    if state["config"] is None or state["step"] is None or state.get("n_states", 0) is None:
+        raise ArtifactError(f"{art.path}: {art.kind} artifact lacks its n_states, config or step attribute")
+    version = art.version if art.version != 1 else legacy_version(state)
+    missing = sorted(LAYOUTS[version or 1] - set(state))
     if missing:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks array(s) {', '.join(missing)}")
+    state["version"] = version
     return state

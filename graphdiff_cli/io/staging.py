@@ -77,7 +77,7 @@ def _restore_replaced(dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(dest, *, replace: bool = True, durable: bool = True):
+def staged_dir(dest, *, replace: bool = True, durable: bool = True, before_replace=None):
     """Yield a new empty staging folder beside ``dest``; when the block ends without an exception,
     put it in place of ``dest`` atomically. On any exception the staging folder is removed and
     ``dest`` is left as it was.
@@ -86,6 +86,9 @@ def staged_dir(dest, *, replace: bool = True, durable: bool = True):
     after it), so that a power loss cannot leave the new name with missing content.
     ``replace=True``: an existing ``dest`` is replaced (``replace_dir``). ``replace=False``: ``dest``
     may only be missing or an empty folder (which is removed first); anything else raises OSError.
+    ``before_replace(dest)``: called after the staging folder is complete and just before the rename,
+    so that a check of what ``dest`` holds sees it as late as possible; whatever it raises leaves
+    ``dest`` as it was (the staging folder is removed).
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -97,6 +100,8 @@ def staged_dir(dest, *, replace: bool = True, durable: bool = True):
         yield staging
         if durable:
             fsync_tree(staging)
+        if before_replace is not None:
+            before_replace(dest)
         if replace:
             replace_dir(staging, dest)
         else:

@@ -25,7 +25,7 @@ Inbox conventions (docs/workflow.md, "graphdiff watch"):
 Exactly once, across kills and restarts: the STATE's ``CURRENT`` is the truth about what was applied.
 The watcher applies step ``current + 1`` and nothing else; a later step waits until every step before
 it has been applied (out-of-order arrival is applied in step order); a file for a step that is already
-applied is never applied again. ``update_state`` replaces ``CURRENT`` last, so a watcher killed at any
+applied is never applied again. ``State.update`` replaces ``CURRENT`` last, so a watcher killed at any
 moment leaves either the old step (the restarted watcher applies that file again, once) or the new one
 (the restarted watcher moves on). A file for an applied step whose bytes differ from those the STATE's
 log recorded for that step is reported as a conflict and left alone.

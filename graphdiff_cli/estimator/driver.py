@@ -21,20 +21,16 @@ import time
 
 import numpy as np
 
-from .core import belief as bl
-from .core import meanfield as mf
-from .core.beta import mean_variance, zero_variance_from_moments
-from .core.graph import validate_graph
-from .errors import DataError, InvalidArgumentError
-from .settings import EstimatorSettings, from_dict, preset_settings, resolve
-
-__all__ = ["Estimator", "EstimatorSettings", "preset_settings"]
-
-
-def _global_rate(global_counts) -> float:
-    """The observed global success rate (s + 1) / (n + 2) of (forgotten) global counts (s, n)."""
-    gs, gn = global_counts
-    return (gs + 1.0) / (gn + 2.0)
+from ..core import belief as bl
+from ..core import meanfield as mf
+from ..core.beta import mean_variance, zero_variance_from_moments
+from ..core.graph import validate_graph
+from ..errors import DataError, InvalidArgumentError
+from ..io import estimator_layout as layout
+from ..settings import EstimatorSettings, from_dict, resolve
+from . import propagation as lp
+from .choices import OnlineChoices
+from .versions import upgrade
 
 
 class Estimator:
@@ -75,7 +71,7 @@ class Estimator:
         """t = 0: q = A (the smoothed spectral prior) unless ``q`` is given, every state Beta(1, 1), no history."""
         import torch
 
-        from .backends.device import resolve_device
+        from ..backends.device import resolve_device
 
         self.device_ = resolve_device(self.settings.device)
         if self.settings.schedule == "sequential":
@@ -94,36 +90,14 @@ class Estimator:
             mf.fill_prior(self._q, self._spec.labels, self.settings.epsilon)
         # q = A: the first step may then run in place (undone by rebuilding A), with no copy of q
         self._q_is_prior = q is None
-        self.a_ = np.ones(k)
-        self.b_ = np.ones(k)
-        self.successes_ = np.zeros(n, dtype=np.int64)
-        self.rollouts_ = np.zeros(n, dtype=np.int64)
-        # a prompt's own evidence with prompt_forgetting applied at each visit (= the raw counts at 1)
-        self.successes_decayed_ = np.zeros(n)
-        self.rollouts_decayed_ = np.zeros(n)
-        self.offset_decayed_ = np.zeros(n)  # sum over visits of s - n p_model (as predicted then)
-        # state evidence with state_forgetting applied (a = prior + evidence) and the global counts
-        # (successes, rollouts) with the same forgetting, for the "observed" state prior
-        self.state_evidence_ = np.zeros((2, k))
-        self.global_counts_ = np.zeros(2)
-        # prior_strength="auto": per kappa of bl.KAPPA_GRID, the summed absolute error of the p-hat it
-        # would have given each observed prompt just before the prompt's outcomes arrived
-        self.kappa_errors_ = np.zeros(bl.KAPPA_GRID.size)
-        # belief_strength="auto": per value of the same grid, the summed log-likelihood of each observed
-        # group under the belief it would have given just before the group's outcomes arrived
-        self.belief_loglik_ = np.zeros(bl.KAPPA_GRID.size)
+        for a in layout.DRIVER_ARRAYS:  # a, b, the counts, the evidence: io.estimator_layout.STATE_ARRAYS
+            setattr(self, a.attr, layout.initial(a, n, k))
+        # the online choices' scoreboard, and the counts under every delta for time_forgetting "auto"
+        self.choices = OnlineChoices(self.settings, n)
         # label_propagation: the harmonic field of the forgotten counts (None until first needed)
         self.lp_field_: np.ndarray | None = None
         self._components: np.ndarray | None = None
-        # choices made jointly online (label_propagation or time_forgetting "auto"): the summed absolute
-        # error of every (time forgetting, propagation weight, kappa) in play; time_forgetting "auto" keeps
-        # the forgotten counts (successes, rollouts) under every delta of bl.TIME_GRID
-        self.mix_errors_ = np.zeros((self._times_in_play().size, self._weights_in_play().size,
-                                     self._kappas_in_play().size))
-        self.time_counts_ = np.zeros((bl.TIME_GRID.size, 2, n)) if self._time_setting == "auto" else None
         self.step_ = 0
-        # per-step evidence (sum q s, sum q f) of the last window - 1 steps (windowed variant only)
-        self._window_evidence = np.zeros((0, 2, k))
         # residual schedule: rows whose inputs changed since q last reached its fixed point; None means
         # q is not at a fixed point (q = A after init), so the next residual step starts from every row
         self._dirty: np.ndarray | None = None
@@ -156,72 +130,50 @@ class Estimator:
         return self._q.detach().cpu().numpy().copy()
 
     @property
-    def _joint(self) -> bool:
-        """Whether choices are made jointly online (label_propagation or time_forgetting "auto")."""
-        return self.settings.label_propagation == "auto" or self._time_setting == "auto"
-
-    def _choice(self) -> tuple[int, int, int]:
-        """(time, weight, kappa) indices in use, into the *_in_play arrays."""
-        start = int(np.flatnonzero(bl.PROPAGATION_GRID == bl.PROPAGATION_START)[0]) \
-            if self.settings.label_propagation == "auto" else 0
-        return bl.choose_mix(self.mix_errors_, start)
-
-    @property
     def kappa_(self) -> float:
         """The prior strength in use: the configured number, or the prequential choice ("auto"; chosen
         together with label propagation's weight and the time forgetting when either is "auto" too)."""
-        c = self.settings
-        if c.prior_strength == "auto":
-            if self._joint and c.mixing != "gamma":
-                return float(bl.KAPPA_GRID[self._choice()[2]])
-            return bl.choose_prior_strength(self.kappa_errors_)
-        return float(c.prior_strength)
-    def _kappas_in_play(self) -> np.ndarray:
-        """The kappas label_propagation="auto" scores each weight with: the grid when kappa is chosen
-        online too, else the one kappa in use (under gamma mixing kappa plays no part: one column)."""
-        c = self.settings
-        if c.prior_strength == "auto" and c.mixing != "gamma":
-            return bl.KAPPA_GRID
-        return np.array([4.0 if c.prior_strength == "auto" else float(c.prior_strength)])
-
-    def _weights_in_play(self) -> np.ndarray:
-        w = self.settings.label_propagation
-        return bl.PROPAGATION_GRID if w == "auto" else np.array([0.0 if w is None else float(w)])
-
-    def _times_in_play(self) -> np.ndarray:
-        d = self._time_setting
-        return bl.TIME_GRID if d == "auto" else np.array([float(d)])
-
-    @property
-    def _time_setting(self):
-        """time_forgetting as it acts: offset mixing keeps per-visit offsets of its own, which a per-step
-        decay of the counts would unbalance, so there it is 1 (a number other than 1 is refused by settings)."""
-        return 1.0 if self.settings.mixing == "offset" else self.settings.time_forgetting
+        return self.choices.kappa
 
     @property
     def propagation_(self) -> float | None:
         """Label propagation's weight in the graph's estimate: the configured number, the online choice
         ("auto"), or None when label_propagation is off."""
-        w = self.settings.label_propagation
-        if w == "auto":
-            return float(bl.PROPAGATION_GRID[self._choice()[1]])
-        return None if w is None else float(w)
+        return self.choices.propagation
 
     @property
     def time_forgetting_(self) -> float:
         """The per-step forgetting of prompts' own counts in use: the configured number or the online choice."""
-        if self._time_setting == "auto":
-            return float(bl.TIME_GRID[self._choice()[0]])
-        return float(self._time_setting)
+        return self.choices.time_forgetting
 
     @property
     def nu_(self) -> float | None:
         """The belief strength in use: the configured number or the prequential choice ("auto"); None
         when belief_strength is unset (the belief is then mix_by_evidence's, or Appendix E's)."""
-        c = self.settings
-        if c.belief_strength == "auto":
-            return bl.choose_belief_strength(self.belief_loglik_)
-        return None if c.belief_strength is None else float(c.belief_strength)
+        return self.choices.nu
+
+    @property
+    def kappa_errors_(self) -> np.ndarray:
+        """prior_strength "auto" chosen alone: per kappa of bl.KAPPA_GRID, the summed absolute error of the
+        p-hat it would have given each observed prompt before its outcomes (empty when not in play)."""
+        return self.choices.board["kappa_errors"]
+
+    @property
+    def belief_loglik_(self) -> np.ndarray:
+        """belief_strength "auto": per value of bl.KAPPA_GRID, the summed log-likelihood of each observed group
+        under the belief it would have given before the group's outcomes (empty when not in play)."""
+        return self.choices.board["belief_loglik"]
+
+    @property
+    def mix_errors_(self) -> np.ndarray:
+        """The joint choice (label_propagation or time_forgetting "auto"): the summed absolute error of every
+        (time forgetting, propagation weight, kappa) in play (empty when not in play)."""
+        return self.choices.board["mix_errors"]
+
+    @property
+    def time_counts_(self) -> np.ndarray | None:
+        """time_forgetting "auto": the forgotten counts (successes, rollouts) under every delta of bl.TIME_GRID."""
+        return self.choices.time_counts
 
     def _history_prior(self) -> tuple[np.ndarray, np.ndarray]:
         """(a_hist, b_hist) for the coming step.
@@ -248,7 +200,7 @@ class Estimator:
         weakness Appendix G points out)."""
         if self.settings.state_prior == "uniform":
             return 1.0, 1.0
-        g = _global_rate(self.global_counts_)
+        g = lp.global_rate(self.global_counts_)
         return 2.0 * g, 2.0 * (1.0 - g)
 
     # -- the API -----------------------------------------------------------------------------------
@@ -262,26 +214,7 @@ class Estimator:
         t0 = time.perf_counter()
         obs = mf.make_observations(ids, n, s, self.n_nodes)
         p_then = self._model_prediction(obs.ids)[0] if len(obs) else np.zeros(0)
-        kappa_errors, belief_loglik = self.kappa_errors_, self.belief_loglik_
-        c = self.settings
-        score_kappa = c.prior_strength == "auto" and c.mixing != "gamma"
-        score_belief = c.belief_strength == "auto"
-        mix_errors = self.mix_errors_
-        if (score_kappa or score_belief or self._joint) and len(obs):
-            # score every value of the grid by what it said about these prompts before their outcomes
-            states, propagated = self._graph_parts(obs.ids, p_then)
-            p_graph = self._combine(states, propagated)
-        rate = obs.s / np.maximum(obs.n, 1)
-        no_u = np.zeros(len(obs))  # u only shapes the variance, which is not scored
-        if self._joint and len(obs):
-            mix_errors = mix_errors + self._candidate_errors(obs.ids, p_then, propagated, rate)
-        if score_kappa and len(obs):
-            kappa_errors = kappa_errors + [np.abs(self._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum()
-                                           for k in bl.KAPPA_GRID]
-        if score_belief and len(obs):
-            belief_loglik = belief_loglik + bl.belief_loglik(
-                p_graph, self.successes_decayed_[obs.ids], self.rollouts_decayed_[obs.ids], obs.n, obs.s,
-                bl.KAPPA_GRID)
+        board = self.choices.score(self, obs, p_then)
         a_hist, b_hist = self._history_prior()
         if self.settings.schedule == "residual":
             # in place: q is updated where it lies, with a journal of the touched rows that undoes the
@@ -295,7 +228,7 @@ class Estimator:
                               max_iters=self.settings.max_iters, tol=self.settings.tol)
             dirty = None
         try:
-            self._commit(res, obs, p_then, kappa_errors, belief_loglik, dirty, mix_errors)
+            self._commit(res, obs, p_then, board, dirty)
         except BaseException:
             res.undo()
             raise
@@ -350,50 +283,27 @@ class Estimator:
         if self._dirty is not None and m:
             mf.relax_unobserved(spec, q, np.arange(n, n + m), max_rounds=self.settings.max_iters,
                                 tol=self.settings.residual_tol)
-        grow = (lambda v, dtype=np.float64: np.concatenate([v, np.zeros(m, dtype=dtype)]))
-        counts = (grow(self.successes_, np.int64), grow(self.rollouts_, np.int64), grow(self.successes_decayed_),
-                  grow(self.rollouts_decayed_), grow(self.offset_decayed_))
-        time_counts = (None if self.time_counts_ is None else
-                       np.concatenate([self.time_counts_, np.zeros(self.time_counts_.shape[:2] + (m,))], axis=2))
+        grown = {a.attr: layout.grow(a, getattr(self, a.attr), m)  # a new prompt has no outcomes
+                 for a in layout.DRIVER_ARRAYS if a.grows == layout.ZEROS}
+        time_counts = self.choices.extend(m)
         dirty = None if self._dirty is None else np.union1d(self._dirty, np.concatenate(
             [changed, np.arange(n, n + m)])).astype(np.int64)
         lp_field = components = None
         if self.lp_field_ is not None:
-            # label propagation's field on the new graph, solved here (it is what predictions read until
-            # the next update) from the old field, each new prompt at its neighbours' mean (new neighbours
-            # counted at the global rate): a few conjugate-gradient iterations where a cold start would
-            # cost them all
-            from scipy.sparse.csgraph import connected_components
-
-            fill = _global_rate(self.global_counts_)
-            x0 = np.concatenate([self.lp_field_, self._propagated(
-                w[n:], np.concatenate([self.lp_field_, np.full(m, fill)]))])
-            components = connected_components(w, directed=False)[1]
-            lp_field = self._harmonic(counts[2], counts[3], self.global_counts_, x0=x0, graph=w,
-                                      components=components)
+            # label propagation's field on the new graph, solved here: it is what predictions read until the
+            # next update
+            lp_field, components = lp.grown_field(w, n, self.lp_field_, grown["successes_decayed_"],
+                                                   grown["rollouts_decayed_"], self.global_counts_)
         # commit: plain assignments only
         self._spec, self._q = spec, q
-        (self.successes_, self.rollouts_, self.successes_decayed_, self.rollouts_decayed_,
-         self.offset_decayed_) = counts
-        self.time_counts_, self._dirty = time_counts, dirty
+        for attr, value in grown.items():
+            setattr(self, attr, value)
+        self.choices.commit(self.choices.board, time_counts)
+        self._dirty = dirty
         self.lp_field_, self._components = lp_field, components
         return changed
 
-    def _candidate_errors(self, rows, p_model, propagated, rate) -> np.ndarray:
-        """Absolute errors, summed over these prompts, of the p-hat each (time forgetting, propagation
-        weight, kappa) in play would have given them before their outcomes (the propagated estimate is the
-        one of the counts in use: one harmonic field per step)."""
-        weights, kappas = self._weights_in_play(), self._kappas_in_play()
-        out = np.zeros((self._times_in_play().size, weights.size, kappas.size))
-        no_u = np.zeros(rows.size)
-        counts = [None] if self.time_counts_ is None else [(tc[0], tc[1]) for tc in self.time_counts_]
-        for i, states in enumerate(self._states_estimates(rows, p_model, counts)):  # one neighbourhood read
-            for j, wt in enumerate(weights):
-                m = states if propagated is None else (1.0 - wt) * states + wt * propagated
-                out[i, j] = [np.abs(self._mix(rows, m, no_u, k, counts[i])[0] - rate).sum() for k in kappas]
-        return out
-
-    def _commit(self, res, obs, p_then, kappa_errors, belief_loglik, dirty, mix_errors) -> None:
+    def _commit(self, res, obs, p_then, board, dirty) -> None:
         """Make the step's results the estimator's state (everything is computed before any assignment)."""
         successes = self.successes_.copy()
         rollouts = self.rollouts_.copy()
@@ -407,14 +317,8 @@ class Estimator:
             roll[obs.ids] = lam * roll[obs.ids] + obs.n
             return succ, roll
 
-        time_counts = self.time_counts_
-        if time_counts is not None:
-            time_counts = np.stack([np.stack(forget(time_counts[i, 0], time_counts[i, 1], d))
-                                    for i, d in enumerate(bl.TIME_GRID)])
-            i = bl.choose_mix(mix_errors)[0]  # the time forgetting in use after this step
-            succ_d, roll_d = time_counts[i, 0].copy(), time_counts[i, 1].copy()
-        else:
-            succ_d, roll_d = forget(self.successes_decayed_, self.rollouts_decayed_, float(self._time_setting))
+        time_counts, succ_d, roll_d = self.choices.forget(board, forget, self.successes_decayed_,
+                                                          self.rollouts_decayed_)
         off_d = self.offset_decayed_.copy()
         off_d[obs.ids] = lam * off_d[obs.ids] + (obs.s - obs.n * p_then)
         rho = self.settings.state_forgetting
@@ -429,11 +333,11 @@ class Estimator:
         if self.settings.label_propagation is not None:
             lp_field = self._harmonic(succ_d, roll_d, global_counts, x0=self.lp_field_)
         self._q, self.a_, self.b_ = res.q, res.a, res.b
-        self.lp_field_, self.mix_errors_, self.time_counts_ = lp_field, mix_errors, time_counts
+        self.lp_field_ = lp_field
+        self.choices.commit(board, time_counts)
         self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
         self.successes_decayed_, self.rollouts_decayed_, self.offset_decayed_ = succ_d, roll_d, off_d
         self.state_evidence_, self.global_counts_ = state_ev, global_counts
-        self.kappa_errors_, self.belief_loglik_ = kappa_errors, belief_loglik
         self._dirty = dirty
         self._q_is_prior = False
         self.step_ += 1
@@ -511,22 +415,11 @@ class Estimator:
             return p, np.where(roll > 0, p * (1.0 - p) / (kappa + roll_d + 1.0), u)
         return bl.mix_by_evidence(p_graph, u, succ_d[rows], roll_d[rows], kappa)
 
-    def _harmonic(self, successes, rollouts, global_counts, x0=None, graph=None, components=None) -> np.ndarray:
-        """Label propagation's field for these forgotten counts on W (or on ``graph``, with its
-        ``components``, for a W not yet committed); a component without evidence gets the observed global
-        rate (s + 1) / (n + 2)."""
-        from scipy.sparse.csgraph import connected_components
-
-        if graph is None:
-            if self._components is None:
-                self._components = connected_components(self._spec.graph, directed=False)[1]
-            graph, components = self._spec.graph, self._components
-        return bl.harmonic_field(graph, successes, rollouts, _global_rate(global_counts), components, x0=x0)
-
-    def _propagated(self, w_rows, field: np.ndarray) -> np.ndarray:
-        """Label propagation's estimate for the prompts whose rows of W these are (bl.propagated_estimate)."""
-        degree = np.asarray(w_rows.sum(axis=1), dtype=np.float64).reshape(-1)
-        return bl.propagated_estimate(w_rows, degree, field, _global_rate(self.global_counts_))
+    def _harmonic(self, successes, rollouts, global_counts, x0=None) -> np.ndarray:
+        """Label propagation's field for these forgotten counts on W (``propagation.field``)."""
+        if self._components is None:
+            self._components = lp.components(self._spec.graph)
+        return lp.field(self._spec.graph, self._components, successes, rollouts, global_counts, x0=x0)
 
     def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """The graph's estimate m_i that the mixing combines with the prompt's own outcomes."""
@@ -544,7 +437,7 @@ class Estimator:
         field = self.lp_field_
         if field is None:  # before the first update: solved here, never stored (a read changes nothing)
             field = self._harmonic(self.successes_decayed_, self.rollouts_decayed_, self.global_counts_)
-        return states, self._propagated(self._spec.graph[rows], field)
+        return states, lp.propagated(self._spec.graph[rows], field, self.global_counts_)
 
     def _states_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
@@ -572,75 +465,53 @@ class Estimator:
     # -- persistence -------------------------------------------------------------------------------
 
     def state_dict(self, copy: bool = True) -> dict:
-        """Arrays and config that determine the estimator completely (what ``save`` writes).
+        """Arrays and config that determine the estimator completely (what ``save`` writes): ``version``
+        (io.estimator_layout.VERSION), ``n_states``, ``config`` (the settings), ``step``, ``graph``, ``labels``
+        and every array of io.estimator_layout.STATE_ARRAYS.
 
-        ``copy=False`` returns q as a view of the estimator's own (on the CPU), valid until its next
-        update: for writers that consume it at once, without an N x K copy.
+        ``copy=False`` returns q as a view of the estimator's own (on the CPU), valid until its next update:
+        for writers that consume it at once, without an N x K copy. The other arrays are always copies.
         """
-        return {
-            "config": {"n_states": self.n_states, **self.settings.as_dict()},
-            "step": self.step_,
-            "graph": self._spec.graph,
-            "labels": self._spec.labels,
-            "q": self.q_ if copy else self._q.detach().cpu().numpy(),
-            "a": self.a_.copy(),
-            "b": self.b_.copy(),
-            "successes": self.successes_.copy(),
-            "rollouts": self.rollouts_.copy(),
-            "window_evidence": self._window_evidence.copy(),
-            "successes_decayed": self.successes_decayed_.copy(),
-            "rollouts_decayed": self.rollouts_decayed_.copy(),
-            "state_evidence": self.state_evidence_.copy(),
-            "global_counts": self.global_counts_.copy(),
-            "offset_decayed": self.offset_decayed_.copy(),
-            "kappa_errors": self.kappa_errors_.copy(),
-            "belief_loglik": self.belief_loglik_.copy(),
-            "lp_field": np.zeros(0) if self.lp_field_ is None else self.lp_field_.copy(),
-            "mix_errors": self.mix_errors_.copy(),
-            "time_counts": np.zeros((0, 2, self.n_nodes)) if self.time_counts_ is None else self.time_counts_.copy(),
-            "dirty": np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy(),
-            "at_fixed_point": np.array(self._dirty is not None),
-        }
+        out = {"version": layout.VERSION, "n_states": self.n_states, "config": self.settings.as_dict(),
+               "step": self.step_, "graph": self._spec.graph, "labels": self._spec.labels,
+               "q": self.q_ if copy else self._q.detach().cpu().numpy()}
+        for a in layout.DRIVER_ARRAYS:
+            out[a.name] = getattr(self, a.attr).copy()
+        out.update(self.choices.arrays(self.n_nodes))
+        out["lp_field"] = np.zeros(0) if self.lp_field_ is None else self.lp_field_.copy()
+        out["dirty"] = np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy()
+        out["at_fixed_point"] = np.array(self._dirty is not None)
+        return out
 
     @classmethod
     def from_state_dict(cls, state: dict, device: str | None = None, copy: bool = True) -> "Estimator":
-        """The estimator ``state_dict`` describes. ``copy=False`` lets it update ``state["q"]`` in place
-        instead of copying it (for callers that hand the arrays over, as ``load`` does)."""
+        """The estimator ``state`` describes: ``state_dict``'s, or a state dict of any version read from disk
+        (``io.estimator_store.read_state``), migrated first (``versions.upgrade``). ``copy=False`` lets it
+        update ``state["q"]`` in place instead of copying it (for callers that hand the arrays over, as
+        ``load`` does)."""
+        state = upgrade(state)
+        missing = [name for name in layout.STATE_NAMES if name not in state]
+        if missing:
+            raise DataError(f"the saved estimator state lacks {', '.join(missing)}")
         cfg = dict(state["config"])
-        n_states = cfg.pop("n_states")
         if device is not None:
             cfg["device"] = device
-        est = cls(state["graph"], state["labels"], n_states, settings=from_dict(cfg, "saved estimator settings"),
-                  _q=state["q"], _own_q=not copy)
-        est.a_ = np.asarray(state["a"], dtype=np.float64).copy()
-        est.b_ = np.asarray(state["b"], dtype=np.float64).copy()
-        est.successes_ = np.asarray(state["successes"], dtype=np.int64).copy()
-        est.rollouts_ = np.asarray(state["rollouts"], dtype=np.int64).copy()
-        est._window_evidence = np.asarray(state["window_evidence"], dtype=np.float64).reshape(-1, 2, est.n_states)
+        est = cls(state["graph"], state["labels"], state["n_states"],
+                  settings=from_dict(cfg, "saved estimator settings"), _q=state["q"], _own_q=not copy)
+        n, k = est.n_nodes, est.n_states
+        for a in layout.DRIVER_ARRAYS:
+            value = np.array(state[a.name], dtype=a.dtype)  # a fresh array, owned by the estimator
+            want = layout.resolve_shape(a, n, k)
+            if value.ndim != len(want) or any(w is not None and w != d for w, d in zip(want, value.shape)):
+                raise DataError(f"saved {a.name} has shape {value.shape}, expected {want} (None: any length)")
+            setattr(est, a.attr, value)
+        est.choices.load(state, n)
+        field = np.asarray(state["lp_field"], dtype=np.float64)
+        if field.size not in (0, n):
+            raise DataError(f"saved lp_field has {field.size} values for {n} prompts")
+        est.lp_field_ = field.copy() if field.size else None
         est.step_ = int(state["step"])
-        for name in ("successes_decayed", "rollouts_decayed", "state_evidence", "global_counts", "offset_decayed",
-                     "kappa_errors", "belief_loglik"):
-            if name in state:  # absent in states written before these options existed
-                setattr(est, name + "_", np.asarray(state[name], dtype=np.float64).copy())
-        if "lp_field" in state and np.asarray(state["lp_field"]).size == est.n_nodes:
-            est.lp_field_ = np.asarray(state["lp_field"], dtype=np.float64).copy()
-        if est._joint:
-            me = np.asarray(state.get("mix_errors", np.zeros(0)), dtype=np.float64)
-            if me.shape != est.mix_errors_.shape:
-                raise DataError(f"saved mix_errors has shape {me.shape}, expected {est.mix_errors_.shape} "
-                                "(label_propagation or time_forgetting 'auto' continues its online choice)")
-            est.mix_errors_ = me.copy()
-        if est.time_counts_ is not None:
-            tc = np.asarray(state.get("time_counts", np.zeros(0)), dtype=np.float64)
-            if tc.shape != est.time_counts_.shape:
-                raise DataError(f"saved time_counts has shape {tc.shape}, expected {est.time_counts_.shape} "
-                                "(time_forgetting 'auto' needs the counts under every delta)")
-            est.time_counts_ = tc.copy()
-        if "successes_decayed" not in state:
-            est.successes_decayed_ = est.successes_.astype(np.float64)
-            est.rollouts_decayed_ = est.rollouts_.astype(np.float64)
-            est.state_evidence_ = np.stack([est.a_ - 1.0, est.b_ - 1.0])
-        if bool(np.asarray(state.get("at_fixed_point", False))):
+        if bool(np.asarray(state["at_fixed_point"])):
             est._dirty = np.asarray(state["dirty"], dtype=np.int64).copy()
         # a saved step-0 state (what init writes) holds A: checked, so its first step can run in place
         est._q_is_prior = est.step_ == 0 and est._dirty is None and mf.is_prior(est._q, est._spec.labels,
@@ -648,8 +519,13 @@ class Estimator:
         return est
 
     def save(self, path) -> None:
-        """Write the estimator as a stamped Zarr v3 group, atomically (staging folder, then rename)."""
-        from .io.estimator_store import write_state
+        """Write the estimator as a stamped Zarr v3 group, atomically (staging folder, then rename).
+
+        ``path`` must be new, an empty folder, or an estimator saved there before (which is replaced);
+        a STATE directory, a file, another artifact or a folder holding other files is refused in one line
+        and left as it was (``io.estimator_store.check_save_target``).
+        """
+        from ..io.estimator_store import write_state
 
         write_state(self.state_dict(copy=False), path)  # written at once: no N x K copy
 
@@ -657,8 +533,8 @@ class Estimator:
     def load(cls, path, device: str | None = None) -> "Estimator":
         """Read a saved estimator, or the current state of a STATE directory (checked as every handoff
         command checks it: CURRENT, the step it names, the log)."""
-        from .io.estimator_store import is_state_dir, read_state
-        from .io.state_dir import StateDir
+        from ..io.estimator_store import is_state_dir, read_state
+        from ..io.state_dir import StateDir
 
         state = StateDir.open(path).read_state() if is_state_dir(path) else read_state(path)
         return cls.from_state_dict(state, device=device, copy=False)  # the arrays were just read

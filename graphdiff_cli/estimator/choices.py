@@ -1,0 +1,186 @@
+"""The settings the estimator chooses online (beyond the paper), with one scoreboard.
+
+prior_strength, belief_strength, label_propagation and time_forgetting may each be "auto": the estimator
+then scores every candidate value prequentially - by what it would have said about each step's prompts
+just before their outcomes arrived - and uses the best so far (docs/estimator.md, "Improvements"). The
+scoreboard holds one board per choice in play:
+
+- ``mix_errors``: the joint choice, made when label_propagation or time_forgetting is "auto": the summed
+  absolute error of p-hat under every (time forgetting, propagation weight, kappa) in play
+  (``bl.choose_mix``); kappa, when "auto" (and not under gamma mixing, where it plays no part), is chosen
+  here too;
+- ``kappa_errors``: kappa chosen alone (prior_strength "auto" without a joint choice): the summed absolute
+  error per value of ``bl.KAPPA_GRID`` (``bl.choose_prior_strength``);
+- ``belief_loglik``: nu (belief_strength "auto"): the summed log-likelihood of the groups under the belief
+  of each strength of the grid (``bl.choose_belief_strength``).
+
+A board not in play is empty: no work per step, nothing saved that nothing reads. time_forgetting "auto"
+also keeps the forgotten counts under every delta of ``bl.TIME_GRID`` (``time_counts``), so that the counts
+of whichever delta is chosen are at hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import belief as bl
+from ..errors import DataError
+from ..io import estimator_layout as layout
+
+
+class OnlineChoices:
+    """The online choices of one estimator: what is in play under its ``settings``, the scoreboard, and
+    the values in use. ``score`` computes a step's new boards without changing anything; ``commit`` makes
+    them (and the forgotten counts under every delta) the state."""
+
+    def __init__(self, settings, n_nodes: int):
+        c = settings
+        self.settings = c
+        # time_forgetting as it acts: offset mixing keeps per-visit offsets of its own, which a per-step decay
+        # of the counts would unbalance, so there it is 1 (a number other than 1 is refused by settings)
+        self.time_setting = 1.0 if c.mixing == "offset" else c.time_forgetting
+        kappa_auto = c.prior_strength == "auto" and c.mixing != "gamma"
+        # the candidates of each axis of the joint choice: the grid when chosen online, else the one value in
+        # use (under gamma mixing kappa plays no part: one column)
+        self.kappas = bl.KAPPA_GRID if kappa_auto else \
+            np.array([4.0 if c.prior_strength == "auto" else float(c.prior_strength)])
+        w = c.label_propagation
+        self.weights = bl.PROPAGATION_GRID if w == "auto" else np.array([0.0 if w is None else float(w)])
+        self.times = bl.TIME_GRID if self.time_setting == "auto" else np.array([float(self.time_setting)])
+        self.joint = w == "auto" or self.time_setting == "auto"
+        self.start_weight = int(np.flatnonzero(bl.PROPAGATION_GRID == bl.PROPAGATION_START)[0]) if w == "auto" else 0
+        self.shapes = {
+            "kappa_errors": (bl.KAPPA_GRID.size,) if kappa_auto and not self.joint else (0,),
+            "belief_loglik": (bl.KAPPA_GRID.size,) if c.belief_strength == "auto" else (0,),
+            "mix_errors": (self.times.size, self.weights.size, self.kappas.size) if self.joint else (0,),
+        }
+        self.board = {name: np.zeros(shape) for name, shape in self.shapes.items()}
+        self.time_counts = np.zeros((bl.TIME_GRID.size, 2, n_nodes)) if self.time_setting == "auto" else None
+
+    def in_play(self, name: str) -> bool:
+        return self.board[name].size > 0
+
+    # -- the values in use ---------------------------------------------------------------------------
+
+    def _mix_choice(self, board=None) -> tuple[int, int, int]:
+        """(time, weight, kappa) indices of the joint choice, into ``times``, ``weights``, ``kappas``."""
+        return bl.choose_mix(self.board["mix_errors"] if board is None else board, self.start_weight)
+
+    @property
+    def kappa(self) -> float:
+        """The prior strength in use: the configured number, or the prequential choice ("auto")."""
+        c = self.settings
+        if c.prior_strength != "auto":
+            return float(c.prior_strength)
+        if self.joint and c.mixing != "gamma":
+            return float(self.kappas[self._mix_choice()[2]])
+        if self.in_play("kappa_errors"):
+            return bl.choose_prior_strength(self.board["kappa_errors"])
+        return float(bl.KAPPA_GRID[0])  # gamma mixing: kappa plays no part; the grid's first, as before any error
+
+    @property
+    def nu(self) -> float | None:
+        """The belief strength in use: the configured number, the prequential choice ("auto"), or None."""
+        c = self.settings
+        if c.belief_strength == "auto":
+            return bl.choose_belief_strength(self.board["belief_loglik"])
+        return None if c.belief_strength is None else float(c.belief_strength)
+
+    @property
+    def propagation(self) -> float | None:
+        """Label propagation's weight: the configured number, the online choice ("auto"), or None when off."""
+        w = self.settings.label_propagation
+        if w == "auto":
+            return float(self.weights[self._mix_choice()[1]])
+        return None if w is None else float(w)
+
+    @property
+    def time_forgetting(self) -> float:
+        """The per-step forgetting of prompts' own counts: the configured number or the online choice."""
+        if self.time_setting == "auto":
+            return float(self.times[self._mix_choice()[0]])
+        return float(self.time_setting)
+
+    # -- a step --------------------------------------------------------------------------------------
+
+    def score(self, est, obs, p_then) -> dict[str, np.ndarray]:
+        """The boards after scoring every candidate on this step's prompts (``obs``) by what it said before
+        their outcomes (``p_then``: the model's prediction then); ``est`` gives the graph's estimate and the
+        mixing. Nothing is changed."""
+        board = dict(self.board)
+        score_kappa, score_belief = self.in_play("kappa_errors"), self.in_play("belief_loglik")
+        if not len(obs) or not (score_kappa or score_belief or self.joint):
+            return board
+        states, propagated = est._graph_parts(obs.ids, p_then)
+        p_graph = est._combine(states, propagated)
+        rate = obs.s / np.maximum(obs.n, 1)
+        no_u = np.zeros(len(obs))  # u only shapes the variance, which is not scored
+        if self.joint:
+            board["mix_errors"] = board["mix_errors"] + self._candidate_errors(est, obs.ids, p_then, propagated, rate)
+        if score_kappa:
+            board["kappa_errors"] = board["kappa_errors"] + [
+                np.abs(est._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum() for k in bl.KAPPA_GRID]
+        if score_belief:
+            board["belief_loglik"] = board["belief_loglik"] + bl.belief_loglik(
+                p_graph, est.successes_decayed_[obs.ids], est.rollouts_decayed_[obs.ids], obs.n, obs.s, bl.KAPPA_GRID)
+        return board
+
+    def _candidate_errors(self, est, rows, p_model, propagated, rate) -> np.ndarray:
+        """Absolute errors, summed over these prompts, of the p-hat each (time forgetting, propagation
+        weight, kappa) in play would have given them before their outcomes (the propagated estimate is the
+        one of the counts in use: one harmonic field per step)."""
+        out = np.zeros((self.times.size, self.weights.size, self.kappas.size))
+        no_u = np.zeros(rows.size)
+        counts = [None] if self.time_counts is None else [(tc[0], tc[1]) for tc in self.time_counts]
+        for i, states in enumerate(est._states_estimates(rows, p_model, counts)):  # one neighbourhood read
+            for j, wt in enumerate(self.weights):
+                m = states if propagated is None else (1.0 - wt) * states + wt * propagated
+                out[i, j] = [np.abs(est._mix(rows, m, no_u, k, counts[i])[0] - rate).sum() for k in self.kappas]
+        return out
+
+    def forget(self, board, forget, successes, rollouts):
+        """(time_counts, successes, rollouts in use) after a step: ``forget(succ, roll, delta)`` applied to the
+        counts under every delta when time_forgetting is "auto" (the ones in use are those of the delta the
+        new ``board`` chooses), else to the counts in use with the one delta."""
+        if self.time_counts is None:
+            return (None, *forget(successes, rollouts, float(self.time_setting)))
+        time_counts = np.stack([np.stack(forget(self.time_counts[i, 0], self.time_counts[i, 1], d))
+                                for i, d in enumerate(bl.TIME_GRID)])
+        i = bl.choose_mix(board["mix_errors"])[0]  # the time forgetting in use after this step
+        return time_counts, time_counts[i, 0].copy(), time_counts[i, 1].copy()
+
+    def commit(self, board, time_counts) -> None:
+        self.board, self.time_counts = board, time_counts
+
+    # -- growth and persistence ------------------------------------------------------------------------
+
+    def extend(self, m: int):
+        """``time_counts`` with m new prompts (no evidence under any delta), to be committed with ``grown``."""
+        if self.time_counts is None:
+            return None
+        return layout.grow(layout.BY_NAME["time_counts"], self.time_counts, m)
+
+    def arrays(self, n_nodes: int) -> dict[str, np.ndarray]:
+        """Copies of the scoreboard and ``time_counts``, as ``Estimator.state_dict`` saves them (a board not in
+        play empty; ``time_counts`` 0 x 2 x N unless time_forgetting is "auto")."""
+        out = {name: b.copy() for name, b in self.board.items()}
+        tc = self.time_counts
+        out["time_counts"] = np.zeros((0, 2, n_nodes)) if tc is None else tc.copy()
+        return out
+
+    def load(self, state: dict, n_nodes: int) -> None:
+        """Take the scoreboard and ``time_counts`` of a (current-layout) state dict, each checked to be
+        what these settings keep."""
+        for name, shape in self.shapes.items():
+            got = np.asarray(state[name], dtype=np.float64)
+            if got.shape != shape:
+                raise DataError(f"saved {name} has shape {got.shape}, expected {shape} (the online choices these "
+                                "settings make continue from their scoreboard)")
+            self.board[name] = got.copy()
+        tc = np.asarray(state["time_counts"], dtype=np.float64)
+        want = (0, 2, n_nodes) if self.time_counts is None else self.time_counts.shape
+        if tc.shape != want:
+            raise DataError(f"saved time_counts has shape {tc.shape}, expected {want} (time_forgetting 'auto' needs "
+                            "the counts under every delta)")
+        if self.time_counts is not None:
+            self.time_counts = tc.copy()
