@@ -16,12 +16,19 @@ and calls no curriculum ``update``. Its v1 trainer does look trainer classes up 
   and adds the ``graphdiff/...`` scalars (``tracking.StepMetrics``) to the step's metrics, so they reach
   the trainer's W&B / TensorBoard / console logger.
 
+Dynamic sampling (``algorithm.filter_groups.enable``, ``sync_refill_failed_groups``): verl fetches prompts
+one by one and refills from the loader; every dispatch (``_next_train_batch``) is then chosen by
+``integrations.verl.DispatchChooser`` (GRESO-style pre-filter on p_zero_variance, then ``strategy``; an
+optional ``__rollout_n__`` allocation), and ``GraphdiffReplayBuffer`` - verl's own sync ``ReplayBuffer``,
+built with the arguments verl resolved - keeps the outcomes of every group it evicts or discards, applied
+with the trained batch as the step's one STATE update.
+
 Settings: a top-level ``graphdiff:`` section (``+graphdiff.state=runs/STATE`` on the command line), with
 the keys of ``integrations.verl.DEFAULTS``. Refused in one line at start-up: ``dataloader_num_workers``
-other than 0 (the loader would choose ahead of the outcomes), DAPO ``algorithm.filter_groups`` and
-``trainer.v1.sampler.sync_refill_failed_groups`` (a step then takes a varying number of prompts, one at a
-time), and a STATE that is not at the trainer's step (resume from checkpoint C needs the STATE at C:
-``graphdiff rollback --to C``).
+other than 0 (the loader would choose ahead of the outcomes), ``trainer.v1.sampler.custom_sampler`` (this
+mode provides the buffer), and a STATE that is not at the trainer's step (resume from checkpoint C needs
+the STATE at C: ``graphdiff rollback --to C``). The async modes are not this mode (docs/trainers.md says
+why their outcomes cannot be applied as an older policy's).
 
 Importing this module imports verl; where verl (or one of its dependencies: ray, transfer_queue, ...)
 cannot be imported, it raises ``ImportError`` naming the cause.
