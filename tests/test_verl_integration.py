@@ -191,10 +191,8 @@ def test_v1_config_checks():
     check_v1_config(ok)
     with pytest.raises(InvalidArgumentError, match="dataloader_num_workers=0"):
         check_v1_config({**ok, "data": {"dataloader_num_workers": 8}})
-    with pytest.raises(InvalidArgumentError, match="filter_groups"):
-        check_v1_config({**ok, "algorithm": {"filter_groups": {"enable": True}}})
-    with pytest.raises(InvalidArgumentError, match="sync_refill_failed_groups"):
-        check_v1_config({**ok, "trainer": {"v1": {"sampler": {"sync_refill_failed_groups": True}}}})
+    check_v1_config({**ok, "algorithm": {"filter_groups": {"enable": True}}})  # dynamic sampling: supported
+    check_v1_config({**ok, "trainer": {"v1": {"sampler": {"sync_refill_failed_groups": True}}}})
 
 
 def test_v1_module_without_verl_names_the_cause():
@@ -237,6 +235,7 @@ def test_v1_trainer_with_verl_installed(monkeypatch):
                                "graphdiff": {"strategy": "target", "pool_factor": 2, "seed": 4}})
     trainer = object.__new__(cls)  # verl's __init__ starts Ray workers; the graphdiff parts are what is tested
     trainer.config = config
+    trainer.replay_buffer = SimpleNamespace(graphdiff_take=list)  # nothing evicted without dynamic sampling
     rows = _Rows(range(100, 100 + N))
 
     def base_init(self):  # what verl's _init_dataloader leaves behind that graphdiff's reads

@@ -218,6 +218,27 @@ def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_vari
                      info={"kept": int(kept.size), "filled": int(max(0, batch_size - kept.size))})
 
 
+GRESO_MIN_KEEP = 0.01  # GRESO's exploration floor: a prompt is kept with probability at least this
+
+
+def prefilter_zero_variance(p_zero_variance, min_keep: float = GRESO_MIN_KEEP, seed=0) -> np.ndarray:
+    """Which candidates to generate (bool, True = keep) before any rollout, for dynamic sampling.
+
+    GRESO's selective rollout (Zheng et al.; peers note): GRESO skips a prompt with probability
+    1 - max(p^z, 0.01) from its streak z of all-equal visits; here the skip probability is the calibrated
+    predicted P(the group is all-correct or all-wrong), with GRESO's exploration floor: each candidate is
+    skipped with probability min(p_zero_variance, 1 - min_keep), independently. ``select``'s
+    ``skip-zero-variance`` is the same idea as a selection rule (no floor, refills from the dropped).
+    """
+    pzv = np.asarray(p_zero_variance, dtype=np.float64)
+    if pzv.ndim != 1 or not np.all(np.isfinite(pzv)) or (pzv < 0).any() or (pzv > 1).any():
+        raise InvalidArgumentError("p_zero_variance must be a 1-D array of probabilities, one per candidate")
+    if not 0.0 <= float(min_keep) <= 1.0:
+        raise InvalidArgumentError(f"the pre-filter's minimum keep probability must lie in [0, 1], got {min_keep!r}")
+    skip = np.minimum(pzv, 1.0 - float(min_keep))
+    return np.random.default_rng(seed).random(pzv.size) >= skip
+
+
 # ----------------------------------------------------------------------------------------------------
 # allocation
 

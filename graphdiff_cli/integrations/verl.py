@@ -34,12 +34,13 @@ then live under a top-level ``graphdiff:`` section.
 from __future__ import annotations
 
 import os
+from collections import deque
 
 import numpy as np
 
 from ..core import decisions as dec
-from ..errors import BackendError, DataError, InvalidArgumentError
-from .tracking import BatchChooser, StepMetrics, count_outcomes, open_target
+from ..errors import BackendError, DataError, InvalidArgumentError, StateError
+from .tracking import METRIC_PREFIX, BatchChooser, StepMetrics, count_outcomes, open_target
 
 try:  # the class verl checks with isinstance; without verl (or with verl >= 0.8) a plain torch Sampler
     from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _Base
@@ -58,7 +59,10 @@ except Exception as _exc:  # noqa: BLE001 - reported by the sampler below when i
 
 DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5,
             "explore": dec.TARGET_EXPLORE,
-            "success_threshold": 1.0, "group_size": 8, "outcomes_dir": None}
+            "success_threshold": 1.0, "group_size": 8, "outcomes_dir": None,
+            # verl 0.9 v1 only: the per-dispatch choice (dynamic sampling refills, __rollout_n__ allocation)
+            "prefilter": True, "prefilter_min_keep": dec.GRESO_MIN_KEEP,
+            "allocate": None, "allocate_min": 2, "allocate_max": 32}
 
 
 def _get(cfg, key, default=None):
@@ -72,19 +76,28 @@ def _get(cfg, key, default=None):
 
 
 def check_v1_config(config) -> None:
-    """verl v1 (``integrations.verl_v1``): refuse the settings under which the chosen batches would not be
-    the ones trained on next."""
+    """verl v1 (``integrations.verl_v1``): refuse the settings under which graphdiff could not choose what is
+    generated or could not apply every generated group in the step that generated it."""
     data = _get(config, "data")
     if int(_get(data, "dataloader_num_workers", 8)) != 0:
         raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff needs data.dataloader_num_workers=0: worker "
                                    "processes read batches ahead, before the previous step's outcomes are applied")
+    sampler = _get(_get(_get(config, "trainer"), "v1"), "sampler")
+    custom = _get(sampler, "custom_sampler")
+    if _get(custom, "path") or _get(custom, "name"):
+        raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff provides verl's replay buffer itself; remove "
+                                   "trainer.v1.sampler.custom_sampler")
+    allocate = _get(_get(config, "graphdiff"), "allocate")
+    if allocate is not None:
+        dec.check_strategy(allocate, dec.ALLOCATE_STRATEGIES, "allocation")
+
+
+def dynamic_sampling(config) -> bool:
+    """Whether verl refills prompts one by one (``algorithm.filter_groups.enable`` or
+    ``trainer.v1.sampler.sync_refill_failed_groups``): then every dispatch is chosen when verl asks for it."""
     groups = _get(_get(config, "algorithm"), "filter_groups")
-    if _get(groups, "enable", False):
-        raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff does not support algorithm.filter_groups "
-                                   "(DAPO refill): a step then consumes a varying number of prompts")
-    if _get(_get(_get(_get(config, "trainer"), "v1"), "sampler"), "sync_refill_failed_groups", False):
-        raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff does not support "
-                                   "trainer.v1.sampler.sync_refill_failed_groups")
+    sampler = _get(_get(_get(config, "trainer"), "v1"), "sampler")
+    return bool(_get(groups, "enable", False)) or bool(_get(sampler, "sync_refill_failed_groups", False))
 
 
 def row_prompt_ids(data_source) -> list[str]:
@@ -119,7 +132,7 @@ def outcomes_from_fields(index, scores, tags=None, success_threshold: float = 1.
     if hasattr(scores, "sum") and hasattr(scores, "detach"):
         rewards = scores.sum(dim=1).detach().float().cpu().numpy().tolist()
     else:
-        rewards = [float(np.sum(r)) for r in scores]
+        rewards = [float(r.sum()) if hasattr(r, "sum") else float(np.sum(r)) for r in scores]  # tensors or arrays
     if len(index) != len(rewards):
         raise DataError(f"{len(index)} prompt indexes for {len(rewards)} rollouts in the batch")
     keep = [not (t or {}).get("is_padding", False) for t in tags] if tags is not None else [True] * len(index)
@@ -171,6 +184,8 @@ class GraphdiffCurriculumSampler(_Base):
                                     pool_factor=float(opts["pool_factor"]), seed=int(opts["seed"]),
                                     target_p=float(opts["target"]), group_size=int(opts["group_size"]),
                                     explore=float(opts["explore"]))
+        self.options = opts
+        self.planned: deque | None = None  # per-dispatch mode (verl v1): rows queued by DispatchChooser
         self.epoch = 0
         self._pos: dict | None = None
         self._resume: dict | None = None
@@ -178,6 +193,18 @@ class GraphdiffCurriculumSampler(_Base):
         self.metrics: dict[str, float] = {}  # the last step's graphdiff/... scalars (tracking.StepMetrics)
 
     def __iter__(self):
+        if self.planned is not None:
+            return self._iter_planned()
+        return self._iter_blocks()
+
+    def _iter_planned(self):
+        while True:
+            if not self.planned:
+                raise StateError("verl read a prompt that graphdiff had not chosen (a dispatch that did not go "
+                                 "through the graphdiff trainer's _next_train_batch)")
+            yield int(self.planned.popleft())
+
+    def _iter_blocks(self):
         resume, self._resume = self._resume, None
         epoch = int(resume["epoch"]) if resume else self.epoch
         first, row, block = (int(resume["batch"]), int(resume["row"]), resume["block"]) if resume else (0, 0, None)
@@ -191,6 +218,8 @@ class GraphdiffCurriculumSampler(_Base):
         self._pos = {"epoch": epoch + 1, "batch": 0, "row": 0, "block": None}
 
     def state_dict(self) -> dict:
+        if self.planned is not None:  # each dispatch is chosen from (seed, step, dispatch): nothing to resume
+            return {"planned": True}
         """Where the next index comes from (epoch, batch, row within the chosen block, the block itself):
         a checkpointing data loader (verl's StatefulDataLoader) saves it, and a resumed run continues there
         with the same choice instead of re-choosing every batch it skips."""
@@ -199,6 +228,8 @@ class GraphdiffCurriculumSampler(_Base):
         return {**self._pos, "block": None if self._pos["block"] is None else list(self._pos["block"])}
 
     def load_state_dict(self, state: dict) -> None:
+        if self.planned is not None or state.get("planned"):
+            return
         self._resume = dict(state)
         self.epoch = int(state["epoch"])
 
@@ -219,3 +250,165 @@ class GraphdiffCurriculumSampler(_Base):
         self.metrics = metrics.after(self.target, n, s)
         self.applied.append({"step": step, "ids": ids, "n": n, "s": s, "stats": stats, "metrics": self.metrics})
         return self.metrics
+
+
+# ---------------------------------------------------------------------------------- verl 0.9: per dispatch
+
+
+class DispatchChooser:
+    """What each verl v1 dispatch rolls out, chosen when verl asks for it (the first batch of a step and every
+    refill of dynamic sampling), and how many rollouts each prompt gets.
+
+    ``choose(k, step)``: a pool of ``pool_factor`` x k rows drawn at random from the rows neither retired nor
+    already dispatched in this step (each prompt at most once per step, so a step's groups are distinct);
+    with ``prefilter`` each pool member is skipped before generation with probability
+    min(p_zero_variance, 1 - ``prefilter_min_keep``) (``core.decisions.prefilter_zero_variance``: GRESO's
+    rule on the calibrated probability); the k are chosen from the survivors by ``strategy`` (when fewer
+    than k survive, the skipped ones with the lowest p_zero_variance are generated after all). With
+    ``allocate`` the dispatch's budget k x ``rollout_n`` is split by ``core.decisions.allocate`` within
+    [``allocate_min``, ``allocate_max``] and kept in ``rollout_n`` (prompt id -> count) for verl's
+    per-sample ``__rollout_n__``. Every draw is seeded by (seed, step, dispatch number in the step).
+    """
+
+    def __init__(self, sampler: GraphdiffCurriculumSampler, rollout_n: int):
+        opts = sampler.options
+        self.sampler, self.target, self.chooser = sampler, sampler.target, sampler.chooser
+        self.rollout_n_default = dec.check_int(rollout_n, "actor_rollout_ref.rollout.n", 1)
+        self.prefilter = str(opts["prefilter"]).lower() not in ("false", "0", "none", "off")
+        self.min_keep = float(opts["prefilter_min_keep"])
+        self.allocate = opts["allocate"]
+        if self.allocate is not None:
+            dec.check_strategy(self.allocate, dec.ALLOCATE_STRATEGIES, "allocation")
+            dec.check_budget(1, self.rollout_n_default, int(opts["allocate_min"]), int(opts["allocate_max"]))
+        self.allocate_min, self.allocate_max = int(opts["allocate_min"]), int(opts["allocate_max"])
+        self.rollout_n: dict[str, int] = {}
+        self.dispatches: list[dict] = []  # every dispatch: step, rows, skipped rows, counts
+        self._step: int | None = None
+        self._taken: set[int] = set()
+
+    def _reset(self, step: int) -> None:
+        if step != self._step:
+            self._step, self._taken = step, set()
+
+    def choose(self, k: int, step: int) -> np.ndarray:
+        k = dec.check_int(k, "prompts to dispatch", 1)
+        self._reset(step)
+        c = self.chooser
+        rng = np.random.default_rng([c.seed, step, len([d for d in self.dispatches if d["step"] == step])])
+        retired = self.target.retired()
+        free = np.ones(c.row_nodes.size, bool)
+        if retired.size:
+            free &= ~np.isin(c.row_nodes, retired)
+        free[list(self._taken)] = False
+        rows = np.flatnonzero(free)
+        if rows.size < k:
+            raise InvalidArgumentError(f"verl asked for {k} more prompts in step {step} but only {rows.size} of the "
+                                       "data set are neither retired nor already generated in this step")
+        m = min(rows.size, max(k, int(round(c.pool_factor * k))))
+        pool = rows[rng.choice(rows.size, size=m, replace=False)]
+        est = self.target.estimates(c.row_nodes[pool], c.group_size)
+        keep = (dec.prefilter_zero_variance(est["p_zero_variance"], self.min_keep, rng) if self.prefilter
+                else np.ones(m, bool))
+        if keep.sum() < k:  # too few survive: generate the least likely all-equal of the skipped after all
+            back = np.flatnonzero(~keep)
+            keep[back[np.argsort(est["p_zero_variance"][back], kind="stable")][: k - int(keep.sum())]] = True
+        alive = np.flatnonzero(keep)
+        sel = dec.select(c.strategy, k, p=est["mean"][alive], variance=est["variance"][alive],
+                         p_zero_variance=est["p_zero_variance"][alive], target=c.target_p, explore=c.explore,
+                         seed=rng)
+        picked = alive[sel.chosen]
+        chosen = pool[picked]
+        counts = None
+        if self.allocate is not None:
+            counts = dec.allocate(self.allocate, est["mean"][picked], k * self.rollout_n_default,
+                                  self.allocate_min, self.allocate_max)
+            ids = self.sampler.row_ids
+            self.rollout_n.update({ids[r]: int(n) for r, n in zip(chosen, counts)})
+        self._taken.update(int(r) for r in chosen)
+        self.dispatches.append({"step": step, "estimator_step": self.target.step, "pool": pool, "chosen": chosen,
+                                "skipped": pool[~keep], "rollout_n": counts})
+        return chosen
+
+    def rollout_counts(self, prompt_ids) -> np.ndarray:
+        """Each row's ``__rollout_n__`` (the allocation, or rollout.n without one)."""
+        return np.array([self.rollout_n.get(_plain_id(i), self.rollout_n_default) for i in prompt_ids], dtype=object)
+
+    def step_counts(self, step: int) -> dict[str, float]:
+        """The step's dispatches: prompts dispatched, skipped before generation, rollouts asked for."""
+        mine = [d for d in self.dispatches if d["step"] == step]
+        return {"dispatches": float(len(mine)),
+                "prompts_dispatched": float(sum(d["chosen"].size for d in mine)),
+                "skipped": float(sum(d["skipped"].size for d in mine)),
+                "rollouts_planned": float(sum(int(np.sum(d["rollout_n"])) if d["rollout_n"] is not None
+                                              else d["chosen"].size * self.rollout_n_default for d in mine))}
+
+
+class GeneratedGroupsMixin:
+    """Mixed into verl's ReplayBuffer (``verl_v1.GraphdiffReplayBuffer``): before the buffer clears training
+    groups that will not be trained on - evicted (DAPO zero-variance, stale, failed) or discarded as surplus
+    once the batch is full - their outcomes are read and kept in ``graphdiff_cleared`` until the step applies
+    them. Needs ``graphdiff_kv_get(keys=, partition_id=, select_fields=)`` (TransferQueue's kv_batch_get)."""
+
+    _graphdiff_reason = "discarded"
+
+    def graphdiff_take(self) -> list[dict]:
+        out, self.graphdiff_cleared = list(getattr(self, "graphdiff_cleared", [])), []
+        return out
+
+    def _evict_terminal_groups(self, global_steps, partition_id, eviction_reasons):
+        self._graphdiff_reason = "evicted"
+        try:
+            return super()._evict_terminal_groups(global_steps, partition_id, eviction_reasons)
+        finally:
+            self._graphdiff_reason = "discarded"
+
+    def _clear_groups(self, partition_id, uids):
+        if partition_id == "train" and uids:
+            keys = [key for key in self.partitions[partition_id] if key.split("_")[0] in uids]
+            entry = {"reason": self._graphdiff_reason, "groups": len({key.split("_")[0] for key in keys}),
+                     "cleared": len(uids), "index": [], "scores": [], "tags": []}
+            if keys:
+                data = self.graphdiff_kv_get(keys=keys, partition_id=partition_id, select_fields=["index", "rm_scores"])
+                entry.update(index=list(data["index"]), scores=list(data["rm_scores"]),
+                             tags=[self.partitions[partition_id][key] for key in keys])
+            self.graphdiff_cleared = [*getattr(self, "graphdiff_cleared", []), entry]
+        return super()._clear_groups(partition_id, uids)
+
+
+def merge_outcomes(parts) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(ids, n, s) parts -> one (ids, n, s), a prompt in several parts summed (first appearance order)."""
+    order: dict[str, int] = {}
+    n: list[int] = []
+    s: list[int] = []
+    for ids, pn, ps in parts:
+        for pid, a, b in zip(ids, pn, ps):
+            j = order.setdefault(pid, len(order))
+            if j == len(n):
+                n.append(0)
+                s.append(0)
+            n[j] += int(a)
+            s[j] += int(b)
+    return list(order), np.asarray(n, np.int64), np.asarray(s, np.int64)
+
+
+def apply_generated(sampler: GraphdiffCurriculumSampler, trained: tuple, cleared: list[dict],
+                    counts: dict[str, float] | None = None) -> dict[str, float]:
+    """Apply one verl step's every generated group - the trained batch ``trained`` (ids, n, s) and the
+    groups the replay buffer cleared (``GeneratedGroupsMixin``) - as exactly one STATE step; returns its
+    ``graphdiff/...`` scalars with the step's group counts (generated, trained, evicted, discarded) and
+    the dispatch counts ``counts`` (``DispatchChooser.step_counts``: skipped before generation, ...)."""
+    parts = [trained]
+    for e in cleared:
+        parts.append(outcomes_from_fields(e["index"], e["scores"], e["tags"], sampler.success_threshold))
+    ids, n, s = merge_outcomes(parts)
+    metrics = dict(sampler.apply(ids, n, s))
+    groups = {"groups_trained": float(len(trained[0])),
+              "groups_evicted": float(sum(e["groups"] for e in cleared if e["reason"] == "evicted")),
+              "groups_discarded": float(sum(e["groups"] for e in cleared if e["reason"] == "discarded")),
+              "rollouts": float(n.sum())}
+    groups["groups_generated"] = groups["groups_trained"] + groups["groups_evicted"] + groups["groups_discarded"]
+    groups.update(counts or {})
+    metrics.update({METRIC_PREFIX + k: v for k, v in groups.items()})
+    sampler.metrics = metrics
+    sampler.applied[-1]["metrics"] = metrics
+    return metrics
