@@ -28,6 +28,12 @@
   each prompt ``num_generations`` times and the batch ``num_iterations x steps_per_generation`` times,
   exactly as ``RepeatSampler`` lays it out. ``gd.attach(trainer)`` installs both.
 
+* ``GraphdiffTRL(..., dynamic_sampling=True)`` (or ``"uniform"``) gives the trainer DAPO's dynamic sampling:
+  ``attach`` also wraps TRL's own ``_generate_and_score_completions`` so that each step's batch holds B
+  groups with 0 < s < n, refilled by further generation rounds (at most ``max_generation_rounds``) drawn
+  by graphdiff's pre-filter (``dynamic_sampling.CandidateDraw``); every generated group is applied to the
+  estimator. docs/trainers.md, "Dynamic sampling", says how it maps onto TRL's generation batching.
+
 Timing caveat, measured with accelerate 1.15: accelerate's ``DataLoaderShard`` reads one batch ahead, so
 the batch for step T + 1 is chosen while step T is being yielded, i.e. from the estimates after step
 T - 1. Each ``Decision`` records the estimator step it used.
