@@ -28,6 +28,12 @@
   each prompt ``num_generations`` times and the batch ``num_iterations x steps_per_generation`` times,
   exactly as ``RepeatSampler`` lays it out. ``gd.attach(trainer)`` installs both.
 
+* ``GraphdiffTRL(..., dynamic_sampling=True)`` (or ``"uniform"``) gives the trainer DAPO's dynamic sampling:
+  ``attach`` also wraps TRL's own ``_generate_and_score_completions`` so that each step's batch holds B
+  groups with 0 < s < n, refilled by further generation rounds (at most ``max_generation_rounds``) drawn
+  by graphdiff's pre-filter (``dynamic_sampling.CandidateDraw``); every generated group is applied to the
+  estimator. docs/trainers.md, "Dynamic sampling", says how it maps onto TRL's generation batching.
+
 Timing caveat, measured with accelerate 1.15: accelerate's ``DataLoaderShard`` reads one batch ahead, so
 the batch for step T + 1 is chosen while step T is being yielded, i.e. from the estimates after step
 T - 1. Each ``Decision`` records the estimator step it used.
@@ -47,7 +53,9 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError
-from .tracking import BatchChooser, OutcomeRecorder, StateTarget, StepMetrics, count_outcomes, open_target
+from . import dynamic_sampling as ds
+from .tracking import (METRIC_PREFIX, BatchChooser, OutcomeRecorder, StateTarget, StepMetrics, count_outcomes,
+                       open_target)
 
 
 def _dist():
@@ -62,13 +70,22 @@ class GraphdiffTRL:
     """One graphdiff estimator (in memory or a STATE directory) wired into one GRPO run."""
 
     def __init__(self, target, *, ids=None, id_column: str = "id", success_threshold: float = 1.0,
-                 strategy: str = "target", pool_factor: float = 4.0, target_p: float = 0.5, seed: int = 0,
+                 strategy: str | None = None, pool_factor: float = 4.0, target_p: float = 0.5, seed: int = 0,
                  explore: float = dec.TARGET_EXPLORE, group_size: int | None = None, outcomes_dir=None,
-                 durable: bool = True):
+                 durable: bool = True, dynamic_sampling=None, max_generation_rounds: int = ds.DEFAULT_MAX_ROUNDS,
+                 prefilter_explore: float = ds.DEFAULT_EXPLORE):
+        self.dynamic_sampling = ds.check_mode(dynamic_sampling)
+        if self.dynamic_sampling is not None and strategy is not None:
+            raise InvalidArgumentError(f"strategy={strategy!r} chooses batches without dynamic sampling; with "
+                                       f"dynamic_sampling={dynamic_sampling!r} the pre-filter ('prefilter') or a "
+                                       "uniform draw ('uniform') decides what is generated: leave strategy out")
+        self.max_generation_rounds = dec.check_int(max_generation_rounds, "max_generation_rounds", 1)
+        self.prefilter_explore = ds.check_explore_p(prefilter_explore)
         kwargs = {"outcomes_dir": outcomes_dir, "durable": durable} if isinstance(target, (str, Path)) else {}
         self.target = open_target(target, ids=ids, **kwargs)
         self.id_column = id_column
         self.success_threshold = float(success_threshold)
+        strategy = "target" if strategy is None else strategy
         self.strategy, self.pool_factor, self.target_p, self.seed = strategy, pool_factor, target_p, seed
         self.group_size = group_size
         self.explore = dec.check_explore(explore)
@@ -77,6 +94,12 @@ class GraphdiffTRL:
         self.chooser: BatchChooser | None = None
         self._trainer = None  # set by attach(): where the step metrics go
         self._pending: dict[str, list[float]] = {}
+        # dynamic sampling (attach() with dynamic_sampling on): the draws, one record per generation
+        self.draw: ds.CandidateDraw | None = None
+        self.draws: list[ds.Draw] = []  # every round's choice, the sampler's first rounds included
+        self.ds_log: list[ds.DSRecord] = []
+        self._queued: list[ds.Draw] = []  # the sampler's draws not yet generated (the loader reads ahead)
+        self._last_call: tuple[list, list] | None = None  # the wrapped reward function's last (ids, rewards)
 
     # -- rewards -----------------------------------------------------------------------------------
 
@@ -97,6 +120,7 @@ class GraphdiffTRL:
             if len(rewards) != len(ids):
                 raise DataError(f"reward function returned {len(rewards)} rewards for {len(ids)} completions")
             self.recorder.add(step, ids, rewards)
+            self._last_call = (list(ids), rewards)
             return rewards
 
         return wrapped
@@ -226,6 +250,8 @@ class GraphdiffTRL:
                                        f"num_generations {g}")
         b = args.generation_batch_size // g
         repeat = int(args.num_iterations) * int(args.steps_per_generation)
+        if self.dynamic_sampling is not None:
+            return self._ds_sampler(dataset, b, g, repeat)
         chooser = BatchChooser(self.target, self.row_nodes(dataset), b, strategy=self.strategy,
                                pool_factor=self.pool_factor, seed=self.seed, target_p=self.target_p,
                                explore=self.explore, group_size=self.group_size or g)
@@ -252,7 +278,220 @@ class GraphdiffTRL:
 
     def attach(self, trainer) -> None:
         """Install the step callback and the sampler on a ``GRPOTrainer`` (before ``train()``); the step
-        metrics go to the trainer's logger."""
+        metrics go to the trainer's logger. With ``dynamic_sampling`` on, also wrap the trainer's
+        ``_generate_and_score_completions`` (see ``_ds_generate``)."""
         self._trainer = trainer
         trainer.callback_handler.callbacks.insert(0, self.callback())  # before the reporting callbacks
         trainer._get_train_sampler = lambda dataset=None: self.sampler(trainer, dataset)
+        if self.dynamic_sampling is not None:
+            self._check_ds(trainer)
+            generate = trainer._generate_and_score_completions  # TRL's own, bound to the trainer
+            trainer._generate_and_score_completions = functools.partial(self._ds_generate, trainer, generate)
+
+    # -- dynamic sampling ------------------------------------------------------------------------
+
+    def _check_ds(self, trainer) -> None:
+        """Refuse the set-ups dynamic sampling cannot serve exactly (one line each)."""
+        args = trainer.args
+        if int(getattr(trainer.accelerator, "num_processes", 1)) > 1 or _dist() is not None:
+            raise InvalidArgumentError("dynamic_sampling runs on one process only: a group's rollouts are spread "
+                                       "over processes by TRL, and refilling would need every process to agree "
+                                       "on each refill (run with one process, or leave dynamic_sampling off)")
+        if getattr(trainer, "use_vllm", False):
+            raise InvalidArgumentError("dynamic_sampling is not supported with use_vllm (not tested: vLLM's "
+                                       "importance-sampling outputs are merged per round); leave use_vllm off")
+        if getattr(trainer, "environment_factories", None) is not None or getattr(trainer, "tools", None):
+            raise InvalidArgumentError("dynamic_sampling does not support tools or environments (multi-turn "
+                                       "rollouts): leave dynamic_sampling off")
+        if args.generation_batch_size % int(trainer.num_generations):
+            raise InvalidArgumentError(f"generation batch {args.generation_batch_size} is not a multiple of "
+                                       f"num_generations {trainer.num_generations}")
+
+    def _ds_sampler(self, dataset, b: int, g: int, repeat: int):
+        """RepeatSampler's layout; each generation batch is the first round of a dynamically sampled step,
+        drawn by ``CandidateDraw`` (the pre-filter or a uniform draw)."""
+        from torch.utils.data import Sampler
+
+        draw = ds.CandidateDraw(self.target, self.row_nodes(dataset), b, g, mode=self.dynamic_sampling,
+                                explore=self.prefilter_explore)
+        self.draw, self._ds_dataset, self._queued = draw, dataset, []
+        n_batches = len(dataset) // b
+        owner = self
+
+        class GraphdiffDSSampler(Sampler):
+            def __init__(self):
+                self.epoch = 0
+
+            def __iter__(self):
+                epoch, self.epoch = self.epoch, self.epoch + 1
+                for k in range(n_batches):
+                    d = draw.draw([owner.seed, epoch, k])
+                    d.extra.update(epoch=epoch, batch=k, round=1)
+                    owner.draws.append(d)
+                    owner._queued.append(d)
+                    for _ in range(repeat):
+                        for row in d.chosen:
+                            for _ in range(g):
+                                yield int(row)
+
+            def __len__(self):
+                return n_batches * b * g * repeat
+
+        return GraphdiffDSSampler()
+
+    def _ds_round(self, generate, inputs: list[dict], g: int):
+        """One generation round through TRL's own ``_generate_and_score_completions``: its output and,
+        per group (rows j*g .. j*g + g - 1), the prompt id and the success reward's values."""
+        self._last_call = None
+        out = generate(inputs)
+        if self._last_call is None:
+            raise InvalidArgumentError("dynamic_sampling needs the reward function that defines success wrapped "
+                                       "by gd.reward(...) in reward_funcs (it was not called)")
+        ids, rewards = self._last_call
+        if len(ids) % g:
+            raise DataError(f"a generation round of {len(ids)} rollouts is not whole groups of {g}")
+        for j in range(0, len(ids), g):
+            if len({str(x) for x in ids[j:j + g]}) != 1:
+                raise DataError(f"rollouts {j}..{j + g - 1} of a generation round are not one prompt's group: "
+                                "dynamic_sampling needs TRL's RepeatSampler layout (graphdiff's sampler)")
+        return out, [(str(ids[j]), rewards[j:j + g]) for j in range(0, len(ids), g)]
+
+    def _ds_generate(self, trainer, generate, inputs):
+        """DAPO's dynamic sampling around TRL's ``_generate_and_score_completions`` (train mode only).
+
+        Round 1 is the loader's generation batch (the sampler's draw). Its groups with a signal
+        (0 < s < n) are kept; while fewer than B are kept and fewer than ``max_generation_rounds``
+        rounds ran, another B prompts not yet generated in this step are drawn (``CandidateDraw``:
+        pre-filter or uniform) and generated by the same TRL call. The returned batch holds the first B
+        kept groups, rows merged from the rounds' outputs (prompts re-padded on the left, completions and
+        per-token tensors on the right; ``num_items_in_batch`` recounted). When the cap is hit (or the
+        candidates run out) the batch is filled with zero-variance groups, whose GRPO advantage is 0, and
+        this is reported (a log line, ``graphdiff/round_cap_hit``). Every generated rollout was recorded
+        by the reward wrapper and is applied to the estimator at the end of the step.
+        """
+        if not trainer.model.training:
+            return generate(inputs)
+        import logging
+
+        g = int(trainer.num_generations)
+        b = len(inputs) // g
+        step = int(trainer.state.global_step)
+        rec = ds.DSRecord(trainer_step=step, batch_size=b, max_rounds=self.max_generation_rounds)
+        first = self._match_queued([str(x[self.id_column]) for x in inputs[::g]])
+        rec.skipped += [self.target.ids[self.draw.row_nodes[r]] for r in first.skipped]
+        generated_rows = [int(r) for r in first.chosen]
+        parts: list[tuple[dict, list[int]]] = []  # (round output, its kept group indices)
+        leftovers: list[tuple[int, int, str]] = []  # (part, group index, id) of zero-variance groups
+        round_inputs = inputs
+        while True:
+            out, groups = self._ds_round(generate, round_inputs, g)
+            if not parts:
+                _check_mergeable(out)
+            rec.rounds += 1
+            rec.generated.append([pid for pid, _ in groups])
+            rec.rollouts += sum(1 for _, rw in groups for r in rw if not _is_nan(r))
+            keep = []
+            for j, (pid, rw) in enumerate(groups):
+                if ds.has_signal(rw, self.success_threshold):
+                    if len(rec.kept) < b:
+                        keep.append(j)
+                        rec.kept.append(pid)
+                    else:
+                        rec.surplus.append(pid)
+                else:
+                    rec.filtered.append(pid)
+                    leftovers.append((len(parts), j, pid))
+            parts.append((out, keep))
+            if len(rec.kept) >= b:
+                break
+            if rec.rounds >= self.max_generation_rounds:
+                rec.cap_hit = True
+                break
+            d = self.draw.draw([self.seed, 7, step, rec.rounds], exclude=generated_rows)
+            d.extra.update(trainer_step=step, round=rec.rounds + 1)
+            self.draws.append(d)
+            rec.skipped += [self.target.ids[self.draw.row_nodes[r]] for r in d.skipped]
+            if d.chosen.size == 0:
+                rec.exhausted = True
+                break
+            generated_rows += [int(r) for r in d.chosen]
+            round_inputs = [self._ds_row(r) for r in d.chosen for _ in range(g)]
+        missing = b - len(rec.kept)
+        for part, j, pid in leftovers[:missing]:  # zero-variance groups fill a short batch (advantage 0)
+            parts[part][1].append(j)
+            rec.padded.append(pid)
+            rec.filtered.remove(pid)
+        self.ds_log.append(rec)
+        self._log(rec.metrics(METRIC_PREFIX))
+        if rec.cap_hit or rec.exhausted:
+            logging.getLogger("graphdiff").warning(rec.summary())
+        if len(parts) == 1 and len(parts[0][1]) == b:
+            return parts[0][0]  # round 1 was all signal: TRL's own output, untouched
+        return _merge_rounds([(out, rows) for out, rows in parts], g, trainer._tokenizer.pad_token_id)
+
+    def _match_queued(self, group_ids: list[str]) -> ds.Draw:
+        """The sampler's draw that this generation batch came from (the loader reads ahead: a queue)."""
+        ids = self.target.ids
+        for k, d in enumerate(self._queued):
+            if [ids[self.draw.row_nodes[r]] for r in d.chosen] == group_ids:
+                del self._queued[: k + 1]
+                return d
+        raise InvalidArgumentError("a generation batch that graphdiff's sampler did not draw reached dynamic "
+                                   "sampling: attach(trainer) must install the sampler (do not replace "
+                                   "_get_train_sampler after it)")
+
+    def _ds_row(self, row: int) -> dict:
+        item = self._ds_dataset[int(row)]
+        return dict(item)
+
+
+# -- merging generation rounds -------------------------------------------------------------------------
+
+_LEFT = {"prompt_ids": None, "prompt_mask": 0}  # None: the tokenizer's pad id
+_RIGHT = {"completion_ids": None, "completion_mask": 0, "old_per_token_logps": 0.0, "ref_per_token_logps": 0.0,
+          "sampling_per_token_logps": 0.0, "tool_mask": 1}
+_ROWS = ("advantages",)
+_RECOUNTED = ("num_items_in_batch",)
+
+
+def _is_nan(r) -> bool:
+    return r is None or (isinstance(r, float) and r != r)
+
+
+def _check_mergeable(out: dict) -> None:
+    for key in out:
+        if key not in _LEFT and key not in _RIGHT and key not in _ROWS and key not in _RECOUNTED:
+            raise InvalidArgumentError(f"dynamic_sampling cannot merge TRL's {key!r} output across generation "
+                                       "rounds (multimodal inputs are not supported): leave dynamic_sampling off")
+
+
+def _merge_rounds(parts, g: int, pad_id: int) -> dict:
+    """One batch from the chosen groups of several rounds' outputs (``parts``: (output, group indices))."""
+    import torch
+
+    def rows(groups):
+        return [j * g + i for j in groups for i in range(g)]
+
+    picked = [(out, torch.tensor(rows(groups), dtype=torch.long)) for out, groups in parts if groups]
+    merged = {}
+    for key in picked[0][0]:
+        if key in _RECOUNTED or picked[0][0][key] is None:
+            continue
+        tensors = [out[key].index_select(0, idx.to(out[key].device)) for out, idx in picked]
+        if key in _ROWS:
+            merged[key] = torch.cat(tensors)
+            continue
+        left = key in _LEFT
+        value = (_LEFT if left else _RIGHT)[key]
+        value = pad_id if value is None else value
+        width = max(t.shape[1] for t in tensors)
+        padded = []
+        for t in tensors:
+            fill = t.new_full((t.shape[0], width - t.shape[1]), value)
+            padded.append(torch.cat([fill, t] if left else [t, fill], dim=1))
+        merged[key] = torch.cat(padded)
+    mask = merged["completion_mask"]
+    if "tool_mask" in merged:
+        mask = mask * merged["tool_mask"]
+    merged["num_items_in_batch"] = mask.sum()
+    return merged
