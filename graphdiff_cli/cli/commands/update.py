@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 from ..options import (DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, LockTimeoutOption, StateOption,
                        SuccessThresholdOption)
 
@@ -28,6 +28,8 @@ def update(
         res = State.open(state).update(step, outcomes, success_threshold=success_threshold,
                                        lock_timeout=lock_timeout, progress=bar)
     t = res["timings"]
+    for line in res["warnings"]:
+        warn(line)
     emit(res, f"step {res['step']}: {res['prompts']} prompts, {res['successes']}/{res['rollouts']} successes, "
               f"{res['iterations']} rounds ({'converged' if res['converged'] else 'not converged'}) in "
               f"{t['total_s']:.2f} s (load {t['load_s']:.2f}, inference {t['inference_s']:.2f}, "
