@@ -76,6 +76,11 @@ class LockedError(StateError):
     kind = "locked"
 
 
+class RewardWarning(UserWarning):
+    """A step's rewards all fell on one side of a chosen success threshold (trainer integrations warn with it;
+    the CLI and ``State.update`` put the same line in the result's ``warnings``)."""
+
+
 class BackendError(GraphdiffError):
     """A device, model or index backend that cannot be used (no GPU, model not found, ...)."""
 

@@ -215,11 +215,13 @@ class State:
 
     # -- the handoff ---------------------------------------------------------------------------------
 
-    def update(self, step: int, outcomes, *, success_threshold: float = 1.0,
+    def update(self, step: int, outcomes, *, success_threshold: float | None = None,
                lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
         """Apply training step ``step`` (= current + 1). ``outcomes``: a JSONL/CSV/Parquet file of rows
         ``id, n, s`` (or ``id, reward``), or those rows as dicts, written first to ``outcomes_dir`` so the
-        log names a file as for every step. A step applied twice, a gap or a bad row changes nothing."""
+        log names a file as for every step. A step applied twice, a gap or a bad row changes nothing.
+        ``success_threshold``: None (only 0/1 rewards accepted) or the reward from which a rollout succeeds;
+        the result's ``warnings`` says when a chosen threshold put every reward of the step on one side."""
         if not isinstance(outcomes, (str, Path)):
             outcomes = self._write_outcomes(step, outcomes)
         return handoff.update(self, step, outcomes, success_threshold=success_threshold,

@@ -23,7 +23,7 @@ import pytest
 from _handoff_fixtures import make_inputs
 from _openrlhf_worker import call as _call
 from _openrlhf_worker import load_reward_func
-from graphdiff_cli.errors import DataError, StateError
+from graphdiff_cli.errors import DataError, RewardWarning, StateError
 from graphdiff_cli.integrations.openrlhf import StepRecorder, parse_label
 from graphdiff_cli.io.state_dir import StateDir
 from graphdiff_cli.state import State
@@ -173,3 +173,21 @@ def test_labels_and_settings():
         parse_label("42")
     with pytest.raises(Exception, match="set GRAPHDIFF_STATE, GRAPHDIFF_BATCH_SIZE, GRAPHDIFF_N_SAMPLES"):
         StepRecorder.from_env()
+
+
+def test_a_reward_that_is_not_0_or_1_is_refused_at_once_without_a_threshold(state):
+    """No GRAPHDIFF_SUCCESS_THRESHOLD: the first reward that is not 0/1 stops the recorder (before any wave
+    closes on a silent threshold); with one, the same reward is recorded."""
+    root, ids = state
+    rec = StepRecorder(root, batch_size=2, n_samples=2, durable=False)
+    rec.record(ids[0], 1.0)
+    with pytest.raises(DataError, match=rf"^prompt '{ids[0]}' got reward 0.7, not 0 or 1; set "
+                                        "GRAPHDIFF_SUCCESS_THRESHOLD"):
+        rec.record(ids[0], 0.7)
+    error = root.parent / "STATE.openrlhf" / "ERROR"
+    assert "got reward 0.7, not 0 or 1" in error.read_text()
+    error.unlink()
+    rec = StepRecorder(root, batch_size=1, n_samples=2, success_threshold=0.5, durable=False)
+    with pytest.warns(RewardWarning, match="all 2 rewards are at or above success_threshold 0.5"):
+        assert rec.record(ids[0], 0.7) == 1  # the group (1.0, 0.7) completes the wave: step 1, 2 successes
+    assert State.open(root).status()["step"] == 1

@@ -40,9 +40,43 @@ def test_rollout_rows_use_the_threshold(tmp_path):
     rows = [{"id": "a", "reward": 0.3}, {"id": "a", "reward": 0.9}, {"id": "b", "reward": 1.0},
             {"id": "a", "reward": 0.5}, {"id": "b", "reward": -2}]
     path = write_outcomes(tmp_path / "r.jsonl", rows)
-    assert _as_dict(read_outcomes(path, success_threshold=0.5)) == {"a": (3, 2), "b": (2, 1)}
-    # default threshold 1.0: only rewards >= 1 succeed
-    assert _as_dict(read_outcomes(path)) == {"a": (3, 0), "b": (2, 1)}
+    o = read_outcomes(path, success_threshold=0.5)
+    assert _as_dict(o) == {"a": (3, 2), "b": (2, 1)} and o.warnings == ()
+    assert _as_dict(read_outcomes(path, success_threshold=1.0)) == {"a": (3, 0), "b": (2, 1)}
+    # no threshold chosen: rewards that are not 0/1 are refused at the first such row, never thresholded silently
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:1: reward 0.3 is not 0 or 1; pass "
+                                        r"--success-threshold X"):
+        read_outcomes(path)
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".csv", ".parquet"])
+def test_continuous_rewards_without_a_threshold_are_refused_with_the_row(tmp_path, ext):
+    rows = [{"id": "a", "reward": 1}, {"id": "a", "reward": 0}, {"id": "b", "reward": 0.7}, {"id": "b", "reward": 1}]
+    path = write_outcomes(tmp_path / f"r{ext}", rows)
+    line = 4 if ext == ".csv" else 3  # CSV: the header is line 1
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:{line}: reward 0.7 is not 0 or 1; pass "
+                                        r"--success-threshold"):
+        read_outcomes(path)
+    # -1/1 rewards (DAPO's) are not 0/1 either: a threshold must be chosen for them too
+    dapo = write_outcomes(tmp_path / f"d{ext}", [{"id": "a", "reward": -1.0}, {"id": "a", "reward": 1.0}])
+    with pytest.raises(DataError, match="reward -1 is not 0 or 1"):
+        read_outcomes(dapo)
+    assert _as_dict(read_outcomes(dapo, success_threshold=1.0)) == {"a": (2, 1)}
+
+
+def test_a_chosen_threshold_that_puts_every_reward_on_one_side_is_a_warning(tmp_path):
+    path = write_outcomes(tmp_path / "r.jsonl", [{"id": "a", "reward": 0.7}] * 4)
+    below = read_outcomes(path, success_threshold=0.8)
+    assert _as_dict(below) == {"a": (4, 0)}
+    assert below.warnings == (f"{path}: all 4 rewards are below --success-threshold 0.8 (the highest is 0.7): "
+                              "every rollout counts as a failure",)
+    above = read_outcomes(path, success_threshold=0.7)  # at the threshold is a success
+    assert _as_dict(above) == {"a": (4, 4)}
+    assert above.warnings == (f"{path}: all 4 rewards are at or above --success-threshold 0.7 (the lowest is "
+                              "0.7): every rollout counts as a success",)
+    # counts rows and 0/1 rewards without a threshold: nothing to warn about, even when all fail
+    assert read_outcomes(write_outcomes(tmp_path / "c.jsonl", [{"id": "a", "n": 4, "s": 0}])).warnings == ()
+    assert read_outcomes(write_outcomes(tmp_path / "z.jsonl", [{"id": "a", "reward": 0}] * 4)).warnings == ()
 
 
 def test_binary_and_boolean_rewards_pass_through(tmp_path):

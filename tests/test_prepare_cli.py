@@ -105,7 +105,8 @@ def test_embed_artifact_schema(embedded):
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-6)
     assert list(th) == [text_hash(r["prompt"]) for r in PROMPT_ROWS]
     assert art.params == {"model": "bundled", "instruction": DEFAULT_INSTRUCTION, "dim": 384, "batch_size": 16,
-                          "shard": None, "id_field": "id", "text_field": "prompt"}
+                          "shard": None, "id_field": "id", "text_field": "prompt",
+                          "messages": "user"}
     assert art.inputs == {"prompts": hash_file(prompts)}
     assert art.content_hash == hash_arrays(ids_str(ids), emb) == res["content_hash"]
     assert art.attr("shard") is None

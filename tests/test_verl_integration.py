@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from graphdiff_cli.core.graph import drop_self, exact_knn, mutual_knn_graph
-from graphdiff_cli.errors import DataError, InvalidArgumentError
+from graphdiff_cli.errors import DataError, InvalidArgumentError, RewardWarning
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.integrations.tracking import InMemoryTarget
 from graphdiff_cli.integrations.verl import (GraphdiffCurriculumSampler, check_v1_config, outcomes_from_batch,
@@ -104,10 +104,17 @@ def test_a_saved_position_resumes_with_the_same_choice():
 
 
 def test_outcomes_use_index_never_uid():
-    ids, n, s = outcomes_from_batch(_batch(["7", "7", "9"], [1.0, 0.5, 2.0], uid=["a", "b", "c"]))
+    ids, n, s = outcomes_from_batch(_batch(["7", "7", "9"], [1.0, 0.5, 2.0], uid=["a", "b", "c"]),
+                                    success_threshold=1.0)
     assert ids == ["7", "9"] and n.tolist() == [2, 1] and s.tolist() == [1, 1]
     ids, n, s = outcomes_from_batch(_batch(["7", "7"], [0.5, 0.2]), success_threshold=0.5)
     assert s.tolist() == [1]
+    ids, n, s = outcomes_from_batch(_batch(["7", "7", "9"], [1.0, 0.0, 1.0], uid=["a", "b", "c"]))
+    assert n.tolist() == [2, 1] and s.tolist() == [1, 1]  # 0/1 scores need no threshold
+    # scores that are not 0/1 with no success_threshold in the config: refused, never thresholded silently
+    with pytest.raises(DataError, match=r"^prompt '7' got reward 0.5, not 0 or 1; set the integration's "
+                                        r"success_threshold"):
+        outcomes_from_batch(_batch(["7", "7"], [0.5, 0.2]))
     bad = SimpleNamespace(non_tensor_batch={"uid": np.array(["a"])}, batch={"token_level_scores": torch.ones(1, 2)})
     with pytest.raises(DataError, match="no non_tensor_batch\\['index'\\].*does not use 'uid'"):
         outcomes_from_batch(bad)
@@ -180,7 +187,8 @@ def test_v1_outcomes_skip_padding_and_sum_token_scores():
     tags = [{}, {}, {"is_padding": False}, {}, {"is_padding": True}]  # the last row is verl's padding
     ids, n, s = outcomes_from_fields(index, scores, tags)
     assert ids == ["7", "9"] and n.tolist() == [2, 2] and s.tolist() == [1, 2]
-    ids, n, s = outcomes_from_fields([np.int64(3)], [np.array([0.0, 2.0])], None, success_threshold=2.0)
+    with pytest.warns(RewardWarning, match=r"^this step: all 1 rewards are at or above success_threshold 2 "):
+        ids, n, s = outcomes_from_fields([np.int64(3)], [np.array([0.0, 2.0])], None, success_threshold=2.0)
     assert ids == ["3"] and s.tolist() == [1]
     with pytest.raises(DataError, match="2 tags for 5 rollouts"):
         outcomes_from_fields(index, scores, tags[:2])

@@ -59,6 +59,16 @@ def info(message: str) -> None:
         stderr_console().print(message)
 
 
+def warn(message: str) -> None:
+    """``graphdiff: warning: ...`` on stderr as one line (hidden by -q; with --json it is in the result too).
+    Printed as text, never parsed as rich markup."""
+    if not OUT.quiet:
+        from rich.text import Text
+
+        stderr_console().print(Text.assemble(("graphdiff: warning: ", "bold yellow"), plain_line(message)),
+                               soft_wrap=True)
+
+
 def debug(message: str) -> None:
     if OUT.verbose and not OUT.quiet:
         stderr_console().print(f"[dim]{message}[/dim]")

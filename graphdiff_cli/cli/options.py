@@ -23,8 +23,9 @@ LockTimeoutOption = Annotated[float, typer.Option("--lock-timeout", help="Second
                                                                        "rollback) to finish.")]
 GroupSizeOption = Annotated[int, typer.Option("--group-size", help="Rollouts per group, for p_zero_variance "
                                                                    "= P(all correct or all wrong).")]
-SuccessThresholdOption = Annotated[float, typer.Option("--success-threshold", help="A rollout with reward >= "
-                                                       "this is a success (binary 0/1 rewards pass through).")]
+SuccessThresholdOption = Annotated[Optional[float], typer.Option(  # noqa: UP007 - typer reads Optional
+    "--success-threshold", help="A rollout with reward >= this is a success. Needed when rewards are not 0/1 "
+    "(no default: a file with such rewards is refused without it); binary 0/1 rewards need none.")]
 KeepOption = Annotated[Optional[int], typer.Option("--keep", help="How many of the last steps' states are kept "
                                                    f"(older ones are pruned after each update; default {DEFAULT_KEEP}).")]
 KeepEveryOption = Annotated[Optional[int], typer.Option("--keep-every", help="Also keep every step that is a "

@@ -144,10 +144,11 @@ class CandidateDraw:
                     np.asarray(skipped_pzv), step, extra={"filled_from_skipped": filled})
 
 
-def has_signal(rewards, threshold: float) -> bool:
-    """0 < successes < n over one group's rewards (success = reward >= threshold; NaN is no rollout)."""
+def has_signal(rewards, threshold: float | None) -> bool:
+    """0 < successes < n over one group's rewards (success = reward >= threshold; NaN is no rollout). With no
+    threshold the rewards are 0/1 (``count_outcomes`` refuses others when the group is applied): success = 1."""
     valid = [float(r) for r in rewards if not (r is None or (isinstance(r, float) and math.isnan(r)))]
-    s = sum(r >= threshold for r in valid)
+    s = sum(r >= (1.0 if threshold is None else threshold) for r in valid)
     return 0 < s < len(valid)
 
 

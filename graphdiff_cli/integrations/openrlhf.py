@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import DataError, GraphdiffError, InvalidArgumentError, StateError
 from ..io.atomic import atomic_write_text
 from ..io.locks import file_lock
+from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary
 from .tracking import StateTarget, count_outcomes
 
 ENV = {"state": "GRAPHDIFF_STATE", "batch_size": "GRAPHDIFF_BATCH_SIZE", "n_samples": "GRAPHDIFF_N_SAMPLES",
@@ -61,7 +62,7 @@ class StepRecorder:
     """Rollouts from OpenRLHF's reward function -> one graphdiff step per training step (see the module)."""
 
     def __init__(self, state, *, batch_size: int, n_samples: int, filter_range=None, episode_prompts=None,
-                 success_threshold: float = 1.0, folder=None, device: str | None = "cpu", durable: bool = True):
+                 success_threshold: float | None = None, folder=None, device: str | None = "cpu", durable: bool = True):
         self.state = Path(state)
         self.batch_size, self.n_samples = int(batch_size), int(n_samples)
         if self.batch_size < 1 or self.n_samples < 1:
@@ -71,7 +72,7 @@ class StepRecorder:
                                               not self.filter_range[0] < self.filter_range[1]):
             raise InvalidArgumentError(f"filter_range must be two numbers lo < hi, got {filter_range!r}")
         self.episode_prompts = None if episode_prompts in (None, 0, "") else int(episode_prompts)
-        self.success_threshold = float(success_threshold)
+        self.success_threshold = check_threshold(success_threshold)  # None: 0/1 rewards only
         self.folder = Path(folder) if folder else self.state.parent / f"{self.state.name}.openrlhf"
         self.folder.mkdir(parents=True, exist_ok=True)
         self.target = StateTarget(self.state, outcomes_dir=self.folder, device=device, durable=durable)
@@ -108,6 +109,9 @@ class StepRecorder:
                                      f"(remove {error} once fixed)")
                 self._finish_closing()
                 pid = self._known(str(prompt_id))
+                if self.success_threshold is None and not is_binary(float(reward)):  # refused at once, not at the close
+                    raise DataError(f"prompt {pid!r} got reward {float(reward):g}, not 0 or 1; set "
+                                    f"GRAPHDIFF_SUCCESS_THRESHOLD ({THRESHOLD_HINT.split(': ', 1)[1]})")
                 row = {"id": pid, "reward": float(reward), "score": float(reward if score is None else score)}
                 self._append(row)
                 return self._maybe_close()

@@ -6,7 +6,8 @@
   and applied with ``State.update``, so the STATE's log records the file's hash like any ``graphdiff update``). Both map string prompt ids to node
   indices, refuse unknown ids, and apply trainer step T only onto estimator step T - 1.
 * ``OutcomeRecorder`` - a thread-safe list of (trainer step, prompt id, reward) rows.
-* ``count_outcomes`` - rows -> per-prompt (n, s): a rollout succeeds when reward >= threshold.
+* ``count_outcomes`` - rows -> per-prompt (n, s): a rollout succeeds when reward >= threshold; with no
+  threshold (None) every reward must be 0 or 1, as for ``graphdiff update``.
 * ``BatchChooser`` - draws a candidate pool and keeps B prompts by a ``core.decisions`` strategy, from
   the target's current estimates; every decision is kept (``decisions``) for inspection and tests.
 * ``StepMetrics`` - what a trainer's dashboard shows per step (``graphdiff/...`` scalars): the step's
@@ -25,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core import decisions as dec
-from ..errors import DataError, InvalidArgumentError, StateError
-from ..io.outcomes import check_threshold
+from ..errors import DataError, InvalidArgumentError, RewardWarning, StateError
+from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary, threshold_warning
 from ..io.readers import IdIndex
 
 
@@ -190,22 +191,41 @@ class OutcomeRecorder:
             return len(self._rows)
 
 
-def count_outcomes(rows, threshold: float = 1.0) -> tuple[list[str], np.ndarray, np.ndarray]:
+def count_outcomes(rows, threshold: float | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(ids in order of first appearance, n, s): one rollout per row, success = reward >= threshold.
-    NaN rewards (TRL's "not applicable") are not rollouts of this reward and are skipped."""
+    NaN rewards (TRL's "not applicable") are not rollouts of this reward and are skipped.
+
+    The rule of ``graphdiff update`` (``io.outcomes``): with ``threshold=None`` (the trainer's config chose
+    none) every reward must be 0 or 1, and any other is refused (DataError naming the prompt id); with a threshold, rewards that all fall below it (or all at or above it) are applied and
+    reported with one ``RewardWarning``."""
     threshold = check_threshold(threshold)
     order: dict[str, int] = {}
     n: list[int] = []
     s: list[int] = []
+    low, high, count = math.inf, -math.inf, 0
     for _, pid, r in rows:
         if isinstance(r, float) and math.isnan(r):
             continue
+        if threshold is None:
+            if not is_binary(r):
+                raise DataError(f"prompt {pid!r} got reward {r:g}, not 0 or 1; set the "
+                                f"integration's success_threshold ({THRESHOLD_HINT.split(': ', 1)[1]})")
+            r_ok = r >= 1.0
+        else:
+            r_ok = r >= threshold
+            low, high, count = min(low, r), max(high, r), count + 1
         j = order.setdefault(pid, len(order))
         if j == len(n):
             n.append(0)
             s.append(0)
         n[j] += 1
-        s[j] += int(r >= threshold)
+        s[j] += int(r_ok)
+    if count:
+        line = threshold_warning(low, high, count, threshold, "this step")
+        if line:
+            import warnings
+
+            warnings.warn(line.replace("--success-threshold", "success_threshold"), RewardWarning, stacklevel=2)
     return list(order), np.asarray(n, dtype=np.int64), np.asarray(s, dtype=np.int64)
 
 

@@ -11,7 +11,7 @@
 * ``gd.reward(fn)`` wraps a reward function. TRL calls it with every dataset column, so the wrapper sees
   each completion's prompt ``id`` (``id_column``) and the trainer state; it returns ``fn``'s rewards
   unchanged and records (trainer step, id, reward) for each completion. A rollout counts as a success
-  when its reward >= ``success_threshold`` (1.0: binary 0/1 rewards). With several reward functions,
+  when its reward >= ``success_threshold`` (None: rewards must be 0/1, others are refused). With several reward functions,
   wrap the one that defines success.
 * ``gd.callback()`` is a ``transformers.TrainerCallback``. At the end of optimiser step T
   (``state.global_step`` = T) it applies exactly one update: the rewards recorded during step T, as
@@ -53,6 +53,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError
+from ..io.outcomes import check_threshold
 from . import dynamic_sampling as ds
 from .tracking import (METRIC_PREFIX, BatchChooser, OutcomeRecorder, StateTarget, StepMetrics, count_outcomes,
                        open_target)
@@ -69,7 +70,7 @@ def _dist():
 class GraphdiffTRL:
     """One graphdiff estimator (in memory or a STATE directory) wired into one GRPO run."""
 
-    def __init__(self, target, *, ids=None, id_column: str = "id", success_threshold: float = 1.0,
+    def __init__(self, target, *, ids=None, id_column: str = "id", success_threshold: float | None = None,
                  strategy: str | None = None, pool_factor: float = 4.0, target_p: float = 0.5, seed: int = 0,
                  explore: float = dec.TARGET_EXPLORE, group_size: int | None = None, outcomes_dir=None,
                  durable: bool = True, dynamic_sampling=None, max_generation_rounds: int = ds.DEFAULT_MAX_ROUNDS,
@@ -84,7 +85,7 @@ class GraphdiffTRL:
         kwargs = {"outcomes_dir": outcomes_dir, "durable": durable} if isinstance(target, (str, Path)) else {}
         self.target = open_target(target, ids=ids, **kwargs)
         self.id_column = id_column
-        self.success_threshold = float(success_threshold)
+        self.success_threshold = check_threshold(success_threshold)  # None: 0/1 rewards only
         strategy = "target" if strategy is None else strategy
         self.strategy, self.pool_factor, self.target_p, self.seed = strategy, pool_factor, target_p, seed
         self.group_size = group_size

@@ -16,13 +16,13 @@ that ``data.dataloader_num_workers == 0``, and - because it is an ``AbstractCurr
 * in ``update(batch)`` counts, per prompt, the step's rollouts and successes - the prompt id is
   ``batch.non_tensor_batch["index"]`` (one entry per rollout; never ``"uid"``, a fresh uuid per step),
   the reward ``batch.batch["token_level_scores"].sum(-1)`` (the reward function's score, before any KL
-  penalty), success = reward >= ``success_threshold`` - and applies them as exactly one step to the
+  penalty), success = reward >= ``success_threshold`` (unset: rewards must be 0/1, others are refused) - and applies them as exactly one step to the
   estimator.
 
 Settings go under ``data.sampler`` next to class_path/class_name (``+data.sampler.state=...`` on the
 Hydra command line; see examples/verl/): ``state`` (a STATE directory from ``graphdiff init``;
 environment fallback ``GRAPHDIFF_STATE``), ``strategy`` (target), ``pool_factor`` (4), ``seed`` (0),
-``target`` (0.5), ``success_threshold`` (1.0), ``group_size`` (= actor_rollout_ref.rollout.n, for
+``target`` (0.5), ``success_threshold`` (unset: 0/1 rewards only; e.g. 1.0 for DAPO's -1/1), ``group_size`` (= actor_rollout_ref.rollout.n, for
 p_zero_variance; 8), ``outcomes_dir`` (next to the STATE).
 
 verl 0.8 removed the ``data.sampler.class_path`` hook and the ``update`` call. For verl's v1 trainer (the
@@ -40,6 +40,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import BackendError, DataError, InvalidArgumentError, StateError
+from ..io.outcomes import check_threshold
 from .tracking import METRIC_PREFIX, BatchChooser, StepMetrics, count_outcomes, open_target
 
 try:  # the class verl checks with isinstance; without verl (or with verl >= 0.8) a plain torch Sampler
@@ -59,7 +60,7 @@ except Exception as _exc:  # noqa: BLE001 - reported by the sampler below when i
 
 DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5,
             "explore": dec.TARGET_EXPLORE,
-            "success_threshold": 1.0, "group_size": 8, "outcomes_dir": None,
+            "success_threshold": None, "group_size": 8, "outcomes_dir": None,
             # verl 0.9 v1 only: the per-dispatch choice (dynamic sampling refills, __rollout_n__ allocation)
             "prefilter": True, "prefilter_min_keep": dec.GRESO_MIN_KEEP,
             "allocate": None, "allocate_min": 2, "allocate_max": 32}
@@ -123,7 +124,7 @@ def row_prompt_ids(data_source) -> list[str]:
     return ids
 
 
-def outcomes_from_fields(index, scores, tags=None, success_threshold: float = 1.0) -> tuple[list[str], np.ndarray,
+def outcomes_from_fields(index, scores, tags=None, success_threshold: float | None = None) -> tuple[list[str], np.ndarray,
                                                                                            np.ndarray]:
     """(prompt ids, n, s) from the v1 trainer's per-trajectory fields: ``index`` (each row's
     extra_info.index), ``scores`` (``rm_scores``: per-token, the score on the last token; summed per row,
@@ -147,7 +148,7 @@ def _plain_id(value) -> str:
     return str(value.item() if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 else value)
 
 
-def outcomes_from_batch(batch, success_threshold: float = 1.0) -> tuple[list[str], np.ndarray, np.ndarray]:
+def outcomes_from_batch(batch, success_threshold: float | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(prompt ids, n, s) of one step's ``DataProto``: ids from non_tensor_batch["index"] (not "uid"), rewards
     from ``token_level_scores`` (as ``outcomes_from_fields`` reads the v1 trainer's fields)."""
     ntb = batch.non_tensor_batch
@@ -175,7 +176,7 @@ class GraphdiffCurriculumSampler(_Base):
             target = state
         kwargs = {"outcomes_dir": opts["outcomes_dir"]} if isinstance(target, (str, os.PathLike)) else {}
         self.target = open_target(target, **kwargs)
-        self.success_threshold = float(opts["success_threshold"])
+        self.success_threshold = check_threshold(opts["success_threshold"])  # None: 0/1 rewards only
         self.batch_size = int(batch_size or _get(data_config, "gen_batch_size") or _get(data_config, "train_batch_size"))
         self.data_source = data_source
         self.row_ids = row_prompt_ids(data_source)

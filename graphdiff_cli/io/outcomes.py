@@ -3,8 +3,11 @@
 Two row schemas, fixed by the file's first row (CSV: its header):
 
 - counts:   ``id, n, s``   n rollouts of prompt ``id``, s of them successful (0 <= s <= n);
-- rollouts: ``id, reward`` one row per rollout; a rollout succeeds when reward >= ``success_threshold``
-  (default 1.0, so binary 0/1 rewards pass through unchanged; JSON true/false count as 1/0).
+- rollouts: ``id, reward`` one row per rollout; a rollout succeeds when reward >= ``success_threshold``.
+  Without a threshold (``None``, the default) every reward must be 0 or 1 (JSON true/false count as 1/0)
+  and passes through unchanged; any other reward is refused with its line: a threshold for continuous
+  rewards must be chosen, never assumed. With a threshold, a file whose rewards all fall below it (or all
+  at or above it) is read, with a one-line warning in ``Outcomes.warnings``.
 
 Rows of one prompt are summed (a prompt rolled out in two groups). Extra columns are ignored. The file
 is JSONL, CSV or Parquet (``io.tables.read_rows``; a UTF-8 byte order mark is dropped). Types: in JSONL
@@ -42,16 +45,22 @@ class Outcomes:
     s: np.ndarray  # int64, successes per id
     lines: list[int]  # line of each id's first row (for error messages after parsing)
     n_rows: int
+    warnings: tuple[str, ...] = ()  # one line each: rewards all on one side of a chosen threshold
 
     def node_indices(self, index) -> np.ndarray:
         """Node indices of the ids by ``index`` (a ``readers.IdIndex``); an unknown id is refused with its line."""
         return index.nodes(self.ids, where=lambda j: f"{self.path}:{self.lines[j]}")
 
 
-DEFAULT_SUCCESS_THRESHOLD = 1.0  # reward >= 1 is a success: binary 0/1 rewards pass through
+DEFAULT_SUCCESS_THRESHOLD = None  # none chosen: rewards must be 0/1 (they pass through); others are refused
+THRESHOLD_HINT = ("pass --success-threshold X (a rollout with reward >= X is a success): graphdiff does not "
+                  "guess a threshold for rewards that are not 0/1")
 
 
-def check_threshold(success_threshold) -> float:
+def check_threshold(success_threshold) -> float | None:
+    """The threshold as a finite float, or None (not chosen: only 0/1 rewards are accepted)."""
+    if success_threshold is None:
+        return None
     try:
         x = float(success_threshold)
     except (TypeError, ValueError):
@@ -90,11 +99,32 @@ def _reward(value, path, line_no: int, strict: bool) -> float:
     return as_float(value, path, line_no, "reward", strict=strict)
 
 
-def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float, strict: bool) -> tuple[str, int, int]:
-    """(id, n, s) of one checked row (``strict``: numbers must not be strings)."""
+def is_binary(reward: float) -> bool:
+    return reward == 0.0 or reward == 1.0
+
+
+def threshold_warning(rewards_low: float, rewards_high: float, count: int, threshold: float, where: str) -> str | None:
+    """One line when ``count`` rewards in [low, high] all fall on one side of a chosen threshold, else None."""
+    if rewards_high < threshold:
+        return (f"{where}: all {count} rewards are below --success-threshold {threshold:g} (the highest is "
+                f"{rewards_high:g}): every rollout counts as a failure")
+    if rewards_low >= threshold:
+        return (f"{where}: all {count} rewards are at or above --success-threshold {threshold:g} (the lowest is "
+                f"{rewards_low:g}): every rollout counts as a success")
+    return None
+
+
+def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float | None, strict: bool
+               ) -> tuple[str, int, int, float | None]:
+    """(id, n, s, reward or None) of one checked row (``strict``: numbers must not be strings)."""
     pid = as_id(row["id"], path, line_no, "id")
     if schema == "rollouts":
-        return pid, 1, int(_reward(row["reward"], path, line_no, strict) >= threshold)
+        reward = _reward(row["reward"], path, line_no, strict)
+        if threshold is None:
+            if not is_binary(reward):
+                raise DataError(f"{path}:{line_no}: reward {reward:g} is not 0 or 1; {THRESHOLD_HINT}")
+            return pid, 1, int(reward), reward
+        return pid, 1, int(reward >= threshold), reward
     n = as_int(row["n"], path, line_no, "n", strict=strict)
     s = as_int(row["s"], path, line_no, "s", strict=strict)
     if n < 0:
@@ -105,10 +135,10 @@ def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float, str
         raise DataError(f"{path}:{line_no}: s = {s} successes is more than n = {n} rollouts")
     if n > MAX_COUNT:
         raise DataError(f"{path}:{line_no}: n = {n} is implausibly large (more than {MAX_COUNT} rollouts)")
-    return pid, n, s
+    return pid, n, s, None
 
 
-def read_outcomes(path, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD, fmt: str | None = None) -> Outcomes:
+def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESHOLD, fmt: str | None = None) -> Outcomes:
     """Parse and check a whole outcomes file (see the module docstring for the contract)."""
     path = Path(path)
     threshold = check_threshold(success_threshold)
@@ -124,6 +154,7 @@ def read_outcomes(path, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD, fm
     n_acc: list[int] = []
     s_acc: list[int] = []
     n_rows = 0
+    low, high = math.inf, -math.inf
     for line_no, row in read_rows(path, fmt):
         if schema is None:
             schema = _schema_of(path, 1 if fmt == "csv" else line_no, row)
@@ -133,7 +164,7 @@ def read_outcomes(path, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD, fm
                 raise DataError(f"{path}:{1 if fmt == 'csv' else line_no}: missing column {c!r} ({schema} rows need "
                                 f"{', '.join(columns)})")
         try:
-            pid, n, s = _parse_row(path, line_no, row, schema, threshold, strict=fmt != "csv")
+            pid, n, s, reward = _parse_row(path, line_no, row, schema, threshold, strict=fmt != "csv")
         except DataError:
             raise
         except (TypeError, ValueError, OverflowError) as exc:  # a cell the shared parsers do not foresee
@@ -151,8 +182,13 @@ def read_outcomes(path, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD, fm
             if n_acc[j] > MAX_COUNT:
                 raise DataError(f"{path}:{line_no}: {n_acc[j]} rollouts of id {pid!r} in one step is implausibly "
                                 f"large (more than {MAX_COUNT})")
+        if reward is not None:
+            low, high = min(low, reward), max(high, reward)
         n_rows += 1
     if n_rows == 0:
         raise DataError(f"{path}: no outcome rows (an empty file cannot be a training step)")
+    warning = (threshold_warning(low, high, n_rows, threshold, str(path))
+               if schema == "rollouts" and threshold is not None else None)
     return Outcomes(path=path, schema=schema, ids=ids, n=np.asarray(n_acc, dtype=np.int64),
-                    s=np.asarray(s_acc, dtype=np.int64), lines=lines, n_rows=n_rows)
+                    s=np.asarray(s_acc, dtype=np.int64), lines=lines, n_rows=n_rows,
+                    warnings=(warning,) if warning else ())

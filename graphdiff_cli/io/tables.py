@@ -191,20 +191,84 @@ def as_id(value, path, line_no: int, field: str) -> str:
     return s
 
 
-def read_prompts(path, id_field: str = "id", text_field: str = "prompt", fmt: str | None = None
-                 ) -> tuple[list[str], list[str]]:
-    """(ids, texts) of a prompts file; duplicate or empty ids and empty texts are refused with the line."""
+# How a chat-list prompt ([{"role": ..., "content": ...}, ...], as verl's preprocessing scripts and TRL's
+# conversational datasets write it) becomes the one text that is embedded. The policy sees the messages
+# through its tokenizer's chat template, which graphdiff does not have; neither choice is that text.
+MESSAGES_MODES = ("user", "all")
+DEFAULT_MESSAGES = "user"  # the user turns' contents: what differs between prompts; a plain prompt's own text
+
+
+def field_value(row: dict, field: str) -> tuple[bool, object]:
+    """(found, value) of ``field`` in a row: a column of that exact name, else a dotted path into nested
+    objects (``extra_info.index``: the ``index`` of the ``extra_info`` struct/object)."""
+    if field in row:
+        return True, row[field]
+    value = row
+    for part in field.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def _content_text(content, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal parts: [{"type": "text", "text": ...}, {"type": "image"}, ...]
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        if all(isinstance(t, str) for t in parts):
+            return "\n".join(parts)
+    raise DataError(f"{where}: content is neither text nor a list of {{type: text, text}} parts, got {_show(content)}")
+
+
+def prompt_text(value, where: str, field: str, messages: str = DEFAULT_MESSAGES) -> str:
+    """The text to embed of a prompt cell: a string as it is; a chat list of ``{role, content}`` messages
+    flattened by ``messages``: "user" joins the user turns' contents with a blank line, "all" joins every
+    turn as "role: content". Anything else, and a chat with no user turn under "user", is refused."""
+    if isinstance(value, str):
+        return value
+    if messages not in MESSAGES_MODES:
+        raise InvalidArgumentError(f"--messages must be one of {', '.join(MESSAGES_MODES)}, got {messages!r}")
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(m, dict) for m in value):
+        raise DataError(f"{where}: {field} is neither text nor a chat list of {{role, content}} messages, got "
+                        f"{_show(value)}")
+    turns = []
+    for k, m in enumerate(value):
+        if not isinstance(m.get("role"), str) or "content" not in m:
+            raise DataError(f"{where}: {field}[{k}] is not a {{role, content}} message, got {_show(m)}")
+        turns.append((m["role"], _content_text(m["content"], f"{where}: {field}[{k}]")))
+    if messages == "all":
+        return "\n\n".join(f"{role}: {text}" for role, text in turns)
+    users = [text for role, text in turns if role == "user"]
+    if not users:
+        raise DataError(f"{where}: {field} has no user message (roles: {', '.join(r for r, _ in turns)}); use "
+                        "--messages all to embed every turn")
+    return "\n\n".join(users)
+
+
+def read_prompts(path, id_field: str = "id", text_field: str = "prompt", fmt: str | None = None,
+                 messages: str = DEFAULT_MESSAGES) -> tuple[list[str], list[str]]:
+    """(ids, texts) of a prompts file; duplicate or empty ids and empty texts are refused with the line.
+
+    Fields are columns or dotted paths into nested objects (``extra_info.index``, ``field_value``); a chat-list
+    prompt is flattened by ``prompt_text``. Ids are strings: an integer id (verl's ``extra_info.index``) is
+    its decimal text, as the trainer integrations report it."""
+    if messages not in MESSAGES_MODES:
+        raise InvalidArgumentError(f"--messages must be one of {', '.join(MESSAGES_MODES)}, got {messages!r}")
     ids: list[str] = []
     texts: list[str] = []
     first_line: dict[str, int] = {}
     for line_no, row in read_rows(path, fmt):
-        if id_field not in row:
-            raise DataError(f"{path}:{line_no}: no {id_field!r} field (use --id-field to name the id column)")
-        if text_field not in row:
+        found, raw_id = field_value(row, id_field)
+        if not found:
+            raise DataError(f"{path}:{line_no}: no {id_field!r} field (use --id-field to name the id column, "
+                            "e.g. extra_info.index for a verl parquet)")
+        found, text = field_value(row, text_field)
+        if not found:
             raise DataError(f"{path}:{line_no}: no {text_field!r} field (use --text-field to name the text column)")
-        pid = as_id(row[id_field], path, line_no, id_field)
-        text = row[text_field]
-        if not isinstance(text, str) or not text.strip():
+        pid = as_id(raw_id, path, line_no, id_field)
+        text = prompt_text(text, f"{path}:{line_no}", text_field, messages)
+        if not text.strip():
             raise DataError(f"{path}:{line_no}: {text_field} is empty")
         if pid in first_line:
             raise DataError(f"{path}:{line_no}: duplicate id {pid!r} (first on line {first_line[pid]})")

@@ -138,7 +138,7 @@ def step_refusal(root, step: int, cur: int) -> StateError:
                       f"the next update must be step {cur + 1}")
 
 
-def update(state, step: int, outcomes, *, success_threshold: float = 1.0,
+def update(state, step: int, outcomes, *, success_threshold: float | None = None,
            lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
     """Apply training step ``step`` (= current + 1) of a ``State`` with the outcomes file; see docs/handoff.md.
 
@@ -149,7 +149,7 @@ def update(state, step: int, outcomes, *, success_threshold: float = 1.0,
     t0 = time.perf_counter()
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise InvalidArgumentError(f"--step must be an integer >= 1 (step 0 is init), got {step!r}")
-    check_threshold(success_threshold)
+    success_threshold = check_threshold(success_threshold)
     check_lock_timeout(lock_timeout)
     sd = state.dir
     cur = sd.current_step
@@ -189,13 +189,14 @@ def update(state, step: int, outcomes, *, success_threshold: float = 1.0,
         entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": outcomes_hash,
                  "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
                  "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
-                 "success_threshold": float(success_threshold), "iterations": stats["iterations"],
+                 "success_threshold": success_threshold, "iterations": stats["iterations"],
                  "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
                  "inference_s": round(t_infer - t_load, 4)}
         pruned = txn.commit_step(entry)
     t_write = time.perf_counter()
     progress(4, 4)
     return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
+            "warnings": [f"step {step}: {w}" for w in parsed.warnings],
             "retained": sd.retained_steps(),
             "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
                         "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,

@@ -95,7 +95,7 @@ def _open_cache(out: Path, model: str, instruction: str | None, dim: int | None)
 def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | None = None,
                   use_instruction: bool = True, dim: int | None = None, batch_size: int = 64,
                   device: str = "auto", shard: str | None = None, id_field: str = "id",
-                  text_field: str = "prompt", progress: Progress = no_progress) -> dict:
+                  text_field: str = "prompt", messages: str = "user", progress: Progress = no_progress) -> dict:
     """Embed a prompts file into an "embeddings" artifact, reusing unchanged rows of ``out``.
 
     phi_i = normalize(first_dim(f_emb("Instruction: {I}\\nPrompt: {x_i}"))), with I the paper's
@@ -124,7 +124,7 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     instr = (instruction if instruction is not None else DEFAULT_INSTRUCTION) if use_instruction else None
     model_key = _model_key(model)
 
-    ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field)
+    ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field, messages=messages)
     prompts_hash = hash_file(prompts)
     total = len(ids)
     start, stop = 0, total
@@ -170,7 +170,7 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     ids_arr = ids_for_hash(ids)
     params = {"model": model_key, "instruction": instr, "dim": int(out_dim), "batch_size": int(batch_size),
               "shard": None if shard_spec is None else f"{shard_spec[0]}/{shard_spec[1]}",
-              "id_field": id_field, "text_field": text_field}
+              "id_field": id_field, "text_field": text_field, "messages": messages}
     attrs = {"native_dim": int(native_dim)}
     if shard_spec is not None:
         attrs["shard"] = {"index": shard_spec[0], "count": shard_spec[1], "start": start, "stop": stop,
@@ -195,7 +195,7 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
 
 # ---------------------------------------------------------------------------------- merge-embeddings
 
-_SAME_KEYS = ("model", "instruction", "dim", "id_field", "text_field")
+_SAME_KEYS = ("model", "instruction", "dim", "id_field", "text_field", "messages")
 
 
 def merge_embeddings(shards: Sequence, out, progress: Progress = no_progress) -> dict:
@@ -261,7 +261,7 @@ def merge_embeddings(shards: Sequence, out, progress: Progress = no_progress) ->
     params = {key: first.params.get(key) for key in _SAME_KEYS}
     params.update(batch_size=first.params.get("batch_size"), shard=None)
     params = {k: params[k] for k in ("model", "instruction", "dim", "batch_size", "shard", "id_field",
-                                     "text_field")}
+                                     "text_field", "messages")}
     content_hash = hash_arrays(ids_arr, emb)
     write_artifact(out, "embeddings", {"ids": ids_arr.astype(object), "embeddings": emb,
                                        "text_hash": np.asarray(hashes, dtype=object)},

@@ -181,7 +181,7 @@ def _embedded(model: _Model, path) -> tuple[list[str], list[str], np.ndarray]:
 # ------------------------------------------------------------------------------------------- extend
 
 def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str = "id", text_field: str = "prompt",
-           batch_size: int = 64, device: str = "auto", lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+           messages: str = "user", batch_size: int = 64, device: str = "auto", lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
            progress: Progress = no_progress) -> dict:
     """Add prompts to the STATE of ``state`` (a ``graphdiff_cli.State``) as the next revision of its current step: ``prompts`` (a
     prompts file, embedded here) or ``embedded`` (an embeddings artifact of them made by graphdiff embed
@@ -208,7 +208,7 @@ def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str
     source = prompts if prompts is not None else embedded
     model = _Model(sd, embeddings)
     if prompts is not None:
-        ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field)
+        ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field, messages=messages)
         hashes = [text_hash(t) for t in texts]
         source_hash = hash_file(prompts)
     else:

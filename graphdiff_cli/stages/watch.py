@@ -203,7 +203,8 @@ class _Watcher:
                             f"replace the file, then start it again)") from None
         entry = {"step": step, "file": path.name, "prompts": res["prompts"], "rollouts": res["rollouts"],
                  "successes": res["successes"], "iterations": res["iterations"], "converged": res["converged"],
-                 "seconds": round(res["timings"]["total_s"], 4), "outcomes_hash": res["outcomes_hash"]}
+                 "seconds": round(res["timings"]["total_s"], 4), "outcomes_hash": res["outcomes_hash"],
+                 "warnings": res["warnings"]}
         self.applied.append(entry)
         self.n_applied += 1
         self._checked[path.name] = _signature(path)
@@ -328,7 +329,7 @@ def _signature(p: Path) -> tuple:
 
 
 def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=None, group_size: int = 8,
-          success_threshold: float = 1.0, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, complete: str = "rename",
+          success_threshold: float | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, complete: str = "rename",
           until_step: int | None = None, predict_ids=None, stop: Callable[[], bool] = lambda: False,
           listener: Listener = _quiet) -> dict:
     """Apply the inbox's step files to ``state`` (a ``graphdiff_cli.State``; ``State.watch`` calls this) in

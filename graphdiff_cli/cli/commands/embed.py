@@ -27,8 +27,13 @@ def embed(
     device: str = typer.Option("auto", "--device", help="auto (GPU where one works), cpu or cuda."),
     shard: Optional[str] = typer.Option(None, "--shard", help="I/N: embed only rows [I*ceil(M/N), "
                                         "(I+1)*ceil(M/N)) of the M prompts; join with merge-embeddings."),
-    id_field: str = typer.Option("id", "--id-field", help="Column holding the prompt id."),
-    text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text."),
+    id_field: str = typer.Option("id", "--id-field", help="Column holding the prompt id; a dotted path reads a "
+                                 "nested field (extra_info.index in a verl parquet)."),
+    text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text: text, or a "
+                                   "chat list of {role, content} messages (see --messages)."),
+    messages: str = typer.Option("user", "--messages", help="A chat-list prompt ([{role, content}, ...], verl's and "
+                                 "TRL's conversational format) becomes: 'user' the user turns' contents, 'all' "
+                                 "every turn as 'role: content' (docs/trainers.md)."),
 ):
     """Embed prompts (Section 3.3): L2-normalized sentence embeddings with the difficulty-aware instruction."""
     from ...stages.prepare import embed_prompts
@@ -37,7 +42,7 @@ def embed(
         res = embed_prompts(prompts, out, model=model, instruction=instruction,
                             use_instruction=not no_instruction, dim=dim, batch_size=batch_size,
                             device=device, shard=shard, id_field=id_field, text_field=text_field,
-                            progress=update)
+                            messages=messages, progress=update)
     debug(f"cache: {res['cache']}; timings: {res['timings']}")
     emit(res, f"embedded {res['embedded']} prompts, reused {res['cached']} cached -> {res['out']} "
               f"({res['shape'][0]} x {res['shape'][1]}, {res['timings']['total_s']:.1f} s)")

@@ -22,6 +22,9 @@ def extend(
                                               "from are now, if they moved (checked by content hash)."),
     id_field: str = typer.Option("id", "--id-field", help="Column holding the prompt id."),
     text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text."),
+    messages: str = typer.Option("user", "--messages", help="A chat-list prompt ([{role, content}, ...], verl's and "
+                                 "TRL's conversational format) becomes: 'user' the user turns' contents, 'all' "
+                                 "every turn as 'role: content' (docs/trainers.md)."),
     batch_size: int = typer.Option(64, "--batch-size", help="Encoder batch size."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N (for the encoder)."),
     lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
@@ -32,7 +35,7 @@ def extend(
 
     with progress("extending the prompt set") as bar:
         res = State.open(state).extend(prompts, embedded=embedded, embeddings=embeddings, id_field=id_field, text_field=text_field,
-                         batch_size=batch_size, device=device, lock_timeout=lock_timeout, progress=bar)
+                         messages=messages, batch_size=batch_size, device=device, lock_timeout=lock_timeout, progress=bar)
     t = res["timings"]
     emit(res, f"step {res['version']}: {res['added']} prompts added ({res['n_prompts']} now, {res['edges']} edges; "
               f"{res['changed_lists']} old kNN lists changed, {res['new_isolated']} new prompts without a mutual "

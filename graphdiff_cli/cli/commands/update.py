@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 from ..options import (DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, LockTimeoutOption, StateOption,
                        SuccessThresholdOption)
 
@@ -33,6 +33,8 @@ def update(
                   f"{res['applied_at']}): nothing to do; the next update is step {res['step'] + 1}")
         return
     t = res["timings"]
+    for line in res["warnings"]:
+        warn(line)
     emit(res, f"step {res['step']}: {res['prompts']} prompts, {res['successes']}/{res['rollouts']} successes, "
               f"{res['iterations']} rounds ({'converged' if res['converged'] else 'not converged'}) in "
               f"{t['total_s']:.2f} s (load {t['load_s']:.2f}, inference {t['inference_s']:.2f}, "

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..common import command, debug, emit, info
+from ..common import command, debug, emit, info, warn
 from ..options import (DEFAULT_GROUP_SIZE, DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, GroupSizeOption,
                        LockTimeoutOption, StateOption, SuccessThresholdOption)
 
@@ -83,6 +83,8 @@ def watch(
         text = _describe(event)
         if text is None:
             return
+        for line in event.get("warnings", ()):
+            warn(line)
         if event["event"] in ("predicted", "waiting"):
             debug(text) if event["event"] == "predicted" else info(text)
         else:
