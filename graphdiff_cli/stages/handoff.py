@@ -106,7 +106,7 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
 
 # ------------------------------------------------------------------------------------------- update
 
-def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float, t0: float) -> dict | None:
+def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float | None, t0: float) -> dict | None:
     """The no-op result when ``step`` is the last applied step and was applied from these very outcomes (same
     bytes, same threshold): a trainer's retry after a crash or a signal that came after the commit. Else None."""
     if step != cur or step < 1 or not Path(outcomes).is_file():
@@ -114,7 +114,7 @@ def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float
     entry = next((e for e in reversed(sd.log_entries(upto=sd.current_version()))
                   if e.get("step") == step and not e.get("revision") and e.get("event") is None), None)
     if (entry is None or entry.get("outcomes_hash") != hash_file(outcomes)
-            or entry.get("success_threshold") != float(success_threshold)):
+            or entry.get("success_threshold") != success_threshold):
         return None
     return {"command": "update", "state": str(sd.root), "step": step, "noop": True,
             **{k: entry.get(k) for k in ("outcomes", "outcomes_hash", "schema", "rows", "prompts", "rollouts",
