@@ -137,3 +137,42 @@ def test_another_writer_is_seen(st, tmp_path, inputs):
     assert st.estimator().step_ == 2 and st.status()["step"] == 2
     assert json.loads((st.path / "CURRENT").read_text())["step"] == 2
     assert repr(st) == f"State({str(st.path)!r}, step 2)"
+
+
+def test_retention_keeps_checkpoint_steps_and_can_change_after_init(tmp_path, inputs):
+    """The last --keep steps and every multiple of --keep-every stay, so a trainer resuming from a checkpoint
+    taken every C steps finds its step; changed at any time, it prunes by the new rule at once."""
+    graph, clusters, ids = inputs
+    st = State.init(graph, clusters, tmp_path / "S", device="cpu", keep=2, keep_every=3, durable=False)
+    for t in range(1, 9):
+        st.update(t, step_rows(ids, t))
+    assert st.dir.retained_steps() == [0, 3, 6, 7, 8]
+    status = st.status()
+    assert (status["keep"], status["keep_every"]) == (2, 3) and status["disk_bytes"]["steps"] > 0
+    st.rollback(3)  # the checkpoint the trainer resumed from, five steps back
+    assert st.step == 3 and st.estimator().step_ == 3
+    for t in range(4, 8):
+        st.update(t, step_rows(ids, t, seed=1))
+    res = st.retention(keep_every=0)
+    assert res["pruned"] == [3] and res["previous"] == {"keep": 2, "keep_every": 3}
+    assert st.dir.retained_steps() == [0, 6, 7] and json.loads((st.path / "retention.json").read_text()) == \
+        {"keep": 2, "keep_every": 0}
+    with pytest.raises(StateError, match="state of step 3 was pruned"):
+        st.rollback(3)
+    with pytest.raises(InvalidArgumentError, match="--keep must be an integer >= 2"):
+        st.retention(keep=1)
+    with pytest.raises(InvalidArgumentError, match="--keep-every must be an integer >= 0"):
+        st.retention(keep_every=-5)
+    assert json.loads((st.path / "retention.json").read_text())["keep_every"] == 0  # refusals change nothing
+
+
+def test_retention_of_a_state_made_before_it_existed(tmp_path):
+    """A STATE written by the previous release has no retention.json: its init --keep and every 50th step."""
+    import shutil
+    from pathlib import Path
+
+    legacy = Path(__file__).parent / "data" / "legacy_79a4679" / "STATE"
+    shutil.copytree(legacy, tmp_path / "S")
+    st = State.open(tmp_path / "S")
+    res = st.retention()
+    assert res["keep_every"] == 50 and res["keep"] >= 2 and not (tmp_path / "S" / "retention.json").exists()
