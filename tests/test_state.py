@@ -176,3 +176,15 @@ def test_retention_of_a_state_made_before_it_existed(tmp_path):
     st = State.open(tmp_path / "S")
     res = st.retention()
     assert res["keep_every"] == 50 and res["keep"] >= 2 and not (tmp_path / "S" / "retention.json").exists()
+
+
+def test_a_damaged_retention_file_is_reported_and_never_stops_a_step(st, inputs):
+    _, _, ids = inputs
+    (st.path / "retention.json").write_text("{keep: five}")
+    res = st.verify()
+    assert not res["intact"] and any("damaged retention file" in p for p in res["problems"])
+    assert st.update(1, step_rows(ids, 1))["step"] == 1  # pruning is housekeeping: the step still commits
+    with pytest.raises(ArtifactError, match="damaged retention file.*graphdiff retention"):
+        st.status()
+    st.retention(keep=3, keep_every=10)  # rewriting it mends it
+    assert st.verify()["intact"] and st.status()["keep"] == 3

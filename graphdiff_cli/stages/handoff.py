@@ -297,7 +297,12 @@ def retention(state, *, keep: int | None = None, keep_every: int | None = None,
     """Which states the STATE of a ``State`` keeps (the last ``keep`` steps and every multiple of
     ``keep_every``), and its disk use; given either, set it (under the lock) and prune by it at once."""
     sd = state.dir
-    before = sd.retention
+    try:
+        before = sd.retention
+    except ArtifactError:  # a damaged retention.json: giving both numbers rewrites it
+        if keep is None or keep_every is None:
+            raise
+        before = None
     pruned: list[int] = []
     if keep is not None or keep_every is not None:
         new = Retention(before.keep if keep is None else keep, before.keep_every if keep_every is None else keep_every)
@@ -306,7 +311,8 @@ def retention(state, *, keep: int | None = None, keep_every: int | None = None,
             pruned = sd.set_retention(new)
     now = sd.retention
     return {"command": "retention", "state": str(sd.root), "keep": now.keep, "keep_every": now.keep_every,
-            "previous": {"keep": before.keep, "keep_every": before.keep_every}, "pruned": pruned,
+            "previous": None if before is None else {"keep": before.keep, "keep_every": before.keep_every},
+            "pruned": pruned,
             "retained": sd.retained_steps(), "disk_bytes": sd.disk_bytes()}
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from ..errors import ArtifactError
 from ..io.artifacts import STAMP_KEY, read_artifact
 from ..io.estimator_store import MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir, step_model_path
-from ..io.state_dir import MODEL, MODELS, StateDir
+from ..io.layout import RETENTION
+from ..io.state_dir import MODEL, MODELS, Retention, StateDir
 
 
 def _stamp_kind(path: Path) -> str | None:
@@ -94,6 +95,12 @@ def verify(path) -> dict:
                     check_step_artifact(art, v, models[target], said_by="its name says")
                 except ArtifactError as exc:
                     problems.append(str(exc))
+        if (path / RETENTION).exists():
+            try:
+                Retention.read(path / RETENTION)
+            except ArtifactError as exc:
+                problems.append(str(exc))
+            checked.append(RETENTION)
         if version is not None and version not in sd.version_dirs():
             problems.append(f"{path}: CURRENT names step {version[0]}"
                             f"{'.' + str(version[1]) if version[1] else ''}, whose state folder is missing")
