@@ -4,6 +4,7 @@ instead of files, ids instead of id files), one transaction per write, and equal
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -188,3 +189,61 @@ def test_a_damaged_retention_file_is_reported_and_never_stops_a_step(st, inputs)
         st.status()
     st.retention(keep=3, keep_every=10)  # rewriting it mends it
     assert st.verify()["intact"] and st.status()["keep"] == 3
+
+
+def test_an_outcomes_file_replaced_while_it_is_read_is_applied_and_logged_as_the_bytes_parsed(st, tmp_path, inputs,
+                                                                                              monkeypatch):
+    """The documented way to replace a step file is a rename over it; one arriving mid-parse must not get the
+    old rows logged under the new file's hash (the file is read once: what is parsed is what is hashed)."""
+    import hashlib
+
+    import graphdiff_cli.io.outcomes as outcomes_mod
+
+    _, _, ids = inputs
+    path = write_outcomes(tmp_path / "o1.jsonl", step_rows(ids, 1))
+    old = path.read_bytes()
+    newer = write_outcomes(tmp_path / "o1.new.jsonl", step_rows(ids, 1, seed=5))
+    real = outcomes_mod.read_rows
+
+    def read_rows_then_redeliver(*a, **k):
+        for i, row in enumerate(real(*a, **k)):
+            if i == 0:
+                os.replace(newer, path)  # the trainer re-delivers step 1 while graphdiff parses it
+            yield row
+
+    monkeypatch.setattr(outcomes_mod, "read_rows", read_rows_then_redeliver)
+    res = st.update(1, path)
+    assert res["outcomes_hash"] == hashlib.sha256(old).hexdigest()[:16] != hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    assert res["rollouts"] == sum(r["n"] for r in step_rows(ids, 1))
+    monkeypatch.undo()
+    # the re-delivered file is now other outcomes for an applied step: refused, never silently skipped
+    with pytest.raises(AlreadyAppliedError):
+        st.update(1, path)
+
+
+def test_the_same_outcomes_sent_as_the_next_step_are_applied_with_a_warning(st, tmp_path, inputs):
+    _, _, ids = inputs
+    path = write_outcomes(tmp_path / "o.jsonl", step_rows(ids, 1))
+    assert st.update(1, path)["warnings"] == []
+    res = st.update(2, path)
+    assert res["step"] == 2 and len(res["warnings"]) == 1 and "byte-identical to the outcomes step 1" in res["warnings"][0]
+
+
+def test_retire_applies_the_ids_it_hashed(st, tmp_path, monkeypatch):
+    import hashlib
+
+    import graphdiff_cli.io.readers as readers
+
+    ids_file = tmp_path / "gone.txt"
+    ids_file.write_text("q001\nq002\n")
+    old = ids_file.read_bytes()
+    real = readers.read_id_file
+
+    def read_then_redeliver(*a, **k):
+        ids_file.write_text("q003\n")  # replaced after graphdiff read it, before it parses under the lock
+        return real(*a, **k)
+
+    monkeypatch.setattr(readers, "read_id_file", read_then_redeliver)
+    res = st.retire(ids_file)
+    assert res["ids_hash"] == hashlib.sha256(old).hexdigest()[:16] and res["prompts"] == 2
+    assert set(st.estimates()["id"]) & {"q001", "q002"} == set() and "q003" in st.estimates()["id"]

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
-from .tables import as_float, as_id, as_int, detect_format, read_rows
+from .tables import as_float, as_id, as_int, detect_format, read_file_once, read_rows
 
 COUNT_COLUMNS = ("id", "n", "s")
 MAX_COUNT = 1 << 40  # far above any real rollout count; keeps per-prompt sums inside int64
@@ -46,6 +46,7 @@ class Outcomes:
     lines: list[int]  # line of each id's first row (for error messages after parsing)
     n_rows: int
     warnings: tuple[str, ...] = ()  # one line each: rewards all on one side of a chosen threshold
+    hash: str = ""  # content hash of the bytes parsed (the file is read once)
 
     def node_indices(self, index) -> np.ndarray:
         """Node indices of the ids by ``index`` (a ``readers.IdIndex``); an unknown id is refused with its line."""
@@ -70,16 +71,15 @@ def check_threshold(success_threshold) -> float | None:
     return x
 
 
-def _check_utf8(path: Path) -> None:
+def _check_utf8(path: Path, data: bytes) -> None:
     """Refuse text that is not UTF-8 with the line it is on (the table readers only name the file)."""
-    with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
-            if b"\x00" in raw:
-                raise DataError(f"{path}:{line_no}: contains a NUL byte (binary data, not a text table)")
+    for line_no, raw in enumerate(data.split(b"\n"), start=1):  # lines as a binary file iterates them
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
+        if b"\x00" in raw:
+            raise DataError(f"{path}:{line_no}: contains a NUL byte (binary data, not a text table)")
 
 
 def _schema_of(path: Path, line_no: int, row: dict) -> str:
@@ -145,8 +145,9 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
     if not path.is_file():
         raise DataError(f"{path}: no such outcomes file")
     fmt = detect_format(path, fmt)
+    data, digest = read_file_once(path)
     if fmt != "parquet":
-        _check_utf8(path)
+        _check_utf8(path, data)
     schema = None
     pos: dict[str, int] = {}
     ids: list[str] = []
@@ -155,7 +156,7 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
     s_acc: list[int] = []
     n_rows = 0
     low, high = math.inf, -math.inf
-    for line_no, row in read_rows(path, fmt):
+    for line_no, row in read_rows(path, fmt, data):
         if schema is None:
             schema = _schema_of(path, 1 if fmt == "csv" else line_no, row)
         columns = COUNT_COLUMNS if schema == "counts" else ROLLOUT_COLUMNS
@@ -191,4 +192,4 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
                if schema == "rollouts" and threshold is not None else None)
     return Outcomes(path=path, schema=schema, ids=ids, n=np.asarray(n_acc, dtype=np.int64),
                     s=np.asarray(s_acc, dtype=np.int64), lines=lines, n_rows=n_rows,
-                    warnings=(warning,) if warning else ())
+                    warnings=(warning,) if warning else (), hash=digest)

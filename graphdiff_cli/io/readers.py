@@ -69,24 +69,24 @@ class IdIndex:
         return out
 
 
-def read_id_file(path, *, unique: bool = True) -> list[tuple[int, str]]:
+def read_id_file(path, *, unique: bool = True, data: bytes | None = None) -> list[tuple[int, str]]:
     """(line, id) pairs of an ids file: a table with an ``id`` column (.jsonl/.csv/.tsv/.parquet) or
     plain text with one id per line (blank lines skipped). With ``unique``, a repeated id is refused
-    with both lines."""
+    with both lines. ``data``: the file's bytes, already read (``tables.read_file_once``)."""
     from .tables import as_id, read_rows
 
     path = Path(path)
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise DataError(f"{path}: no such ids file")
     pairs: list[tuple[int, str]] = []
     if path.suffix.lower() in SUFFIX_FORMATS:
-        for line_no, row in read_rows(path):
+        for line_no, row in read_rows(path, data=data):
             if "id" not in row:
                 raise DataError(f"{path}:{line_no}: no 'id' column")
             pairs.append((line_no, as_id(row["id"], path, line_no, "id")))
     else:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8") if data is None else data.decode("utf-8")
         except UnicodeDecodeError:
             raise DataError(f"{path}: not UTF-8 text") from None
         pairs = [(i, line.strip()) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
@@ -102,9 +102,10 @@ def read_id_file(path, *, unique: bool = True) -> list[tuple[int, str]]:
     return pairs
 
 
-def id_file_nodes(path, index: IdIndex, *, unique: bool = True) -> tuple[list[str], np.ndarray]:
+def id_file_nodes(path, index: IdIndex, *, unique: bool = True, data: bytes | None = None) -> tuple[list[str],
+                                                                                                  np.ndarray]:
     """(ids, node indices) of an ids file (``read_id_file``), unknown ids refused with their line."""
-    pairs = read_id_file(path, unique=unique)
+    pairs = read_id_file(path, unique=unique, data=data)
     nodes = index.nodes((pid for _, pid in pairs), where=lambda j: f"{path}:{pairs[j][0]}")
     return [pid for _, pid in pairs], nodes
 

@@ -32,22 +32,44 @@ def detect_format(path, fmt: str | None = None) -> str:
     raise InvalidArgumentError(f"{path}: cannot tell the format from the extension; use .jsonl, .csv or .parquet")
 
 
-def read_rows(path, fmt: str | None = None) -> Iterator[tuple[int, dict]]:
-    """Yield (line number, row dict) for every data row of a JSONL, CSV or Parquet file."""
+def read_rows(path, fmt: str | None = None, data: bytes | None = None) -> Iterator[tuple[int, dict]]:
+    """Yield (line number, row dict) for every data row of a JSONL, CSV or Parquet file; ``data``: the file's
+    bytes, already read (a reader that hashes what it parses reads the file once: ``read_file_once``)."""
     path = Path(path)
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise DataError(f"{path}: no such file")
     fmt = detect_format(path, fmt)
     if fmt == "jsonl":
-        yield from _read_jsonl(path)
+        yield from _read_jsonl(path, data)
     elif fmt == "csv":
-        yield from _read_csv(path)
+        yield from _read_csv(path, data)
     else:
-        yield from _read_parquet(path)
+        yield from _read_parquet(path, data)
 
 
-def _read_jsonl(path: Path):
-    with open(path, "rb") as f:
+def read_file_once(path) -> tuple[bytes, str]:
+    """(the bytes of ``path``, their content hash), from one open: what is parsed is what is hashed, even when
+    the file is replaced (renamed over) while it is read."""
+    import hashlib
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not a file") from None
+    return data, hashlib.sha256(data).hexdigest()[:16]
+
+
+def _opened(path: Path, data: bytes | None):
+    import io
+
+    return io.BytesIO(data) if data is not None else open(path, "rb")
+
+
+def _read_jsonl(path: Path, data: bytes | None = None):
+    with _opened(path, data) as f:
         for line_no, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")
@@ -66,10 +88,13 @@ def _read_jsonl(path: Path):
             yield line_no, row
 
 
-def _read_csv(path: Path):
+def _read_csv(path: Path, data: bytes | None = None):
+    import io
+
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:  # -sig: a leading byte order mark is dropped
+        # -sig: a leading byte order mark is dropped
+        with io.TextIOWrapper(_opened(path, data), encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f, delimiter=delimiter)
             if reader.fieldnames is None:
                 return
@@ -86,11 +111,12 @@ def _read_csv(path: Path):
         raise DataError(f"{path}: not UTF-8 text") from None
 
 
-def _read_parquet(path: Path):
+def _read_parquet(path: Path, data: bytes | None = None):
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
+        table = pq.read_table(pa.BufferReader(data) if data is not None else path)
     except Exception as exc:  # noqa: BLE001
         raise DataError(f"{path}: cannot be read as Parquet ({exc.__class__.__name__})") from None
     for i, row in enumerate(table.to_pylist(), start=1):
@@ -247,18 +273,18 @@ def prompt_text(value, where: str, field: str, messages: str = DEFAULT_MESSAGES)
 
 
 def read_prompts(path, id_field: str = "id", text_field: str = "prompt", fmt: str | None = None,
-                 messages: str = DEFAULT_MESSAGES) -> tuple[list[str], list[str]]:
+                 messages: str = DEFAULT_MESSAGES, data: bytes | None = None) -> tuple[list[str], list[str]]:
     """(ids, texts) of a prompts file; duplicate or empty ids and empty texts are refused with the line.
 
     Fields are columns or dotted paths into nested objects (``extra_info.index``, ``field_value``); a chat-list
     prompt is flattened by ``prompt_text``. Ids are strings: an integer id (verl's ``extra_info.index``) is
-    its decimal text, as the trainer integrations report it."""
+    its decimal text, as the trainer integrations report it. ``data``: the file's bytes, already read."""
     if messages not in MESSAGES_MODES:
         raise InvalidArgumentError(f"--messages must be one of {', '.join(MESSAGES_MODES)}, got {messages!r}")
     ids: list[str] = []
     texts: list[str] = []
     first_line: dict[str, int] = {}
-    for line_no, row in read_rows(path, fmt):
+    for line_no, row in read_rows(path, fmt, data):
         found, raw_id = field_value(row, id_field)
         if not found:
             raise DataError(f"{path}:{line_no}: no {id_field!r} field (use --id-field to name the id column, "

@@ -165,7 +165,7 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
     t_model = time.perf_counter() - t1
     parsed = read_outcomes(outcomes, success_threshold=success_threshold)
     nodes = parsed.node_indices(index)
-    outcomes_hash = hash_file(outcomes)
+    outcomes_hash = parsed.hash  # of the bytes parsed: a file replaced while it was read is never mislabelled
     t_parse = time.perf_counter()
     progress(1, 4)
     with state.transaction(lock_timeout) as txn:
@@ -180,6 +180,11 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
         if est.step_ != cur:
             raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
         nodes = parsed.node_indices(state.index)  # again: an extend or rollback may have moved the prompt set
+        warnings = [f"step {step}: {w}" for w in parsed.warnings]
+        if cur > 0 and sd.current_artifact().inputs.get("outcomes") == outcomes_hash:
+            warnings.append(f"step {step}: {outcomes} is byte-identical to the outcomes step {cur} was applied "
+                            "from (a file delivered twice?); applied as step "
+                            f"{step} all the same (graphdiff rollback --to {cur} undoes it)")
         t_load = time.perf_counter()
         progress(2, 4)
         stats = est.update(nodes, parsed.n, parsed.s)
@@ -196,7 +201,7 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
     t_write = time.perf_counter()
     progress(4, 4)
     return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
-            "warnings": [f"step {step}: {w}" for w in parsed.warnings],
+            "warnings": warnings,
             "retained": sd.retained_steps(),
             "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
                         "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,

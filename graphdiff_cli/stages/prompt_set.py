@@ -191,9 +191,9 @@ def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str
     from ..backends.embed import text_hash
     from ..core.graph import extend_mutual_knn, list_similarities, rebuild_mutual_knn
     from ..core.spectral import label_new_nodes
-    from ..io.artifacts import hash_file, read_artifact
+    from ..io.artifacts import read_artifact
     from ..io.state_dir import check_lock_timeout
-    from ..io.tables import read_prompts
+    from ..io.tables import read_file_once, read_prompts
 
     t0 = time.perf_counter()
     if (prompts is None) == (embedded is None):
@@ -208,9 +208,9 @@ def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str
     source = prompts if prompts is not None else embedded
     model = _Model(sd, embeddings)
     if prompts is not None:
-        ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field, messages=messages)
+        data, source_hash = read_file_once(prompts)  # what is parsed is what the log's hash names
+        ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field, messages=messages, data=data)
         hashes = [text_hash(t) for t in texts]
-        source_hash = hash_file(prompts)
     else:
         ids, hashes, x_new = _embedded(model, embedded)
         source_hash = read_artifact(embedded, "embeddings").content_hash
@@ -290,7 +290,8 @@ def retire(state, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_L
     """Take the prompts ``ids`` (an ids file, or a list of ids) out of the candidate set of a ``State``
     (``restore``: put them back) as the next revision of the current step. Their evidence stays in the states
     they informed."""
-    from ..io.artifacts import hash_arrays, hash_file
+    from ..io.artifacts import hash_arrays
+    from ..io.tables import read_file_once
     from ..io.readers import id_file_nodes
     from ..io.state_dir import check_lock_timeout
 
@@ -299,8 +300,9 @@ def retire(state, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_L
     sd = state.dir
     progress(0, 2)
     in_file = isinstance(ids, (str, Path))
-    if in_file:
-        source, ids_hash = str(Path(ids).resolve()), hash_file(ids)
+    if in_file:  # read once, before the lock: the ids applied are the ones the log's hash names
+        data, ids_hash = read_file_once(ids)
+        source = str(Path(ids).resolve())
     else:
         ids = [str(x) for x in ids]
         if len(set(ids)) != len(ids):
@@ -309,7 +311,7 @@ def retire(state, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_L
     with state.transaction(lock_timeout) as txn:
         est = state.estimator()
         if in_file:
-            where, (names, rows) = ids, id_file_nodes(ids, state.index)
+            where, (names, rows) = ids, id_file_nodes(ids, state.index, data=data)
         else:
             where, names, rows = "retire", ids, state.index.nodes(ids)
         retired = state.retired
