@@ -147,7 +147,7 @@ def test_select_refusals_write_nothing(state, tmp_path):
              "--explore", -1, "--out", out, code=2)
     assert "explore must be a number of pseudo-rollouts >= 0, got -1.0" in res.stderr and res.stderr.count("\n") == 1
     res = gd("select", "--state", tmp_path / "nostate", "--candidates", tmp_path / "two.txt", "-B", 1,
-             "--strategy", "target", "--out", out, code=1)
+             "--strategy", "target", "--out", out, code=6)
     assert "no such STATE directory" in res.stderr
     assert not out.exists()
 

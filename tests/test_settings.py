@@ -130,7 +130,7 @@ def test_init_and_evaluate_read_one_estimator_section_the_same_way(tmp_path):
     cfg = load_config(whole)
     assert by_init == cfg["estimator"] and cfg["estimator_preset"] == "paper"
     assert (by_init.beta, by_init.window, by_init.mixing, by_init.schedule) == (3.0, 10, "evidence", "synchronous")
-    assert cfg["evaluate"]["greso"]["tau"] == 0.5 and keep == 5
+    assert cfg["evaluate"]["greso"]["tau"] == 0.5 and keep.keep == 5
     # the same section written as a file of only its keys: the same settings, by both readers
     bare = tmp_path / "bare.yaml"
     bare.write_text("preset: paper\nbeta: 3\nwindow: 10\nmixing: evidence\n")
@@ -180,10 +180,11 @@ def test_config_file_errors_are_one_line_naming_file_and_line_in_init_and_evalua
 
 
 def test_init_keep_is_a_flag_with_the_state_dir_default():
-    from graphdiff_cli.io.state_dir import DEFAULT_KEEP
+    from graphdiff_cli.io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY, Retention
     from graphdiff_cli.stages.handoff import init_settings
 
-    assert init_settings()[1] == DEFAULT_KEEP and init_settings(keep=7)[1] == 7
+    assert init_settings()[1] == Retention(DEFAULT_KEEP, DEFAULT_KEEP_EVERY)
+    assert init_settings(keep=7, keep_every=10)[1] == Retention(7, 10)
     with pytest.raises(InvalidArgumentError, match="--keep must be an integer >= 2"):
         init_settings(keep=1)
 
