@@ -19,6 +19,10 @@ belong to the next wave, the episode count) and then carried out idempotently (n
 count, the STATE step if the STATE is not yet at T, this wave's file removed), so a crash at any point
 leaves the wave applied exactly once: the next call finds ``closing.json`` and finishes it.
 
+``PromptChooser`` is the other direction: installed in the trainer process by ``install`` (Ray's job-level
+``worker_process_setup_hook``), it replaces the loader ``openrlhf.trainer.ppo_trainer.prepare_datasets`` returns,
+so every prompt OpenRLHF generates - a wave's B and each replacement for a filtered group - is graphdiff's choice.
+
 A failure (an id not in the STATE, a group with more than n rollouts, a STATE moved by someone else, or
 anything unexpected) is raised, written in one line to ``<STATE>.openrlhf/ERROR`` and printed on stderr, and every later call raises it again
 until the file is removed: OpenRLHF would otherwise hide it.
