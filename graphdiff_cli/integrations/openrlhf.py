@@ -19,6 +19,10 @@ belong to the next wave, the episode count) and then carried out idempotently (n
 count, the STATE step if the STATE is not yet at T, this wave's file removed), so a crash at any point
 leaves the wave applied exactly once: the next call finds ``closing.json`` and finishes it.
 
+``PromptChooser`` is the other direction: installed in the trainer process by ``install`` (Ray's job-level
+``worker_process_setup_hook``), it replaces the loader ``openrlhf.trainer.ppo_trainer.prepare_datasets`` returns,
+so every prompt OpenRLHF generates - a wave's B and each replacement for a filtered group - is graphdiff's choice.
+
 A failure (an id not in the STATE, a group with more than n rollouts, a STATE moved by someone else, or
 anything unexpected) is raised, written in one line to ``<STATE>.openrlhf/ERROR`` and printed on stderr, and every later call raises it again
 until the file is removed: OpenRLHF would otherwise hide it.
@@ -26,22 +30,34 @@ until the file is removed: OpenRLHF would otherwise hide it.
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.util
 import json
 import os
 import sys
+from collections import deque
 from pathlib import Path
 
 import numpy as np
 
+from ..core import decisions as dec
 from ..errors import DataError, GraphdiffError, InvalidArgumentError, StateError
 from ..io.atomic import atomic_write_text
 from ..io.locks import file_lock
 from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary
-from .tracking import StateTarget, count_outcomes
+from .dynamic_sampling import DEFAULT_EXPLORE, DS_MODES, CandidateDraw
+from .tracking import BatchChooser, StateTarget, count_outcomes
 
 ENV = {"state": "GRAPHDIFF_STATE", "batch_size": "GRAPHDIFF_BATCH_SIZE", "n_samples": "GRAPHDIFF_N_SAMPLES",
        "filter_range": "GRAPHDIFF_FILTER_RANGE", "episode_prompts": "GRAPHDIFF_EPISODE_PROMPTS",
        "success_threshold": "GRAPHDIFF_SUCCESS_THRESHOLD"}
+
+
+def recorder_folder(state, folder=None) -> Path:
+    """The recorder's folder next to the STATE (``<STATE>.openrlhf``), shared with the prompt chooser."""
+    state = Path(state)
+    return Path(folder) if folder else state.parent / f"{state.name}.openrlhf"
 
 
 def parse_label(label) -> tuple[str, dict]:
@@ -73,7 +89,7 @@ class StepRecorder:
             raise InvalidArgumentError(f"filter_range must be two numbers lo < hi, got {filter_range!r}")
         self.episode_prompts = None if episode_prompts in (None, 0, "") else int(episode_prompts)
         self.success_threshold = check_threshold(success_threshold)  # None: 0/1 rewards only
-        self.folder = Path(folder) if folder else self.state.parent / f"{self.state.name}.openrlhf"
+        self.folder = recorder_folder(self.state, folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.target = StateTarget(self.state, outcomes_dir=self.folder, device=device, durable=durable)
         self._ids: set[str] | None = None
@@ -219,3 +235,230 @@ class StepRecorder:
         self._pending_path(step).unlink(missing_ok=True)
         self._cache = None
         path.unlink()
+
+
+# ----------------------------------------------------------------------------------------------------
+# what OpenRLHF generates: graphdiff's choice in place of the prompt loader's shuffle
+
+CHOOSE_ENV = {"choose": "GRAPHDIFF_CHOOSE", "pool_factor": "GRAPHDIFF_POOL_FACTOR", "seed": "GRAPHDIFF_SEED",
+              "target_p": "GRAPHDIFF_TARGET", "min_keep": "GRAPHDIFF_PREFILTER_MIN_KEEP"}
+TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"  # defines prepare_datasets; PPOTrainer.__init__ calls it
+
+
+class PromptChooser:
+    """OpenRLHF's prompt data loader, each prompt chosen by graphdiff when the trainer asks for it.
+
+    OpenRLHF 0.11's ``SamplesGenerator`` draws a wave's ``rollout.batch_size`` prompts with ``next()`` on
+    ``iter(prompts_dataloader)`` (batches of one row, ``PromptDataset.collate_fn``'s shape) and, with dynamic
+    filtering, one more ``next()`` for each filtered group. This object is that loader: ``next()`` returns
+    graphdiff's choice. A new wave is recognised by the STATE's step (the reward function's ``StepRecorder``
+    applies wave t as step t before its last rollout returns, so wave t + 1 starts with the STATE at t):
+
+    * with dynamic filtering (``choose`` = "prefilter" or "uniform"): the wave's prompts are drawn by
+      ``dynamic_sampling.CandidateDraw`` - GRESO's pre-filter, each candidate skipped before generation with
+      probability min(p_zero_variance, 1 - ``min_keep``), or plain uniform draws - and every replacement for
+      a filtered group is one more such draw; no prompt is generated twice in a wave;
+    * without (``choose`` = a ``select`` strategy): the wave is ``tracking.BatchChooser``'s choice, B of a
+      random pool of ``pool_factor`` x B by the strategy.
+
+    Draws are seeded by (seed, STATE step, draw number in the wave). An episode is ``len(dataset)`` prompts
+    handed out, as with OpenRLHF's own loader (its step count, learning-rate schedule and progress bar
+    assume it); prompts may come back within an episode. ``state_dict``/``load_state_dict`` carry the position
+    in the episode through OpenRLHF's checkpoints. ``dispatches`` lists every draw (for tests and logs).
+    """
+
+    def __init__(self, dataset, state, *, batch_size: int, n_samples: int, choose: str, filtering: bool,
+                 pool_factor: float = 4.0, seed: int = 0, target_p: float = 0.5, min_keep: float = DEFAULT_EXPLORE,
+                 collate_fn=None, folder=None, device: str | None = "cpu"):
+        self.dataset, self.collate_fn = dataset, collate_fn or dataset.collate_fn
+        self.batch_size, self.n_samples = dec.check_int(batch_size, "batch size", 1), dec.check_int(n_samples, "n_samples", 1)
+        self.filtering, self.seed = bool(filtering), int(seed)
+        allowed = DS_MODES if self.filtering else dec.SELECT_STRATEGIES
+        if choose not in allowed:
+            raise InvalidArgumentError(
+                f"GRAPHDIFF_CHOOSE={choose!r} is not one of {', '.join(allowed)} "
+                f"({'with' if self.filtering else 'without'} dynamic filtering)")
+        self.choose = choose
+        ids = []
+        for r, label in enumerate(dataset.labels):
+            pid, meta = parse_label(label)
+            if meta.get("eval"):
+                raise DataError(f"training prompt row {r} ({pid!r}) is marked \"eval\": the recorder would not "
+                                "record it, so graphdiff could not learn from what it chose")
+            ids.append(pid)
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise DataError(f"prompt id {dup!r} is on several rows of OpenRLHF's prompt data set: one id per row")
+        self.row_ids = ids
+        self.folder = recorder_folder(state, folder)
+        self.target = StateTarget(state, device=device)
+        nodes = self.target.nodes(ids, "OpenRLHF's prompt data set (the label's id)")
+        self._nodes, self._min_keep = nodes, min_keep
+        if self.filtering:
+            CandidateDraw(self.target, nodes, self.batch_size, self.n_samples, choose, min_keep)  # checks settings
+        else:
+            self._chooser = BatchChooser(self.target, nodes, self.batch_size, choose, pool_factor, self.seed,
+                                         target_p, self.n_samples)
+        self.dispatches: list[dict] = []
+        self._pos = 0  # prompts handed out in the current episode
+        self._wave: int | None = None
+        self._queue: deque[int] = deque()
+        self._generated: set[int] = set()
+
+    @classmethod
+    def from_trainer(cls, dataset, args, **overrides) -> PromptChooser:
+        """From the environment (GRAPHDIFF_*, as the recorder) checked against OpenRLHF's ``args``: refused in
+        one line when they disagree or the run is one this chooser does not follow."""
+        env = {k: os.environ[v] for k, v in {**ENV, **CHOOSE_ENV}.items() if os.environ.get(v)}
+        env.update(overrides)
+        if "state" not in env:
+            raise InvalidArgumentError("set GRAPHDIFF_STATE for graphdiff's OpenRLHF prompt chooser")
+        if getattr(args.train, "async_enable", False):
+            raise InvalidArgumentError("graphdiff's prompt chooser follows OpenRLHF's synchronous trainer only: "
+                                       "drop --train.async_enable (its generator runs waves ahead of the STATE)")
+        if getattr(args.train, "agent_func_path", None):
+            raise InvalidArgumentError("graphdiff's prompt chooser needs the reward function file's recorder; "
+                                       "--train.agent_func_path runs no reward function file")
+        b, n = int(args.rollout.batch_size), int(args.rollout.n_samples_per_prompt)
+        for key, want in (("batch_size", b), ("n_samples", n), ("episode_prompts", len(dataset))):
+            if key in env and int(env[key]) != want:
+                raise InvalidArgumentError(f"{ENV[key]}={env[key]} but the trainer's value is {want}: set it to {want}")
+        filtering = bool(args.algo.dynamic_filtering_enable)
+        if filtering:
+            lo, hi = (float(x) for x in args.algo.dynamic_filtering_range)
+            got = [float(x) for x in str(env.get("filter_range", "")).split(",") if x.strip()]
+            if got != [lo, hi]:
+                raise InvalidArgumentError(f"dynamic filtering is on with range ({lo:g}, {hi:g}): set "
+                                           f"GRAPHDIFF_FILTER_RANGE={lo:g},{hi:g} (got {env.get('filter_range')!r})")
+        elif env.get("filter_range"):
+            raise InvalidArgumentError("GRAPHDIFF_FILTER_RANGE is set but --algo.dynamic_filtering_enable is not")
+        if "episode_prompts" not in env:
+            raise InvalidArgumentError(f"set GRAPHDIFF_EPISODE_PROMPTS={len(dataset)} (the trainer's prompt count)")
+        kw = {"choose": env.get("choose", "prefilter" if filtering else "target"),
+              "pool_factor": float(env.get("pool_factor", 4.0)), "seed": int(env.get("seed", 0)),
+              "target_p": float(env.get("target_p", 0.5)), "min_keep": float(env.get("min_keep", DEFAULT_EXPLORE))}
+        return cls(dataset, env["state"], batch_size=b, n_samples=n, filtering=filtering, **kw)
+
+    # -- OpenRLHF's view: a StatefulDataLoader of batches of one row ---------------------------------
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __iter__(self):
+        while self._pos < len(self.dataset):
+            row = self._next_row()
+            self._pos += 1
+            yield self.collate_fn([self.dataset[row]])
+        self._pos, self._wave, self._queue = 0, None, deque()  # the episode is over; the next iter() starts one
+
+    def state_dict(self) -> dict:
+        return {"graphdiff_prompt_chooser": {"position": self._pos, "prompts": len(self.dataset)}}
+
+    def load_state_dict(self, state: dict) -> None:
+        mine = state.get("graphdiff_prompt_chooser") if isinstance(state, dict) else None
+        if mine is None:
+            raise StateError("the checkpoint's data loader state was not written by graphdiff's prompt chooser "
+                             "(a run started without it): resume it without the chooser or start afresh")
+        if int(mine["prompts"]) != len(self.dataset):
+            raise StateError(f"the checkpoint's prompt data set had {mine['prompts']} prompts, this one "
+                             f"{len(self.dataset)}")
+        self._pos, self._wave, self._queue = int(mine["position"]), None, deque()
+
+    # -- the choice ----------------------------------------------------------------------------------
+
+    def _next_row(self) -> int:
+        error = self.folder / "ERROR"
+        if error.exists():  # the reward function's recorder stopped (OpenRLHF swallows its exceptions)
+            raise StateError(f"graphdiff's OpenRLHF recorder stopped: {error.read_text().strip()} (remove {error} "
+                             "once fixed)")
+        step = self.target.step
+        if step != self._wave:  # the recorder closed the previous wave: a new one starts
+            self._wave, self._generated, self._queue = step, set(), deque()
+            self._queue.extend(self._draw(step, min(self.batch_size, len(self.dataset) - self._pos)))
+        if not self._queue:  # a replacement for a filtered group (OpenRLHF asks for one at a time)
+            self._queue.extend(self._draw(step, 1))
+        row = self._queue.popleft()
+        self._generated.add(row)
+        return row
+
+    def _draw(self, step: int, k: int) -> list[int]:
+        number = sum(1 for d in self.dispatches if d["step"] == step)
+        skipped = []
+        if not self.filtering:
+            if number:
+                raise StateError(f"OpenRLHF asked for more prompts in wave {step + 1} than its batch of "
+                                 f"{self.batch_size} without dynamic filtering: is the reward function recording "
+                                 "(GRAPHDIFF_* as in the trainer)?")
+            rows = self._chooser.choose(step, 0)[:k]
+        else:
+            draw = CandidateDraw(self.target, self._nodes, k, self.n_samples, self.choose, self._min_keep).draw(
+                [self.seed, step, number], exclude=self._generated | set(self._queue))
+            rows, skipped = draw.chosen[:k], draw.skipped
+            if len(rows) < k:
+                raise StateError(f"every prompt was already generated in wave {step + 1} and OpenRLHF asks for "
+                                 "more: is the reward function recording (the STATE stays at step "
+                                 f"{step})?")
+        rows = [int(r) for r in rows]
+        self.dispatches.append({"step": step, "number": number, "rows": rows,
+                                "ids": [self.row_ids[r] for r in rows],
+                                "skipped": [self.row_ids[int(r)] for r in skipped]})
+        return rows
+
+
+def graphdiff_prepare_datasets(strategy, tokenizer):
+    """OpenRLHF's ``prepare_datasets`` with the training loader replaced by a ``PromptChooser``."""
+    loader, eval_loader, max_steps = _original_prepare_datasets()(strategy, tokenizer)
+    return PromptChooser.from_trainer(loader.dataset, strategy.args), eval_loader, max_steps
+
+
+_ORIGINAL: dict = {}
+
+
+def _patch(module) -> None:
+    current = getattr(module, "prepare_datasets", None)
+    if current is None or not callable(current):
+        raise InvalidArgumentError(f"{TRAINER_MODULE} has no prepare_datasets: this OpenRLHF version is not one "
+                                   "graphdiff's prompt chooser knows (0.11.x)")
+    if current is not graphdiff_prepare_datasets:
+        _ORIGINAL["prepare_datasets"] = current
+        module.prepare_datasets = graphdiff_prepare_datasets
+
+
+def _original_prepare_datasets():
+    if "prepare_datasets" not in _ORIGINAL:
+        _patch(importlib.import_module(TRAINER_MODULE))
+    return _ORIGINAL["prepare_datasets"]
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Patches ``openrlhf.trainer.ppo_trainer`` right after it is imported, in whichever process imports it."""
+
+    def find_spec(self, name, path, target=None):
+        if name != TRAINER_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                self._loader = spec.loader
+                spec.loader = self
+                return spec
+        return None
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _patch(module)
+
+
+def install() -> None:
+    """Ray's ``worker_process_setup_hook``: in every process of the job, OpenRLHF's ``prepare_datasets`` is
+    replaced by ``graphdiff_prepare_datasets`` when ``openrlhf.trainer.ppo_trainer`` is imported (at once if
+    it already is). Imports nothing heavy: processes that never import the trainer pay nothing."""
+    if TRAINER_MODULE in sys.modules:
+        _patch(sys.modules[TRAINER_MODULE])
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
