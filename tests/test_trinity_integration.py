@@ -337,3 +337,36 @@ def test_trinitys_task_scheduler_reads_graphdiffs_choice_and_feeds_back_each_ste
     sel = again.tasksets[0].reader.selector
     assert st.step == 3 and int(sel.applied[-1]["n"].sum()) == len(exps)
     assert int(sel.applied[-1]["s"].sum()) == int(sum(e.reward for e in exps))
+
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "trinity" / "grpo_graphdiff.yaml"
+
+
+def test_the_example_config_names_the_selector_and_operator_with_valid_options():
+    import yaml
+
+    from graphdiff_cli.integrations.trinity import selector_options
+
+    cfg = yaml.safe_load(EXAMPLE.read_text())
+    [taskset] = cfg["buffer"]["explorer_input"]["tasksets"]
+    sel = taskset["data_selector"]
+    assert sel["selector_type"] == SELECTOR_PATH
+    opts = selector_options(SimpleNamespace(feature_keys=[], kwargs=sel["kwargs"]))
+    assert opts["group_size"] == cfg["algorithm"]["repeat_times"] and opts["prefilter"] is True
+    assert cfg["data_processor"]["experience_pipeline"]["operators"][0]["name"] == OPERATOR_PATH
+
+
+def test_the_example_config_loads_into_trinitys_config():
+    pytest.importorskip("trinity.common.config", reason=REASON)
+    from trinity.buffer.operators import EXPERIENCE_OPERATORS
+    from trinity.buffer.selector import SELECTORS
+    from trinity.common.config import load_config
+
+    from graphdiff_cli.integrations import trinity as gt
+
+    config = load_config(str(EXAMPLE))
+    [taskset] = config.buffer.explorer_input.tasksets
+    assert SELECTORS.get(taskset.data_selector.selector_type) is GraphdiffSelector
+    assert gt.selector_options(taskset.data_selector)["strategy"] == "target"
+    [op] = config.data_processor.experience_pipeline.operators
+    assert EXPERIENCE_OPERATORS.get(op.name) is gt.GraphdiffOutcomes
