@@ -10,6 +10,8 @@ puts beside each row the id the trainer's adapter will derive from the same row:
 * ``trl``: the ``id_column`` (default ``id``) as ``str()`` (``trl.GraphdiffTRL.row_nodes`` and ``.reward``);
   TRL hands reward functions top-level columns only, so a dotted path is refused;
 * ``openrlhf``: the ``id`` of the JSON object in the label column (``openrlhf.parse_label``);
+* ``trinity``: the selector's ``id_field`` (default ``id``; dotted paths read nested fields, as Trinity's
+  Hugging Face rows hold them) as ``str()`` (``trinity.row_prompt_ids`` through ``trinity_id``);
 * ``none``: graphdiff's own reading (``io.tables.as_id``), for shell loops.
 
 It reports rows without an id, repeated ids, rows whose trainer id differs from the id ``graphdiff embed``
@@ -24,8 +26,8 @@ from pathlib import Path
 from ..errors import DataError, GraphdiffError, InvalidArgumentError
 from ..io.tables import DEFAULT_MESSAGES, as_id, field_value, prompt_text, read_rows
 
-TRAINERS = ("verl", "trl", "openrlhf", "none")
-DEFAULT_ID_FIELDS = {"verl": "extra_info.index", "trl": "id", "openrlhf": "label", "none": "id"}
+TRAINERS = ("verl", "trl", "openrlhf", "trinity", "none")
+DEFAULT_ID_FIELDS = {"verl": "extra_info.index", "trl": "id", "openrlhf": "label", "trinity": "id", "none": "id"}
 LISTED = 10  # rows named per problem kind (the counts are complete)
 
 
@@ -34,6 +36,14 @@ def verl_id(value) -> str:
     ``verl.row_prompt_ids`` and of the batch's index in ``verl.outcomes_from_fields``; a test holds the two equal)."""
     if value is None:  # verl would silently substitute 0 (row_prompt_ids refuses it at start-up)
         raise DataError("no extra_info.index (verl would use 0)")
+    return str(value.item() if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 else value)
+
+
+def trinity_id(value) -> str:
+    """The id graphdiff's Trinity-RFT selector reports for a row's ``id_field`` value: ``str()``, a numpy
+    scalar as its value (``trinity.row_prompt_ids``); no value is refused."""
+    if value is None:
+        raise DataError("no id")
     return str(value.item() if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 else value)
 
 
@@ -51,7 +61,7 @@ def _own_id(value) -> str:
     return as_id(value, "", 0, "id")
 
 
-RULES = {"verl": verl_id, "trl": _trl_id, "openrlhf": _openrlhf_id, "none": _own_id}
+RULES = {"verl": verl_id, "trl": _trl_id, "openrlhf": _openrlhf_id, "trinity": trinity_id, "none": _own_id}
 
 
 def _check_field(trainer: str, id_field: str) -> None:

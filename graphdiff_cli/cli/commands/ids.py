@@ -19,9 +19,9 @@ def _cut(text, limit: int = 70) -> str:
 def ids(
     path: Path = typer.Argument(..., help="The training file as the trainer reads it (.parquet, .jsonl, .csv)."),
     trainer: str = typer.Option("none", "--trainer", help="verl (extra_info.index), trl (the id column), openrlhf "
-                                "(the label's JSON id) or none (graphdiff's own reading)."),
+                                "(the label's JSON id), trinity (the selector's id_field) or none (graphdiff's own reading)."),
     id_field: Optional[str] = typer.Option(None, "--id-field", help="Where the id is (default by --trainer: "
-                                           "extra_info.index, id, label, id); a dotted path reads a nested field."),
+                                           "extra_info.index, id, label, id, id); a dotted path reads a nested field."),
     text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt (shown for the "
                                    "first rows as embed would embed it)."),
     messages: str = typer.Option("user", "--messages", help="How a chat-list prompt is flattened: user or all."),
