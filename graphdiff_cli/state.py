@@ -267,7 +267,7 @@ class State:
         """Write every candidate's (or ``ids_file``'s) estimates at the current version to ``out``, atomically."""
         return handoff.predict(self, out, ids_file=ids_file, fmt=fmt, group_size=group_size, progress=progress)
 
-    def select(self, candidates, batch_size: int, strategy: str, out=None,
+    def select(self, candidates, batch_size: int, strategy: str = decide.DEFAULT_SELECT_STRATEGY, out=None,
                **kwargs) -> dict:
         """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) by ``strategy``;
         written to ``out`` when given. The chosen ids are ``["ids"]``, best first."""

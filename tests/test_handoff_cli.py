@@ -389,3 +389,21 @@ def test_init_reads_the_estimator_section_of_the_papers_workflow_config(tmp_path
                   "--out", tmp_path / "P", "--config", paper, "--keep", "3")
     assert {k: v for k, v in res["config"].items() if k != "n_states"} == PRESETS["paper"].as_dict()
     assert res["keep"] == 3
+
+
+def test_state_from_the_environment_select_default_and_verify_state(state, inputs, tmp_path):
+    """GRAPHDIFF_STATE names the STATE for every command (as the integrations honour it), select has a
+    default strategy (target), and verify takes --state like the other commands."""
+    folder, ids = inputs
+    env = {**os.environ, "GRAPHDIFF_STATE": str(state)}
+    res = subprocess.run([str(GRAPHDIFF), "status", "--json"], capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and json.loads(res.stdout)["state"] == str(state)
+    pool = tmp_path / "pool.txt"
+    pool.write_text("".join(f"{i}\n" for i in ids[:10]))
+    res = subprocess.run([str(GRAPHDIFF), "select", "--candidates", str(pool), "-B", "3", "--out",
+                          str(tmp_path / "batch.txt"), "--json"], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["strategy"] == "target"
+    res = subprocess.run([str(GRAPHDIFF), "verify", "--json"], capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and json.loads(res.stdout)["intact"]
+    assert json.loads(gd("verify", "--state", state, "--json").stdout)["intact"]

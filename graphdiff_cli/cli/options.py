@@ -17,7 +17,8 @@ from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY
 __all__ = ["StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
            "KeepEveryOption", "DEFAULT_GROUP_SIZE", "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
 
-StateOption = Annotated[Path, typer.Option("--state", help="STATE directory (from init).")]
+StateOption = Annotated[Path, typer.Option("--state", envvar="GRAPHDIFF_STATE",
+                                           help="STATE directory (from init).")]
 LockTimeoutOption = Annotated[float, typer.Option("--lock-timeout", help="Seconds to wait for another writer "
                                                                        "of this STATE (update, extend, retire, "
                                                                        "rollback) to finish.")]

@@ -23,6 +23,8 @@ from ..errors import DataError, InvalidArgumentError
 from .progress import Progress, no_progress
 
 
+DEFAULT_SELECT_STRATEGY = dec.DEFAULT_SELECT_STRATEGY
+
 SELECT_COLUMNS = ["rank", "id", "p", "mean", "variance", "p_zero_variance", "n_seen", "key"]
 ALLOCATE_COLUMNS = ["id", "n", "p", "p_nondegenerate"]
 

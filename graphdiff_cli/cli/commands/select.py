@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ...core.decisions import DEFAULT_SELECT_STRATEGY
 from ..common import command, emit, progress
 from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, StateOption
 
@@ -17,8 +18,9 @@ def select(
     candidates: Path = typer.Option(..., "--candidates", help="Candidate pool: one id per line, or a "
                                     ".jsonl/.csv/.parquet table with an 'id' column."),
     batch_size: int = typer.Option(..., "--batch-size", "-B", help="How many distinct prompts to choose."),
-    strategy: str = typer.Option(..., "--strategy", help="target (closest p to --target), thompson "
-                                 "(posterior draw closest to --target), skip-zero-variance (drop with "
+    strategy: str = typer.Option(DEFAULT_SELECT_STRATEGY, "--strategy", help="target (closest p to --target; the "
+                                 "default: the highest effective-group rate on the real log, docs/results.md), "
+                                 "thompson (posterior draw closest to --target), skip-zero-variance (drop with "
                                  "P(all correct or all wrong)), or uniform."),
     out: Path = typer.Option(..., "--out", "-o", help="Chosen prompts, best first (.txt: one id per line; "
                              ".jsonl/.csv/.parquet: rank, id, p, variance, p_zero_variance, n_seen, key)."),
