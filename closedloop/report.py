@@ -210,7 +210,7 @@ def _plot_metric(runs, out: Path, key: str) -> list[str]:
         fig, axes = plt.subplots(1, len(comps), figsize=(5.2 * len(comps), 4), squeeze=False, sharey=True)
         for ax, (title, native, gdname) in zip(axes[0], comps):
             for name, color, ls in ((native, "tab:blue", "-"), (gdname, "tab:red", "-"), ("uniform", "gray", "--"),
-                                    ("dapo", "tab:green", ":")):
+                                    ("ds", "tab:green", ":")):
                 if name not in runs:
                     continue
                 cs = [curve(r, key) for r in runs[name].values()]
