@@ -305,3 +305,32 @@ def test_two_grpo_steps_of_dynamic_sampling_and_an_oracle_arm(tmp_path):
     res = write_report(tmp_path / "runs", tmp_path / "report")
     assert res["runs"] == 2
     assert "oracle-ds" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_scores_against_ds_and_the_oracle():
+    """Rollouts to DS's final accuracy, the share of the oracle's gain (accuracy and rollouts), the bootstrap."""
+    from closedloop import scores
+
+    def rows(accs, per_step):
+        return [{"step": 10 * i, "cum_rollouts": 10 * i * per_step, "heldout_acc": a} for i, a in enumerate(accs)]
+
+    runs = {"ds": {s: rows([0.4, 0.45, 0.5, 0.6], 400) for s in range(6)},
+            "oracle-ds": {s: rows([0.4, 0.6, 0.6, 0.6], 200) for s in range(6)},
+            "gd-ds": {s: rows([0.4, 0.5, 0.6, 0.6], 200) for s in range(6)},
+            "flat": {s: rows([0.4, 0.4, 0.4, 0.4], 200) for s in range(6)}}
+    # DS reaches 0.6 at 12,000 rollouts; the oracle at 2,000 (6x), graphdiff at 4,000 (3x); never: 0
+    assert set(scores.saving_vs_ds(runs, "oracle-ds").values()) == {6.0}
+    assert set(scores.saving_vs_ds(runs, "gd-ds").values()) == {3.0}
+    assert set(scores.saving_vs_ds(runs, "flat").values()) == {0.0}
+    sh = scores.oracle_share(runs, "ds", "gd-ds", "oracle-ds")
+    ro = scores.share_stats(sh["seeds"], "rollouts")
+    assert ro["value"] == pytest.approx((12000 - 4000) / (12000 - 2000)) and ro["lo"] == ro["hi"] == ro["value"]
+    acc = scores.share_stats(sh["seeds"], "acc")  # at 6,000 rollouts: ds 0.45 + 1.5/4 x 0.05, gd 0.6, oracle 0.6
+    assert 0.0 < acc["value"] <= 1.0
+    b = scores.bootstrap([0.1, 0.2, 0.0, 0.3, 0.1, 0.2])
+    assert b["lo"] < b["value"] < b["hi"] and b["mdd"] == pytest.approx(scores.Z_MDD * b["se"])
+    assert scores.cell_shares([{"ids": ["tr-sort2-0001", "tr-compare1-0003"], "n": [8, 24]}]) == \
+        {"compare1": 0.75, "sort2": 0.25}
+    zv = scores.zero_variance_share([{"step": t, "prompts": 4, "all_correct": t - 1, "all_wrong": 1} for t in (1, 2)],
+                                    window=2)
+    assert zv == [{"steps": "1-2", "all_correct": 1 / 8, "all_wrong": 2 / 8}]
