@@ -5,7 +5,7 @@
 * ``oracle_share`` - per rule and estimator, the share of the oracle's gain it recovers,
   (estimator - baseline) / (oracle - baseline), in accuracy at equal rollouts and in rollouts saved to the
   baseline's final accuracy (baseline: the rule without an estimator - uniform, or plain DS for the pre-filter);
-* ``bootstrap`` - a percentile interval of a statistic of paired per-seed values, resampling seeds, and the
+* ``bootstrap`` - (with >= 2 seeds) a percentile interval of a statistic of paired per-seed values, resampling seeds, and the
   minimum detectable difference ((z_0.975 + z_0.8) x the bootstrap standard error: 80% power at 5%);
 * ``cell_shares`` - each scheduler's share of rollouts per (skill, level) cell, to set beside the oracle's;
 * ``zero_variance_share`` - the share of all-correct and all-wrong groups per window of steps.
@@ -20,6 +20,7 @@ import re
 import numpy as np
 
 Z_MDD = 1.959964 + 0.841621  # two-sided 5% test, 80% power
+MIN_SEEDS = 6  # the power requirement: a regime check is decided on at least this many paired seeds
 
 
 def curve(rows, key: str = "heldout_acc"):
@@ -109,7 +110,9 @@ def bootstrap(values, stat=None, rng_seed: int = 0, n_boot: int = 2000) -> dict:
     boots = np.array([stat(v[i]) for i in idx], dtype=float)
     boots = boots[np.isfinite(boots)]
     value = stat(v)
-    if not np.isfinite(value):
+    if not np.isfinite(value) or v.shape[0] < 2:  # one seed: a value, no interval
+        if np.isfinite(value):
+            return {"value": float(value), "lo": None, "hi": None, "se": None, "mdd": None, "seeds": int(v.shape[0])}
         return {"value": None, "lo": None, "hi": None, "se": None, "mdd": None, "seeds": int(v.shape[0])}
     if boots.size < n_boot // 2:
         return {"value": float(value), "lo": None, "hi": None, "se": None, "mdd": None, "seeds": int(v.shape[0])}

@@ -327,6 +327,8 @@ def test_scores_against_ds_and_the_oracle():
     assert ro["value"] == pytest.approx((12000 - 4000) / (12000 - 2000)) and ro["lo"] == ro["hi"] == ro["value"]
     acc = scores.share_stats(sh["seeds"], "acc")  # at 6,000 rollouts: ds 0.45 + 1.5/4 x 0.05, gd 0.6, oracle 0.6
     assert 0.0 < acc["value"] <= 1.0
+    one = scores.bootstrap([0.4])  # one seed: a value and no interval
+    assert one["value"] == 0.4 and one["lo"] is None and one["mdd"] is None
     b = scores.bootstrap([0.1, 0.2, 0.0, 0.3, 0.1, 0.2])
     assert b["lo"] < b["value"] < b["hi"] and b["mdd"] == pytest.approx(scores.Z_MDD * b["se"])
     assert scores.cell_shares([{"ids": ["tr-sort2-0001", "tr-compare1-0003"], "n": [8, 24]}]) == \
