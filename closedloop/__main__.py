@@ -144,7 +144,8 @@ def cmd_run(a) -> None:
     if a.test_limit:
         test = test[:: max(1, len(test) // a.test_limit)][: a.test_limit]
     cfg = RunConfig(scheduler=a.scheduler, seed=a.seed, steps=a.steps, batch_prompts=a.batch_prompts,
-                    group_size=a.group_size, pool_factor=a.pool_factor, dapo_oversample=a.dapo_oversample,
+                    group_size=a.group_size, pool_factor=a.pool_factor, max_rounds=a.max_rounds,
+                    oracle_samples=a.oracle_samples,
                     alloc_group=a.group_size // 2, learning_rate=a.lr, eval_every=a.eval_every,
                     eval_samples=a.eval_samples, threads=a.threads)
     factory = None
@@ -214,7 +215,10 @@ def main(argv=None) -> None:
     r.add_argument("--batch-prompts", type=int, default=16)
     r.add_argument("--group-size", type=int, default=8)
     r.add_argument("--pool-factor", type=float, default=4.0)
-    r.add_argument("--dapo-oversample", type=float, default=2.0)
+    r.add_argument("--max-rounds", type=int, default=8,
+                   help="dynamic sampling: at most this many generation rounds of B prompts per step")
+    r.add_argument("--oracle-samples", type=int, default=32,
+                   help="oracle arms: completions per measured candidate (not rollouts, not trained on; >= 32)")
     r.add_argument("--lr", type=float, default=5e-4)
     r.add_argument("--eval-every", type=int, default=5)
     r.add_argument("--test-limit", type=int, default=0, help="evaluate on this many held-out prompts (0 = all)")

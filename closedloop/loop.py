@@ -8,6 +8,16 @@ for the graphdiff schedulers through graphdiff's TRL integration (``GraphdiffTRL
 completion's reward, ``GraphdiffTRL.apply_step`` applies trainer step T as estimator step T), for the
 native estimators from the loop's own record of the same rewards.
 
+Dynamic sampling (``ds`` schedulers) is the product's: ``GraphdiffTRL(target, dynamic_sampling=...)`` is
+attached to the trainer (its sampler draws each step's first round, its wrapper around TRL's
+``_generate_and_score_completions`` refills, its callback applies every generated group), with the
+scheduler's estimator as its target (graphdiff's Estimator, or ``schedulers.BeliefTarget`` over GRESO or the
+oracle). Every generated rollout is counted; the trainer trains on the B kept groups.
+
+Oracle schedulers measure each candidate their rule reads by ``oracle_samples`` completions of the current
+policy (``measure``, one batched generation per plan, a forked RNG); their count and seconds are logged per
+step under ``oracle`` and are neither rollouts nor training data.
+
 As with ``GraphdiffTRL``'s own sampler, accelerate's data loader reads one batch ahead, so the plan for
 step T + 1 is made from the estimates after step T - 1 - the same one-step lag for every scheduler.
 
@@ -30,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from graphdiff_cli.errors import InvalidArgumentError
-from graphdiff_cli.integrations.tracking import OutcomeRecorder, count_outcomes
+from graphdiff_cli.integrations.tracking import METRIC_PREFIX, OutcomeRecorder, count_outcomes
 from graphdiff_cli.io.readers import IdIndex
 from . import schedulers as sch
 from .tasks import verify
@@ -44,7 +54,8 @@ class RunConfig:
     batch_prompts: int = 16          # prompts per step (B)
     group_size: int = 8              # rollouts per prompt (GRPO group)
     pool_factor: float = 4.0         # selection: candidates = pool_factor x B
-    dapo_oversample: float = 2.0     # DAPO: oversample x B prompts rolled out per step
+    max_rounds: int = 8              # dynamic sampling: at most this many generation rounds of B prompts per step
+    oracle_samples: int = 32         # oracle arms: completions per measured candidate (not rollouts, not trained)
     alloc_group: int = 4             # allocation: the trainer's group size; each prompt gets 1..alloc_max_units groups
     alloc_max_units: int = 4
     target: float = 0.5
@@ -60,9 +71,7 @@ class RunConfig:
         return self.alloc_group if sch.SCHEDULERS[self.scheduler][0] == "allocate" else self.group_size
 
     def rollouts_per_step(self) -> int:
-        kind = sch.SCHEDULERS[self.scheduler][0]
-        if kind == "dapo":
-            return int(round(self.dapo_oversample * self.batch_prompts)) * self.group_size
+        """Rollouts the trainer trains on per step (dynamic sampling generates more: every round is counted)."""
         return self.batch_prompts * self.group_size
 
 
@@ -92,46 +101,66 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    kind, _, belief_kind = sch.SCHEDULERS[cfg.scheduler]
+    applied_steps = [0]  # optimiser steps taken (the oracle's policy version)
+    kind, rule, belief_kind = sch.SCHEDULERS[cfg.scheduler]
     ids = [r["id"] for r in train_rows]
     index = IdIndex(ids, "the training pool")
     g = cfg.trainer_group()
     per_step = cfg.rollouts_per_step()
 
+    from graphdiff_cli.integrations.trl import GraphdiffTRL
+
+    model, tok = load_policy(policy_dir)
+    live = {"trainer": None, "calls": 0}  # the trainer, once built: its model is the current policy
+    oracle_cost = {"candidates": 0, "completions": 0, "seconds": 0.0}
+
+    def measure(nodes, samples):
+        """The oracle's measurement: ``samples`` completions per node from the current policy in one batched
+        generation (temperature 1, a forked RNG: GRPO's sampling is left as it was); counted apart."""
+        t0 = time.perf_counter()
+        live["calls"] += 1
+        c = pass_counts(live["trainer"].model, tok, [train_rows[int(i)] for i in nodes], n=samples,
+                        max_new_tokens=cfg.max_completion_length, seed=cfg.seed * 1_000_003 + live["calls"])
+        oracle_cost["candidates"] += len(nodes)
+        oracle_cost["completions"] += len(nodes) * samples
+        oracle_cost["seconds"] += time.perf_counter() - t0
+        return c
+
     gd = None
     belief = None
+    oracle = None
+    if belief_kind == "oracle":
+        oracle = sch.OracleBelief(measure, lambda: applied_steps[0], samples=cfg.oracle_samples)
     if belief_kind == "graphdiff":
-        from graphdiff_cli.integrations.trl import GraphdiffTRL
-
         if graphdiff_factory is None:
             raise InvalidArgumentError(f"scheduler {cfg.scheduler} needs a graphdiff estimator")
         estimator = graphdiff_factory()
-        gd = GraphdiffTRL(estimator, ids=ids, group_size=cfg.group_size)
         belief = sch.graphdiff_belief(estimator)
-    elif belief_kind is not None:
-        belief = sch.make_belief(belief_kind, len(ids))
+        target = estimator
+    else:
+        belief = sch.make_belief(belief_kind, len(ids), oracle=oracle)
+        target = sch.BeliefTarget(belief, ids)
+    if kind == "ds":  # the product's TRL dynamic sampling, whatever estimator feeds its pre-filter
+        gd = GraphdiffTRL(target, ids=ids, group_size=cfg.group_size, dynamic_sampling=rule,
+                          max_generation_rounds=cfg.max_rounds, seed=cfg.seed)
+    elif belief_kind == "graphdiff":
+        gd = GraphdiffTRL(target, ids=ids, group_size=cfg.group_size)
     units = 2 if kind == "allocate" else 1
-    scheduler = sch.Scheduler(cfg.scheduler, len(ids), cfg.batch_prompts, g, seed=cfg.seed, belief=belief,
-                              pool_factor=cfg.pool_factor, oversample=cfg.dapo_oversample,
-                              units_per_prompt=units if kind == "allocate" else 1,
-                              max_units=cfg.alloc_max_units, target=cfg.target)
+    scheduler = None
+    if kind != "ds":
+        scheduler = sch.Scheduler(cfg.scheduler, len(ids), cfg.batch_prompts, g, seed=cfg.seed, belief=belief,
+                                  pool_factor=cfg.pool_factor, units_per_prompt=units if kind == "allocate" else 1,
+                                  max_units=cfg.alloc_max_units, target=cfg.target)
     if kind == "allocate" and cfg.group_size != units * g:
         raise InvalidArgumentError(f"allocation needs group_size = 2 x alloc_group (got {cfg.group_size}, {g})")
 
-    model, tok = load_policy(policy_dir)
     recorder = OutcomeRecorder()  # what the trainer's reward function saw, per trainer step
     plans: dict[int, dict] = {}
-    dapo_kept: dict[int, int] = {}
 
     def correctness(prompts, completions, answer, id, trainer_state=None, **kwargs):
         step = int(trainer_state.global_step) + 1 if trainer_state is not None else -1
         rewards = [verify(c, a) for c, a in zip(completions, answer)]
         recorder.add(step, id, rewards)
-        if kind == "dapo":
-            groups = [rewards[i:i + g] for i in range(0, len(rewards), g)]
-            flat, kept = sch.dapo_keep(groups, cfg.batch_prompts)
-            dapo_kept[step] = kept
-            return [r for grp in flat for r in grp]
         return rewards
 
     reward_fn = gd.reward(correctness) if gd is not None else correctness
@@ -152,7 +181,6 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
         def __len__(self):
             return cfg.steps * per_step
 
-    applied_steps = [0]
 
     def _est_step():
         return applied_steps[0]
@@ -165,13 +193,17 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
                       save_strategy="no", use_cpu=True, seed=cfg.seed, data_seed=cfg.seed,
                       dataloader_num_workers=0, disable_tqdm=True, bf16=False, fp16=False)
     trainer = GRPOTrainer(model=model, processing_class=tok, args=args, train_dataset=ds, reward_funcs=[reward_fn])
-    trainer._get_train_sampler = lambda dataset=None: PlanSampler()
+    live["trainer"] = trainer
+    if kind == "ds":
+        gd.attach(trainer)  # sampler, DS generation wrapper and the step callback (applies every generated group)
+    else:
+        trainer._get_train_sampler = lambda dataset=None: PlanSampler()
 
     metrics_path = out_dir / "metrics.jsonl"
     outcomes_path = out_dir / "outcomes.jsonl"
     metrics_f = metrics_path.open("w", encoding="utf-8")
     outcomes_f = outcomes_path.open("w", encoding="utf-8")
-    state = {"cum": 0, "t_begin": None}
+    state = {"cum": 0, "t_begin": None, "oracle_prev": {}}
     eval_seconds = []
 
     def evaluate(step) -> dict:
@@ -206,7 +238,10 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
             nodes = index.nodes(pids)
             t0 = time.perf_counter()
             if gd is not None:
-                entry = gd.apply_step(step)
+                # DS: graphdiff's own callback (installed first by attach) already applied the step
+                entry = gd.applied[-1] if kind == "ds" else gd.apply_step(step)
+                if entry["step"] != step:
+                    raise RuntimeError(f"step {step}: the TRL integration applied step {entry['step']}")
                 est_stats = {k: v for k, v in (entry.get("stats") or {}).items() if isinstance(v, (int, float))}
                 gd_nodes = index.nodes(entry["ids"])
                 if not (np.array_equal(gd_nodes, nodes) and np.array_equal(entry["n"], n)
@@ -214,7 +249,8 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
                     raise RuntimeError(f"step {step}: graphdiff's recorded outcomes differ from the loop's")
             else:
                 est_stats = scheduler.update(nodes, n, s)
-            update_seconds = time.perf_counter() - t0
+            update_seconds = time.perf_counter() - t0 if kind != "ds" else float(
+                ((gd.applied[-1].get("metrics") or {}).get(METRIC_PREFIX + "update_seconds", 0.0)))
             applied_steps[0] = step
             eff = sch.effective_groups(n, s)
             state["cum"] += int(n.sum())
@@ -229,8 +265,14 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
                    "estimator_step_at_plan": plan.get("estimator_step_at_plan"),
                    "plan": {k: v for k, v in plan.items() if k not in ("plan_seconds", "estimator_step_at_plan")},
                    "estimator_stats": est_stats}
-            if kind == "dapo":
-                row["dapo_kept"] = int(dapo_kept.get(step, 0))
+            if kind == "ds":
+                rec = gd.ds_log[-1]
+                row["ds"] = {k: v for k, v in rec.metrics("").items()}
+                row["trained_prompts"] = len(rec.kept) + len(rec.padded)
+                row["plan"] = {"skipped_before_generation": len(rec.skipped), "rounds": rec.rounds}
+            if oracle is not None:
+                row["oracle"] = {k: oracle_cost[k] - state["oracle_prev"].get(k, 0) for k in oracle_cost}
+                state["oracle_prev"] = dict(oracle_cost)
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 row.update(evaluate(step))
                 log(f"[{cfg.scheduler} seed {cfg.seed}] step {step} held-out accuracy {row['heldout_acc']:.4f} "
@@ -263,5 +305,11 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
                "estimator_step": applied_steps[0]}
     if gd is not None:
         summary["graphdiff_applied_steps"] = [e["step"] for e in gd.applied]
+    if kind == "ds":
+        summary["ds_round_cap_hits"] = int(sum(r.cap_hit for r in gd.ds_log))
+        summary["ds_rounds"] = int(sum(r.rounds for r in gd.ds_log))
+    if oracle is not None:
+        summary["oracle"] = {**oracle_cost, "samples_per_candidate": cfg.oracle_samples,
+                             "share_of_wall": oracle_cost["seconds"] / wall if wall else None}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

@@ -11,7 +11,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .schedulers import COMPARISONS, REFERENCES, SCHEDULERS
+from . import scores
+from .schedulers import COMPARISONS, REFERENCES, RULES, SCHEDULERS
+
+
+def load_outcomes(root) -> dict[str, dict[int, list[dict]]]:
+    """``root/<scheduler>/s<seed>/outcomes.jsonl`` -> {scheduler: {seed: rows}} (for the per-cell shares)."""
+    out: dict[str, dict[int, list[dict]]] = {}
+    for path in sorted(Path(root).glob("*/s*/outcomes.jsonl")):
+        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        out.setdefault(path.parent.parent.name, {})[int(path.parent.name[1:])] = rows
+    return out
 
 
 def load_runs(root) -> dict[str, dict[int, list[dict]]]:
@@ -204,13 +214,15 @@ def _plot_metric(runs, out: Path, key: str) -> list[str]:
     stem = "heldout" if key == "heldout_acc" else key
     for xkey, xlabel, fname in (("step", "training step", f"{stem}_vs_step.png"),
                                 ("rollouts", "rollouts consumed", f"{stem}_vs_rollouts.png")):
-        comps = [c for c in COMPARISONS if c[1] in runs or c[2] in runs]
+        comps = [c for c in RULES if any(x in runs for x in c[2:])]
         if not comps:
             continue
         fig, axes = plt.subplots(1, len(comps), figsize=(5.2 * len(comps), 4), squeeze=False, sharey=True)
-        for ax, (title, native, gdname) in zip(axes[0], comps):
-            for name, color, ls in ((native, "tab:blue", "-"), (gdname, "tab:red", "-"), ("uniform", "gray", "--"),
-                                    ("dapo", "tab:green", ":")):
+        for ax, (title, base, native, gdname, oracle) in zip(axes[0], comps):
+            for name, color, ls in ((native, "tab:blue", "-"), (gdname, "tab:red", "-"), (oracle, "black", "-."),
+                                    (base, "gray", "--"), ("ds", "tab:green", ":")):
+                if name == "ds" and base == "ds":
+                    continue
                 if name not in runs:
                     continue
                 cs = [curve(r, key) for r in runs[name].values()]
@@ -307,10 +319,120 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
     for t in targets:
         lines.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no' if t['met'] is False else '-'} |")
     lines.append("")
+    extra_lines, extra = _issue29(runs, load_outcomes(runs_dir))
+    lines += extra_lines
     plots = _plot(runs, out)
     lines += [f"![{p}]({p})" for p in plots]
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     metrics = {"schedulers": table, "comparisons": all_rows, "sign_tests": tests, "targets": targets, "plots": plots,
-               "references": [r for r in REFERENCES if r in runs]}
+               "references": [r for r in REFERENCES if r in runs], **extra}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
     return {"report": str(out / "report.md"), "runs": sum(len(v) for v in runs.values()), "sign_tests": tests}
+
+
+def _ci(b: dict | None, nd: int = 3) -> str:
+    if not b or b.get("value") is None:
+        return "-"
+    if b.get("lo") is None:
+        return f"{b['value']:.{nd}f}"
+    return f"{b['value']:.{nd}f} [{b['lo']:.{nd}f}, {b['hi']:.{nd}f}]"
+
+
+def _issue29(runs, outcomes) -> tuple[list[str], dict]:
+    """Rollouts to DS's final accuracy, the share of the oracle's gain per rule and estimator, the regime
+    check, the zero-variance share under uniform, per-cell rollout shares against the oracle's, the targets."""
+    lines, res = [], {}
+    keys = [k for k in METRICS if has_metric(runs, k)]
+    if "ds" in runs:
+        lines += ["## Rollouts to DS's final held-out accuracy (per seed: DS's rollouts to it / the scheduler's; "
+                  "> 1 = fewer rollouts than DS; a seed that never reaches it counts 0)", "",
+                  "Mean over seeds with a 95% bootstrap interval over seeds; MDD = minimum detectable difference "
+                  "(80% power, 5% two-sided).", "",
+                  "| scheduler | seeds | final greedy | final sampled | rollouts | saving vs DS, greedy | MDD | "
+                  "saving vs DS, sampled | MDD |", "|---|---|---|---|---|---|---|---|---|"]
+        res["saving_vs_ds"] = {}
+        for name in SCHEDULERS:
+            if name not in runs:
+                continue
+            sv = {k: scores.bootstrap(list(scores.saving_vs_ds(runs, name, k).values())) for k in keys}
+            res["saving_vs_ds"][name] = sv
+            fin = {k: [scores.final(r, k) for r in runs[name].values()] for k in keys}
+            lines.append(f"| {name} | {len(runs[name])} | {_ms(fin.get('heldout_acc', []))} | "
+                         f"{_ms(fin.get('heldout_sampled', []))} | "
+                         f"{_ms([float(r[-1]['cum_rollouts']) for r in runs[name].values()], 0)} | "
+                         f"{_ci(sv.get('heldout_acc'), 2)} | {_fmt((sv.get('heldout_acc') or {}).get('mdd'), 2)} | "
+                         f"{_ci(sv.get('heldout_sampled'), 2)} | {_fmt((sv.get('heldout_sampled') or {}).get('mdd'), 2)} |")
+        lines.append("")
+    res["oracle_share"] = []
+    share_lines = []
+    for title, base, native, gdname, oracle in RULES:
+        for est in (native, gdname):
+            if not all(x in runs for x in (base, est, oracle)):
+                continue
+            for k in keys:
+                sh = scores.oracle_share(runs, base, est, oracle, k)
+                acc, ro = scores.share_stats(sh["seeds"], "acc"), scores.share_stats(sh["seeds"], "rollouts")
+                gain = scores.bootstrap([r["acc_oracle"] - r["acc_baseline"] for r in sh["seeds"]])
+                res["oracle_share"].append({"rule": title, "metric": k, **sh, "share_acc": acc, "share_rollouts": ro,
+                                            "oracle_gain_acc": gain})
+                share_lines.append(f"| {title} | {est} | {k} | {len(sh['seeds'])} | {_ci(gain)} (MDD "
+                                   f"{_fmt(gain.get('mdd'))}) | {_ci(acc, 2)} | {_ci(ro, 2)} |")
+    if share_lines:
+        lines += ["## Share of the oracle's gain each estimator recovers", "",
+                  "(estimator - baseline) / (oracle - baseline); baseline = the rule without an estimator (uniform; "
+                  "plain DS for the pre-filter). Accuracy at the rollouts all three reached; rollouts saved to the "
+                  "baseline's final accuracy. Ratio of seed means, 95% bootstrap interval over seeds.", "",
+                  "| rule | estimator | metric | seeds | oracle's gain in accuracy [95%] | share, accuracy | "
+                  "share, rollouts |", "|---|---|---|---|---|---|---|"] + share_lines + [""]
+    checks = []
+    if "oracle-ds" in runs and "ds" in runs:
+        sv = res["saving_vs_ds"]["oracle-ds"].get("heldout_acc") or {}
+        checks.append({"check": "oracle pre-filtered DS reaches DS's final greedy accuracy with >= 1.5x fewer "
+                                "rollouts, interval excluding 1", "measured": _ci(sv, 2),
+                       "met": None if sv.get("lo") is None or sv["seeds"] < scores.MIN_SEEDS
+                       else bool(sv["value"] >= 1.5 and sv["lo"] > 1)})
+    if "oracle-thompson" in runs and "uniform" in runs:
+        d = [r["acc_oracle"] - r["acc_baseline"] for r in scores.oracle_share(runs, "uniform", "uniform",
+                                                                               "oracle-thompson")["seeds"]]
+        b = scores.bootstrap(d)
+        checks.append({"check": "oracle selection (Thompson) beats uniform at equal rollouts, interval excluding 0",
+                       "measured": f"{_ci(b)} (MDD {_fmt(b.get('mdd'))})",
+                       "met": None if b.get("lo") is None or b["seeds"] < scores.MIN_SEEDS else bool(b["lo"] > 0)})
+    res["regime_check"] = checks
+    if checks:
+        lines += ["## Regime check (tuned on the oracle and uniform arms only)", "",
+                  f"Decided only on >= {scores.MIN_SEEDS} paired seeds ('-' below that).", "",
+                  "| check | measured | met |",
+                  "|---|---|---|"] + [f"| {c['check']} | {c['measured']} | "
+                                      f"{'-' if c['met'] is None else 'yes' if c['met'] else 'no'} |" for c in checks]
+        lines.append("")
+    if "uniform" in runs:
+        per_seed = [scores.zero_variance_share(r) for r in runs["uniform"].values()]
+        res["uniform_zero_variance_share"] = per_seed
+        lines += ["## Zero-variance groups over training under uniform (mean over seeds)", "",
+                  "| steps | all-correct | all-wrong |", "|---|---|---|"]
+        for j, w in enumerate(per_seed[0]):
+            ac = np.mean([p[j]["all_correct"] for p in per_seed if j < len(p)])
+            aw = np.mean([p[j]["all_wrong"] for p in per_seed if j < len(p)])
+            lines.append(f"| {w['steps']} | {ac:.3f} | {aw:.3f} |")
+        lines.append("")
+    cell_rows, res["cell_shares"] = [], {}
+    for title, base, native, gdname, oracle in RULES:
+        if oracle not in outcomes:
+            continue
+        names = [x for x in (base, native, gdname, oracle) if x in outcomes]
+        cells = sorted({c for x in names for o in outcomes[x].values() for c in scores.cell_shares(o)})
+        ref = {c: float(np.mean([scores.cell_shares(o).get(c, 0.0) for o in outcomes[oracle].values()])) for c in cells}
+        for name in (base, native, gdname, oracle):
+            if name not in outcomes:
+                continue
+            sh = {c: float(np.mean([scores.cell_shares(o).get(c, 0.0) for o in outcomes[name].values()])) for c in ref}
+            res["cell_shares"][name] = sh
+            dist = sum(abs(sh[c] - ref[c]) for c in ref) / 2
+            cell_rows.append(f"| {title} | {name} | " + ", ".join(f"{c} {sh[c]:.2f}" for c in ref)
+                             + f" | {dist:.3f} |")
+    if cell_rows:
+        lines += ["## Rollout shares per (skill, level) cell against the oracle's (same rule)", "",
+                  "| rule | scheduler | share of rollouts per cell | total variation distance to the oracle's |",
+                  "|---|---|---|---|"] + cell_rows + [""]
+    return lines, res

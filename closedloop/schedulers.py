@@ -10,12 +10,21 @@ out and how many groups of the trainer's fixed group size each gets - by a rule 
 ``graphdiff_cli.core.decisions``:
 
 * ``uniform``   - B prompts drawn uniformly from the training pool (one group each);
-* ``dapo``      - ``oversample`` x B prompts drawn uniformly (DAPO's dynamic sampling: the reward
-  wrapper in ``loop`` keeps the first B groups with 0 < s < n and flattens the rest; every rollout counts);
+* ``ds``        - dynamic sampling as DAPO defines it, run by the product's TRL path
+  (``GraphdiffTRL(..., dynamic_sampling=...)``, ``graphdiff_cli.integrations.dynamic_sampling``): generation
+  rounds of B prompts until B groups with 0 < s < n are kept (a cap on rounds); rule ``uniform`` is plain DS,
+  rule ``prefilter`` GRESO's pre-filter (a candidate is skipped before generation with probability
+  ``min(p_zero_variance, 1 - 0.01)``) fed by the estimator named (GRESO's own skip probability, graphdiff's
+  ``p_zero_variance``, or the oracle's). The estimator is seen by the product through ``BeliefTarget``;
+  every generated group, kept or filtered, is applied to it and counted as rollouts;
 * ``select``    - a pool of ``pool_factor`` x B uniform candidates, B kept by ``rule`` (``thompson``:
   MoPPS's target-difficulty rule; ``skip-zero-variance``: GRESO's selective rollout) from the beliefs;
 * ``allocate``  - B uniform prompts, a budget of B x ``units_per_prompt`` groups split by ``rule``
   (``variance``) within [1, ``max_units``] groups each.
+
+An ``oracle`` estimator (``OracleBelief``) is the ceiling of a rule: before each plan it measures every
+candidate the rule looks at by ``oracle_samples`` (>= 32) extra completions of the current policy (not
+rollouts, no training) and hands the rule the Beta(s + 1, n - s + 1) belief of that measurement.
 
 The paper's protocol: each scheduler runs with its native estimator and with graphdiff plugged in,
 everything else equal (the same pools: pools come from a generator seeded by (seed, step) only).
@@ -29,19 +38,28 @@ import numpy as np
 
 from graphdiff_cli.core import baselines as bl
 from graphdiff_cli.core import decisions as dec
+from graphdiff_cli.core.beta import mean_variance as beta_mean_variance
+from graphdiff_cli.core.beta import zero_variance
 from graphdiff_cli.core.counterfactual import moments
 from graphdiff_cli.errors import InvalidArgumentError
+from graphdiff_cli.integrations.tracking import Target
 
 # name -> (kind, rule, estimator)
 SCHEDULERS = {
     "uniform": ("uniform", None, None),
-    "dapo": ("dapo", None, None),
+    "ds": ("ds", "uniform", None),
+    "greso-ds": ("ds", "prefilter", "greso"),
+    "gd-ds": ("ds", "prefilter", "graphdiff"),
+    "oracle-ds": ("ds", "prefilter", "oracle"),
     "mopps": ("select", "thompson", "mopps"),
     "gd-thompson": ("select", "thompson", "graphdiff"),
     "greso": ("select", "skip-zero-variance", "greso"),
     "gd-skip": ("select", "skip-zero-variance", "graphdiff"),
     "history-alloc": ("allocate", "variance", "history"),
     "gd-alloc": ("allocate", "variance", "graphdiff"),
+    "oracle-thompson": ("select", "thompson", "oracle"),
+    "oracle-skip": ("select", "skip-zero-variance", "oracle"),
+    "oracle-alloc": ("allocate", "variance", "oracle"),
 }
 # (comparison, native scheduler, graphdiff scheduler)
 COMPARISONS = (
@@ -49,7 +67,16 @@ COMPARISONS = (
     ("zero-variance skipping", "greso", "gd-skip"),
     ("rollout allocation by variance", "history-alloc", "gd-alloc"),
 )
-REFERENCES = ("uniform", "dapo")
+# (rule, no-estimator baseline, native estimator's scheduler, graphdiff's, the oracle's): the share of the
+# oracle's gain each estimator recovers is (estimator - baseline) / (oracle - baseline)
+RULES = (
+    ("target-difficulty selection", "uniform", "mopps", "gd-thompson", "oracle-thompson"),
+    ("zero-variance skipping", "uniform", "greso", "gd-skip", "oracle-skip"),
+    ("rollout allocation by variance", "uniform", "history-alloc", "gd-alloc", "oracle-alloc"),
+    ("DS pre-filter", "ds", "greso-ds", "gd-ds", "oracle-ds"),
+)
+REFERENCES = ("uniform", "ds")
+MIN_ORACLE_SAMPLES = 32
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -77,10 +104,89 @@ class Belief:
         return {k: v for k, v in stats.items() if isinstance(v, (int, float))}
 
 
-def make_belief(kind: str | None, n_nodes: int, graphdiff_factory=None):
-    """The native estimators at their papers' settings (MoPPS lambda = 1, their MATH setting), or graphdiff."""
+class OracleBelief:
+    """The ceiling of a rule: each candidate's current pass rate, measured by ``measure(nodes) -> s`` (the
+    successes of ``samples`` fresh completions per node from the current policy; the loop batches them in one
+    generation call and counts them apart: not rollouts, not trained on). A node is measured at most once per
+    policy version (``version()``, the optimiser steps taken), so the rule reads one measurement however
+    often it asks. The rule is handed the measurement's Beta(s + 1, n - s + 1) belief: mean, variance and
+    P(a group of ``group_size`` is zero-variance) under it. Rollouts teach it nothing (``update`` is a no-op)."""
+
+    name = "oracle"
+
+    def __init__(self, measure, version, samples: int = MIN_ORACLE_SAMPLES):
+        if int(samples) < MIN_ORACLE_SAMPLES:
+            raise InvalidArgumentError(f"the oracle needs at least {MIN_ORACLE_SAMPLES} samples per candidate "
+                                       f"(got {samples})")
+        self.measure, self.version, self.samples = measure, version, int(samples)
+        self._cache: dict[int, int] = {}
+        self._cache_version = None
+        self.measured = 0  # candidates measured so far (x samples = extra completions)
+
+    def successes(self, nodes) -> np.ndarray:
+        nodes = np.asarray(nodes, dtype=np.int64)
+        v = self.version()
+        if v != self._cache_version:
+            self._cache, self._cache_version = {}, v
+        todo = np.unique(np.array([n for n in nodes.tolist() if n not in self._cache], dtype=np.int64))
+        if todo.size:
+            s = np.asarray(self.measure(todo, self.samples), dtype=np.int64)
+            if s.shape != todo.shape or (s < 0).any() or (s > self.samples).any():
+                raise InvalidArgumentError("the oracle's measurement must give 0..samples successes per node")
+            self._cache.update(zip(todo.tolist(), s.tolist()))
+            self.measured += int(todo.size)
+        return np.array([self._cache[n] for n in nodes.tolist()], dtype=np.int64)
+
+    def beliefs(self, nodes, group_size: int) -> dict:
+        s = self.successes(nodes).astype(np.float64)
+        a, b = s + 1.0, self.samples - s + 1.0
+        mean, var = beta_mean_variance(a, b)
+        return {"p": s / self.samples, "mean": mean, "variance": var,
+                "p_zero_variance": zero_variance(a, b, int(group_size))}
+
+    def update(self, nodes, n, s) -> dict:
+        return {}
+
+
+class BeliefTarget(Target):
+    """A scheduler's ``Belief`` (GRESO, the oracle; None for plain DS, whose estimates are NaN) seen by the
+    product's TRL integration as its estimator: ``apply`` feeds a step's outcomes to it, ``estimates`` gives
+    its ``p_zero_variance`` (what ``CandidateDraw``'s pre-filter reads)."""
+
+    def __init__(self, belief, ids):
+        super().__init__()
+        self.belief = belief
+        self.ids = [str(i) for i in ids]
+        self._step = 0
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
+        stats = self.belief.update(nodes, n, s) if self.belief is not None else {}
+        self._step = int(trainer_step)
+        return stats
+
+    def _estimates(self, nodes, group_size):
+        if self.belief is None:  # plain DS: its draw reads nothing; the step metrics get "no estimate"
+            nan = np.full(len(nodes), np.nan)
+            return {"p": nan, "mean": nan, "variance": nan, "p_zero_variance": nan}
+        return self.belief.beliefs(nodes, group_size)
+
+    def estimator(self):
+        return self.belief
+
+
+def make_belief(kind: str | None, n_nodes: int, graphdiff_factory=None, oracle=None):
+    """The native estimators at their papers' settings (MoPPS lambda = 1, their MATH setting), graphdiff, or
+    the oracle (``oracle``: the ``OracleBelief`` the loop built over its policy)."""
     if kind is None:
         return None
+    if kind == "oracle":
+        if oracle is None:
+            raise InvalidArgumentError("the oracle schedulers need the policy's measurement (OracleBelief)")
+        return oracle
     if kind == "mopps":
         return Belief(bl.MoPPS(n_nodes, lam=1.0), "mopps")
     if kind == "greso":
@@ -116,7 +222,7 @@ class Plan:
 
 class Scheduler:
     def __init__(self, name: str, n_nodes: int, batch_prompts: int, group_size: int, *, seed: int,
-                 belief=None, pool_factor: float = 4.0, oversample: float = 2.0, units_per_prompt: int = 2,
+                 belief=None, pool_factor: float = 4.0, units_per_prompt: int = 2,
                  max_units: int = 4, target: float = 0.5):
         if name not in SCHEDULERS:
             raise InvalidArgumentError(f"unknown scheduler {name!r}; choose one of {', '.join(SCHEDULERS)}")
@@ -126,7 +232,7 @@ class Scheduler:
             raise InvalidArgumentError(f"scheduler {name!r} needs estimator {self.belief_kind!r}")
         self.belief = belief
         self.n_nodes, self.batch_prompts, self.group_size = int(n_nodes), int(batch_prompts), int(group_size)
-        self.seed, self.pool_factor, self.oversample = int(seed), float(pool_factor), float(oversample)
+        self.seed, self.pool_factor = int(seed), float(pool_factor)
         self.units_per_prompt, self.max_units, self.target = int(units_per_prompt), int(max_units), float(target)
 
     def _pool(self, step: int, size: int) -> np.ndarray:
@@ -139,10 +245,9 @@ class Scheduler:
         if self.kind == "uniform":
             nodes = self._pool(step, b)
             return Plan(nodes, np.ones(b, np.int64), b, {})
-        if self.kind == "dapo":
-            m = int(round(self.oversample * b))
-            nodes = self._pool(step, m)
-            return Plan(nodes, np.ones(nodes.size, np.int64), m, {"keep_effective": b})
+        if self.kind == "ds":
+            raise InvalidArgumentError("dynamic sampling is planned by graphdiff's TRL integration "
+                                       "(GraphdiffTRL(dynamic_sampling=...)), not by a Scheduler")
         if self.kind == "select":
             pool = self._pool(step, int(round(self.pool_factor * b)))
             e = self.belief.beliefs(pool, self.group_size)
@@ -168,18 +273,3 @@ def effective_groups(n, s) -> np.ndarray:
     """Per prompt: 0 < s < n (a group with a learning signal)."""
     n, s = np.asarray(n), np.asarray(s)
     return (s > 0) & (s < n)
-
-
-def dapo_keep(groups: list[list[float]], keep: int) -> tuple[list[list[float]], int]:
-    """DAPO's dynamic-sampling filter on one generation batch: the first ``keep`` groups with mixed rewards are
-    kept as they are; every other group is flattened to a constant (zero advantage: no gradient). Returns
-    the rewards to hand the trainer and how many effective groups were kept."""
-    out, kept = [], 0
-    for g in groups:
-        mixed = min(g) != max(g)
-        if mixed and kept < keep:
-            out.append(list(g))
-            kept += 1
-        else:
-            out.append([0.0] * len(g))
-    return out, kept

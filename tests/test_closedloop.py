@@ -86,8 +86,55 @@ def test_scheduler_pure_parts():
     p = h.plan(2)
     assert p.units.sum() == 16 and p.units.min() >= 1 and p.units.max() <= 4
     assert p.units[p.nodes % 2 == 1].mean() > p.units[p.nodes % 2 == 0].mean()  # p = 0.5 gets more groups
-    flat, kept = sch.dapo_keep([[1, 1], [0, 1], [1, 0], [0, 0], [1, 0]], keep=2)
-    assert kept == 2 and flat == [[0, 0], [0, 1], [1, 0], [0, 0], [0, 0]]
+    with pytest.raises(InvalidArgumentError, match="planned by graphdiff's TRL integration"):
+        sch.Scheduler("ds", 200, 8, 8, seed=0).plan(1)
+
+
+def test_the_oracle_measures_each_candidate_once_per_policy_version():
+    """The oracle reads the policy's pass rate (>= 32 samples), once per node and optimiser step, batched."""
+    version, calls = [0], []
+    rate = np.linspace(0.0, 1.0, 50)
+
+    def measure(nodes, samples):
+        calls.append(nodes.tolist())
+        return np.round(rate[nodes] * samples).astype(np.int64)
+
+    o = sch.OracleBelief(measure, lambda: version[0], samples=32)
+    e = o.beliefs(np.array([0, 49, 25, 0]), group_size=8)
+    assert calls == [[0, 25, 49]]  # one batched call, each node once
+    assert e["p"].tolist() == [0.0, 1.0, 0.5, 0.0]
+    assert e["p_zero_variance"][0] > 0.75 and e["p_zero_variance"][2] < 0.05  # Beta(s + 1, n - s + 1) of it
+    o.beliefs(np.array([25, 30]), 8)
+    assert calls[-1] == [30]  # 25 is cached at this policy version
+    version[0] = 1
+    o.beliefs(np.array([25]), 8)
+    assert calls[-1] == [25] and o.measured == 5  # a new policy: measured again
+    assert o.update(np.array([1]), np.array([8]), np.array([8])) == {}  # rollouts teach it nothing
+    with pytest.raises(InvalidArgumentError, match="at least 32"):
+        sch.OracleBelief(measure, lambda: 0, samples=16)
+    bad = sch.OracleBelief(lambda nodes, k: np.full(nodes.size, k + 1), lambda: 0)
+    with pytest.raises(InvalidArgumentError, match="0..samples"):
+        bad.beliefs(np.array([1]), 8)
+
+
+def test_greso_feeds_the_products_ds_prefilter_through_a_belief_target():
+    """BeliefTarget hands GRESO's skip probability to CandidateDraw (the product's pre-filter) and learns
+    from every applied step; GRESO's keep rule max(p_e^z, 0.01) is the pre-filter's max(1 - pzv, explore)."""
+    from graphdiff_cli.integrations.dynamic_sampling import CandidateDraw
+
+    ids = [f"p{i}" for i in range(100)]
+    t = sch.BeliefTarget(sch.make_belief("greso", 100), ids)
+    easy = np.arange(50)  # all-correct 4 times: GRESO skips them with probability 1 - max(p_e^4, 0.01)
+    for step in (1, 2, 3, 4):
+        t.apply(step, [ids[i] for i in easy], np.full(50, 8), np.full(50, 8))
+    assert t.step == 4
+    pzv = t.estimates(np.arange(100), 8)["p_zero_variance"]
+    assert np.all(pzv[:50] > 0.9) and np.all(pzv[50:] == 0.0)
+    draw = CandidateDraw(t, np.arange(100), batch_size=20, group_size=8, mode="prefilter")
+    d = draw.draw(0)
+    assert (d.chosen >= 50).mean() >= 0.85 and (d.skipped < 50).all()
+    plain = sch.BeliefTarget(None, ids)  # plain DS reads no estimate
+    assert np.isnan(plain.estimates(np.arange(3), 8)["p_zero_variance"]).all()
 
 
 def _graph_over(rows):
@@ -210,3 +257,82 @@ def test_its_settings_are_declared_in_the_workflow_schema():
     assert defaults(schema) == published
     assert schema["properties"]["schedulers"]["items"]["enum"] == list(sch.SCHEDULERS)
     assert schema["properties"]["data"]["properties"]["skills"]["items"]["enum"] == list(tasks.SKILLS)
+
+
+@pytest.mark.slow
+def test_two_grpo_steps_of_dynamic_sampling_and_an_oracle_arm(tmp_path):
+    """Plain DS and the oracle-fed pre-filtered DS, each two real TRL steps through the product's
+    ``GraphdiffTRL(dynamic_sampling=...)``: every generated rollout is counted (outcomes, metrics and DS tally
+    agree), the trainer gets B groups, the round cap is reported, and the oracle's measurements (32 per
+    candidate it read) are logged apart from the rollouts."""
+    pytest.importorskip("trl")
+    from closedloop.loop import RunConfig, run
+    from closedloop.policy import build_model, build_tokenizer, save_policy, supervised_warmup
+    from closedloop.report import write_report
+
+    train, test, sft = tasks.make_splits(train_per_cell=4, test_per_cell=1, sft_per_cell=4, seed=2)
+    tok = build_tokenizer(tasks.alphabet(train + test + sft))
+    model = build_model(tok, hidden=32, layers=1, heads=2, intermediate=64, seed=0)
+    supervised_warmup(model, tok, sft, steps=3, batch_size=16)
+    save_policy(model, tok, tmp_path / "policy")
+    rounds = 3
+    for name in ("ds", "oracle-ds"):
+        cfg = RunConfig(scheduler=name, seed=0, steps=STEPS, batch_prompts=B, group_size=G, eval_every=2,
+                        max_completion_length=6, max_rounds=rounds)
+        out = tmp_path / "runs" / name / "s0"
+        summary = run(cfg, train, test, tmp_path / "policy", out, log=lambda *a: None)
+        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        outcomes = [json.loads(x) for x in (out / "outcomes.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [0, 1, 2] and "heldout_acc" in rows[2] and "heldout_acc" not in rows[1]
+        for r, o in zip(rows[1:], outcomes):
+            d = r["ds"]
+            assert r["rollouts"] == sum(o["n"]) == d["rollouts_generated"] == d["groups_generated"] * G
+            assert r["prompts"] == len(o["ids"]) == len(set(o["ids"])) == d["groups_generated"]
+            assert d["groups_generated"] == B * d["generation_rounds"]  # whole rounds of B prompts
+            assert d["groups_kept"] + d["groups_padded"] == B == r["trained_prompts"]
+            assert d["groups_kept"] == min(B, r["effective"])
+            assert (d["round_cap_hit"] == 1.0) == (d["groups_kept"] < B) and d["generation_rounds"] <= rounds
+        assert summary["rollouts"] == rows[-1]["cum_rollouts"] == sum(sum(o["n"]) for o in outcomes)
+        assert summary["ds_round_cap_hits"] == sum(r["ds"]["round_cap_hit"] for r in rows[1:])
+        assert summary["graphdiff_applied_steps"] == [1, 2] and summary["estimator_step"] == 2
+        if name == "ds":
+            assert "oracle" not in summary and all(r["ds"]["skipped_before_generation"] == 0 for r in rows[1:])
+        else:  # the oracle measured what the pre-filter read: 32 completions each, none of them a rollout
+            cost = summary["oracle"]
+            assert cost["candidates"] > 0 and cost["completions"] == 32 * cost["candidates"] and cost["seconds"] > 0
+            assert sum(r["oracle"]["completions"] for r in rows[1:]) <= cost["completions"]
+            assert cost["completions"] != summary["rollouts"]
+    res = write_report(tmp_path / "runs", tmp_path / "report")
+    assert res["runs"] == 2
+    assert "oracle-ds" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_scores_against_ds_and_the_oracle():
+    """Rollouts to DS's final accuracy, the share of the oracle's gain (accuracy and rollouts), the bootstrap."""
+    from closedloop import scores
+
+    def rows(accs, per_step):
+        return [{"step": 10 * i, "cum_rollouts": 10 * i * per_step, "heldout_acc": a} for i, a in enumerate(accs)]
+
+    runs = {"ds": {s: rows([0.4, 0.45, 0.5, 0.6], 400) for s in range(6)},
+            "oracle-ds": {s: rows([0.4, 0.6, 0.6, 0.6], 200) for s in range(6)},
+            "gd-ds": {s: rows([0.4, 0.5, 0.6, 0.6], 200) for s in range(6)},
+            "flat": {s: rows([0.4, 0.4, 0.4, 0.4], 200) for s in range(6)}}
+    # DS reaches 0.6 at 12,000 rollouts; the oracle at 2,000 (6x), graphdiff at 4,000 (3x); never: 0
+    assert set(scores.saving_vs_ds(runs, "oracle-ds").values()) == {6.0}
+    assert set(scores.saving_vs_ds(runs, "gd-ds").values()) == {3.0}
+    assert set(scores.saving_vs_ds(runs, "flat").values()) == {0.0}
+    sh = scores.oracle_share(runs, "ds", "gd-ds", "oracle-ds")
+    ro = scores.share_stats(sh["seeds"], "rollouts")
+    assert ro["value"] == pytest.approx((12000 - 4000) / (12000 - 2000)) and ro["lo"] == ro["hi"] == ro["value"]
+    acc = scores.share_stats(sh["seeds"], "acc")  # at 6,000 rollouts: ds 0.45 + 1.5/4 x 0.05, gd 0.6, oracle 0.6
+    assert 0.0 < acc["value"] <= 1.0
+    one = scores.bootstrap([0.4])  # one seed: a value and no interval
+    assert one["value"] == 0.4 and one["lo"] is None and one["mdd"] is None
+    b = scores.bootstrap([0.1, 0.2, 0.0, 0.3, 0.1, 0.2])
+    assert b["lo"] < b["value"] < b["hi"] and b["mdd"] == pytest.approx(scores.Z_MDD * b["se"])
+    assert scores.cell_shares([{"ids": ["tr-sort2-0001", "tr-compare1-0003"], "n": [8, 24]}]) == \
+        {"compare1": 0.75, "sort2": 0.25}
+    zv = scores.zero_variance_share([{"step": t, "prompts": 4, "all_correct": t - 1, "all_wrong": 1} for t in (1, 2)],
+                                    window=2)
+    assert zv == [{"steps": "1-2", "all_correct": 1 / 8, "all_wrong": 2 / 8}]

@@ -104,7 +104,7 @@ rule closedloop_run:
         "OMP_NUM_THREADS={threads} {params.cl} run --data {params.data:q} --state {input.graph:q}/STATE "
         "--policy {input.policy:q} --scheduler {wildcards.scheduler} --seed {wildcards.seed} --out {output:q} "
         "--steps {params.t[steps]} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
-        "--pool-factor {params.t[pool_factor]} --dapo-oversample {params.t[dapo_oversample]} --lr {params.t[lr]} "
+        "--pool-factor {params.t[pool_factor]} --max-rounds {params.t[max_rounds]} --oracle-samples {params.t[oracle_samples]} --lr {params.t[lr]} "
         "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} "
         "--eval-samples {params.t[eval_samples]} --threads {threads} > {log:q} 2>&1"
 

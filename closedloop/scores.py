@@ -1,0 +1,153 @@
+"""The scores issue 29 asks of the closed loop, from parsed runs (pure functions, no file I/O).
+
+* ``rollouts_to`` - cumulative rollouts at the first held-out evaluation reaching a level (None: never);
+* ``saving_vs_ds`` - per seed, DS's rollouts to its own final accuracy / the scheduler's rollouts to it;
+* ``oracle_share`` - per rule and estimator, the share of the oracle's gain it recovers,
+  (estimator - baseline) / (oracle - baseline), in accuracy at equal rollouts and in rollouts saved to the
+  baseline's final accuracy (baseline: the rule without an estimator - uniform, or plain DS for the pre-filter);
+* ``bootstrap`` - (with >= 2 seeds) a percentile interval of a statistic of paired per-seed values, resampling seeds, and the
+  minimum detectable difference ((z_0.975 + z_0.8) x the bootstrap standard error: 80% power at 5%);
+* ``cell_shares`` - each scheduler's share of rollouts per (skill, level) cell, to set beside the oracle's;
+* ``zero_variance_share`` - the share of all-correct and all-wrong groups per window of steps.
+
+Runs are ``{scheduler: {seed: metrics rows}}`` as ``report.load_runs`` gives them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+Z_MDD = 1.959964 + 0.841621  # two-sided 5% test, 80% power
+MIN_SEEDS = 6  # the issue's power requirement: a regime check is decided on at least this many paired seeds
+
+
+def curve(rows, key: str = "heldout_acc"):
+    ev = [r for r in rows if key in r]
+    return np.array([r["cum_rollouts"] for r in ev], float), np.array([r[key] for r in ev], float)
+
+
+def rollouts_to(rows, level: float, key: str = "heldout_acc") -> float | None:
+    """Cumulative rollouts at the first evaluation after step 0 whose ``key`` >= ``level`` (None: never)."""
+    ro, acc = curve(rows, key)
+    hit = np.flatnonzero((acc >= level - 1e-12) & (ro > 0))
+    return float(ro[hit[0]]) if hit.size else None
+
+
+def acc_at(rows, budget: float, key: str = "heldout_acc") -> float:
+    ro, acc = curve(rows, key)
+    return float(np.interp(budget, ro, acc))
+
+
+def final(rows, key: str = "heldout_acc") -> float:
+    return float(curve(rows, key)[1][-1])
+
+
+def saving_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds") -> dict[int, float | None]:
+    """Per seed: DS's rollouts to its final ``key`` / ``name``'s rollouts to it (> 1: fewer rollouts than DS;
+    0.0 where ``name`` never reached it, so that a seed that never gets there counts as no saving)."""
+    out = {}
+    for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
+        level = final(runs[ds][seed], key)
+        if level <= curve(runs[ds][seed], key)[1][0] + 1e-12:  # DS did not improve: reaching it means nothing
+            out[seed] = None
+            continue
+        own = rollouts_to(runs[ds][seed], level, key)
+        r = rollouts_to(runs[name][seed], level, key)
+        out[seed] = None if not own else (0.0 if r is None else own / r)
+    return out
+
+
+def oracle_share(runs, baseline: str, estimator: str, oracle: str, key: str = "heldout_acc") -> dict:
+    """Per seed present in all three: accuracy at the common rollouts (the smallest final cumulative rollouts
+    of the three) and rollouts to the baseline's final accuracy, for baseline, estimator and oracle."""
+    rows = []
+    for seed in sorted(set(runs.get(baseline, {})) & set(runs.get(estimator, {})) & set(runs.get(oracle, {}))):
+        b, e, o = runs[baseline][seed], runs[estimator][seed], runs[oracle][seed]
+        budget = min(curve(x, key)[0][-1] for x in (b, e, o))
+        level = final(b, key)
+        reach = {t: rollouts_to(x, level, key) for t, x in (("baseline", b), ("estimator", e), ("oracle", o))}
+        rows.append({"seed": seed, "budget": budget, "level": level,
+                     **{f"acc_{t}": acc_at(x, budget, key) for t, x in (("baseline", b), ("estimator", e),
+                                                                        ("oracle", o))},
+                     **{f"rollouts_{t}": v for t, v in reach.items()}})
+    return {"baseline": baseline, "estimator": estimator, "oracle": oracle, "seeds": rows}
+
+
+def share_stats(rows: list[dict], field: str, rng_seed: int = 0, n_boot: int = 2000) -> dict | None:
+    """The share of the oracle's gain, ratio of the seed means, with a bootstrap interval over seeds.
+    ``field`` "acc": (est - base) / (oracle - base) of accuracy at equal rollouts; "rollouts": (base -
+    est) / (base - oracle) of rollouts to the baseline's final accuracy (a run that never reaches it is
+    counted at its last rollouts, a lower bound of its saving's shortfall)."""
+    if not rows:
+        return None
+    if field == "acc":
+        est = np.array([r["acc_estimator"] - r["acc_baseline"] for r in rows])
+        orc = np.array([r["acc_oracle"] - r["acc_baseline"] for r in rows])
+    else:
+        def ro(r, t):
+            v = r[f"rollouts_{t}"]
+            return r["budget"] if v is None else v
+        est = np.array([ro(r, "baseline") - ro(r, "estimator") for r in rows])
+        orc = np.array([ro(r, "baseline") - ro(r, "oracle") for r in rows])
+    res = bootstrap(np.stack([est, orc], 1), lambda m: m[:, 0].mean() / m[:, 1].mean()
+                    if abs(m[:, 1].mean()) > 1e-12 else np.nan, rng_seed=rng_seed, n_boot=n_boot)
+    res["oracle_gain"] = float(orc.mean())
+    res["estimator_gain"] = float(est.mean())
+    return res
+
+
+def bootstrap(values, stat=None, rng_seed: int = 0, n_boot: int = 2000) -> dict:
+    """Statistic (default: mean) of per-seed ``values`` (rows = seeds) with a 95% percentile interval from
+    resampling seeds, its bootstrap standard error and the minimum detectable difference (Z_MDD x se)."""
+    v = np.asarray([x for x in values if x is not None] if np.ndim(values) == 1 else values, dtype=float)
+    stat = stat or (lambda m: float(np.mean(m)))
+    if v.shape[0] == 0:
+        return {"value": None, "lo": None, "hi": None, "se": None, "mdd": None, "seeds": 0}
+    rng = np.random.default_rng(rng_seed)
+    idx = rng.integers(0, v.shape[0], size=(n_boot, v.shape[0]))
+    boots = np.array([stat(v[i]) for i in idx], dtype=float)
+    boots = boots[np.isfinite(boots)]
+    value = stat(v)
+    if not np.isfinite(value) or v.shape[0] < 2:  # one seed: a value, no interval
+        if np.isfinite(value):
+            return {"value": float(value), "lo": None, "hi": None, "se": None, "mdd": None, "seeds": int(v.shape[0])}
+        return {"value": None, "lo": None, "hi": None, "se": None, "mdd": None, "seeds": int(v.shape[0])}
+    if boots.size < n_boot // 2:
+        return {"value": float(value), "lo": None, "hi": None, "se": None, "mdd": None, "seeds": int(v.shape[0])}
+    se = float(boots.std(ddof=1))
+    return {"value": float(value), "lo": float(np.percentile(boots, 2.5)), "hi": float(np.percentile(boots, 97.5)),
+            "se": se, "mdd": Z_MDD * se, "seeds": int(v.shape[0])}
+
+
+_CELL = re.compile(r"^[a-z]+-([a-z]+\d)-\d+$")
+
+
+def cell_of(pid: str) -> str:
+    m = _CELL.match(str(pid))
+    return m.group(1) if m else "?"
+
+
+def cell_shares(outcomes: list[dict]) -> dict[str, float]:
+    """Share of a run's rollouts per (skill, level) cell from its ``outcomes.jsonl`` rows (ids, n)."""
+    tot: dict[str, float] = {}
+    for o in outcomes:
+        for pid, n in zip(o["ids"], o["n"]):
+            c = cell_of(pid)
+            tot[c] = tot.get(c, 0.0) + n
+    s = sum(tot.values()) or 1.0
+    return {k: v / s for k, v in sorted(tot.items())}
+
+
+def zero_variance_share(rows, window: int = 10) -> list[dict]:
+    """Per window of ``window`` steps: share of the step's groups that were all-correct / all-wrong."""
+    steps = [r for r in rows if r["step"] > 0]
+    out = []
+    for start in range(0, len(steps), window):
+        w = steps[start:start + window]
+        groups = sum(r["prompts"] for r in w) or 1
+        out.append({"steps": f"{w[0]['step']}-{w[-1]['step']}",
+                    "all_correct": sum(r["all_correct"] for r in w) / groups,
+                    "all_wrong": sum(r["all_wrong"] for r in w) / groups})
+    return out
