@@ -30,7 +30,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import InvalidArgumentError, StateError
+from .errors import DataError, InvalidArgumentError, StateError
 from .io import layout
 from .io.locks import DEFAULT_LOCK_TIMEOUT
 from .io.state_dir import StateDir
@@ -44,7 +44,7 @@ def _plain(x):
     """numpy scalars in rows (counts from np.sum, ...) as the JSON numbers they are."""
     if isinstance(x, np.generic):
         return x.item()
-    raise TypeError(f"outcome rows hold numbers and strings, got {type(x).__name__}")
+    raise DataError(f"outcome rows hold numbers and strings, got a {type(x).__name__} ({str(x)[:60]})")
 
 
 class Transaction:
@@ -228,13 +228,15 @@ class State:
                               lock_timeout=lock_timeout, progress=progress)
 
     def _write_outcomes(self, step, rows) -> Path:
-        """``rows`` as ``outcomes_dir/step_T.jsonl``, written atomically; the file of a step already applied is
-        never replaced (the log names it): sending it the same rows again reuses it (update is then a no-op),
-        other rows are refused as ``update`` refuses them."""
+        """``rows`` as ``outcomes_dir/step_T-<content hash>.jsonl``, written atomically. The name carries the
+        content, so no file a log names is ever replaced (two writers of one step, two STATEs sharing the
+        folder): the same rows again reuse it (for the last applied step update is then a no-op); rows for a
+        step already applied that match no file are refused before anything is written."""
+        import hashlib
         import json
 
         from .io.atomic import atomic_write_text
-        from .stages.handoff import already_applied_refusal
+        from .stages.handoff import already_applied_refusal, step_refusal
 
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise InvalidArgumentError(f"step must be an integer >= 1 (step 0 is init), got {step!r}")
@@ -246,12 +248,19 @@ class State:
         if columns is None:
             raise InvalidArgumentError(f"outcomes must be a file or a list of row dicts ('id', 'n', 's'), "
                                        f"got a list of {type(rows[0]).__name__}")
-        path = self.outcomes_dir / f"step_{step:08d}.jsonl"
-        text = "".join(json.dumps(r, default=_plain) + "\n" for r in rows)
-        if step <= self.step and path.is_file():
-            if path.read_bytes() == text.encode("utf-8"):
-                return path
-            raise already_applied_refusal(self.path, step, self.step)
+        try:
+            text = "".join(json.dumps(r, default=_plain, allow_nan=False) + "\n" for r in rows)
+        except ValueError as exc:  # NaN or infinity: no JSON number
+            raise DataError(f"outcome rows hold finite numbers: {exc}") from None
+        data = text.encode("utf-8")
+        path = self.outcomes_dir / f"step_{step:08d}-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
+        if path.is_file() and path.read_bytes() == data:
+            return path
+        current = self.step
+        if step <= current:
+            raise already_applied_refusal(self.path, step, current)
+        if step > current + 1:
+            raise step_refusal(self.path, step, current)
         self.outcomes_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)
         return path

@@ -407,3 +407,18 @@ def test_state_from_the_environment_select_default_and_verify_state(state, input
     res = subprocess.run([str(GRAPHDIFF), "verify", "--json"], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and json.loads(res.stdout)["intact"]
     assert json.loads(gd("verify", "--state", state, "--json").stdout)["intact"]
+
+
+def test_sigterm_is_an_interruption_exit_130(state, inputs):
+    """A scheduler's kill (SIGTERM) ends a command as ctrl-C does: exit 130, kind interrupted, and a write in
+    progress is undone (the STATE stays at its step)."""
+    folder, _ = inputs
+    release = folder.parent / "release-sigterm"
+    proc = _spawn_update(state, 1, folder / "o1.jsonl", pause="artifact", release=release)
+    _wait_for(Path(f"{release}.reached"), proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert json.loads(out)["kind"] == "interrupted"
+    assert StateDir.open(state).current_step == 0
+    gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl")  # the retry completes

@@ -54,5 +54,5 @@ def test_readme_state_example_runs(tmp_path, monkeypatch, capsys):
     st = State.open("runs/STATE")
     status = st.status()
     assert status["step"] == 2 and status["n_prompts"] == 32  # the extend after step 3 was rolled back too
-    assert sorted(p.name for p in Path("runs/STATE.outcomes").iterdir()) == [f"step_{t:08d}.jsonl" for t in (1, 2, 3)]
+    assert sorted(p.name[:13] for p in Path("runs/STATE.outcomes").iterdir()) == [f"step_{t:08d}" for t in (1, 2, 3)]
     assert st.verify()["intact"]

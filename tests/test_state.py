@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from _handoff_fixtures import make_inputs, step_rows, tree_hash, write_outcomes
 from graphdiff_cli import State
-from graphdiff_cli.errors import AlreadyAppliedError, ArtifactError, DataError, InvalidArgumentError, StateError
+from graphdiff_cli.errors import (AlreadyAppliedError, ArtifactError, DataError, InvalidArgumentError, StateError,
+                                  StepGapError)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def test_rows_in_memory_are_the_same_step_as_a_file(tmp_path, inputs):
         ra = a.update(t, rows)
         rb = b.update(t, write_outcomes(tmp_path / f"o{t}.jsonl", rows))
         assert ra["outcomes_hash"] == rb["outcomes_hash"] and ra["rollouts"] == rb["rollouts"]
-        assert ra["outcomes"] == str((tmp_path / "A.outcomes" / f"step_{t:08d}.jsonl").resolve())
+        assert ra["outcomes"] == str((tmp_path / "A.outcomes" / f"step_{t:08d}-{ra['outcomes_hash']}.jsonl").resolve())
     ea, eb = a.estimates(), b.estimates()
     assert ea["id"] == eb["id"] == ids
     for col in ("p", "mean", "variance", "p_zero_variance", "n_seen"):
@@ -247,3 +249,53 @@ def test_retire_applies_the_ids_it_hashed(st, tmp_path, monkeypatch):
     res = st.retire(ids_file)
     assert res["ids_hash"] == hashlib.sha256(old).hexdigest()[:16] and res["prompts"] == 2
     assert set(st.estimates()["id"]) & {"q001", "q002"} == set() and "q003" in st.estimates()["id"]
+
+
+def test_two_writers_of_one_step_never_replace_the_file_the_log_names(tmp_path, inputs):
+    """Review finding: rows are written under a content-addressed name, so the loser of a race for step 1 (or
+    a second STATE sharing the outcomes folder) cannot overwrite the winner's logged file."""
+    import hashlib
+
+    graph, clusters, ids = inputs
+    a = State.init(graph, clusters, tmp_path / "S", device="cpu", durable=False)
+    b = State.open(tmp_path / "S", device="cpu", durable=False)
+    res = a.update(1, step_rows(ids, 1))
+    with pytest.raises(AlreadyAppliedError):
+        b.update(1, step_rows(ids, 1, seed=3))
+    logged = Path(res["outcomes"])
+    assert hashlib.sha256(logged.read_bytes()).hexdigest()[:16] == res["outcomes_hash"]
+    assert b.update(1, step_rows(ids, 1))["noop"]  # the winner's rows again: a no-op for anyone
+    assert len(list(logged.parent.iterdir())) == 1  # the refused rows were never written
+    State.init(graph, clusters, tmp_path / "T", device="cpu", durable=False)
+    other = State.open(tmp_path / "T", device="cpu", durable=False, outcomes_dir=logged.parent)
+    other.update(1, step_rows(ids, 1, seed=4))  # another STATE, the same folder
+    assert hashlib.sha256(logged.read_bytes()).hexdigest()[:16] == res["outcomes_hash"]
+    with pytest.raises(DataError, match="outcome rows hold numbers and strings"):
+        a.update(2, [{"id": "q000", "n": np.array([8]), "s": 1}])
+
+
+def test_rows_for_a_gap_are_refused_before_anything_is_written(st, inputs):
+    _, _, ids = inputs
+    with pytest.raises(StepGapError):
+        st.update(3, step_rows(ids, 3))
+    assert not st.outcomes_dir.exists()
+
+
+def test_the_repeat_warning_survives_a_retire_and_a_damaged_retention_file_warns(st, inputs):
+    _, _, ids = inputs
+    rows = step_rows(ids, 1)
+    st.update(1, rows)
+    st.retire(["q040"])
+    assert any("byte-identical" in w for w in st.update(2, rows)["warnings"])
+    (st.path / "retention.json").write_text("{")
+    assert any("damaged retention file" in w for w in st.update(3, step_rows(ids, 3))["warnings"])
+    with pytest.raises(DataError, match="no ids given"):
+        st.retire([])
+
+
+def test_a_rollback_to_the_current_step_removes_nothing(st, inputs):
+    _, _, ids = inputs
+    for t in (1, 2, 3):
+        st.update(t, step_rows(ids, t))
+    assert st.rollback(1)["removed_versions"] == ["2", "3"]
+    assert st.rollback(1)["removed_versions"] == []

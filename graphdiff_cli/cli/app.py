@@ -76,6 +76,18 @@ def _release_freed_memory() -> None:
         pass
 
 
+def _sigterm_interrupts() -> None:
+    """SIGTERM (a scheduler's kill, ``timeout``) ends a command as ctrl-C does: through the error boundary, so
+    it exits 130 with kind "interrupted" and a write in progress is undone by its transaction (watch installs
+    its own handler: it finishes the step in progress first)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main() -> None:
     """The console script: runs the app, and turns click's usage errors (an unknown option, a missing or
     malformed value) into the same one line as every other error (``graphdiff: error: ...``, exit 2)
@@ -87,6 +99,7 @@ def main() -> None:
     from .common import EXIT_USAGE, fail
 
     _release_freed_memory()
+    _sigterm_interrupts()
     try:
         code = app(standalone_mode=False)
     except TyperException as exc:  # typer's click: a usage error (unknown option, bad value, missing argument)

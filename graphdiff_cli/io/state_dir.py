@@ -223,10 +223,16 @@ class StateDir:
 
     def disk_bytes(self) -> dict[str, int]:
         """Bytes on disk of the retained states (steps/), the models (model.zarr, models/) and all of it."""
-        def size(p: Path) -> int:
-            if p.is_file():
-                return p.stat().st_size
-            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
+        def size(p: Path) -> int:  # without the lock: a file another writer prunes meanwhile counts 0
+            total = 0
+            for dirpath, _dirs, files in os.walk(p):
+                for name in files:
+                    with contextlib.suppress(FileNotFoundError):
+                        total += os.stat(os.path.join(dirpath, name)).st_size
+            if not total and p.is_file():
+                with contextlib.suppress(FileNotFoundError):
+                    total = p.stat().st_size
+            return total
 
         steps = size(self.root / STEPS)
         models = size(self.root / MODEL) + size(self.root / MODELS)
@@ -363,7 +369,9 @@ class StateDir:
         check_lock_timeout(timeout)
         busy = (lambda _holder: f"{self.root}: another update or rollback has held {LOCK} for more than "
                 f"{timeout:g} s; try again when it has finished (or raise --lock-timeout)")
-        with file_lock(self.root / LOCK, timeout, busy=busy, mode=0o644):
+        cannot = (lambda exc: f"{self.root / LOCK}: cannot open the STATE's lock ({exc.strerror}); a STATE is "
+                  "written by a user who may write its folder")
+        with file_lock(self.root / LOCK, timeout, busy=busy, cannot_open=cannot, mode=0o644):
             yield self
 
     def clean_debris(self) -> list[str]:
@@ -490,6 +498,7 @@ class StateDir:
     def rollback(self, to, revision: int | None = None) -> list[int]:
         """Make step ``to`` current again (its newest retained revision, or ``revision``); later versions and
         log lines go. Returns the steps none of whose versions is left."""
+        self.removed_versions = []
         cur = self.current_version()
         if isinstance(to, bool) or not isinstance(to, int) or to < 0:
             raise InvalidArgumentError(f"--to must be a step >= 0, got {to!r}")

@@ -58,12 +58,13 @@ def _json_float(x) -> float | None:
 
 def _candidates(state, pool) -> tuple[list[str], np.ndarray, int, str]:
     """(ids, node indices, how many were retired, where) of the candidates of ``pool`` (an ids file or a list of
-    ids) that are not retired (graphdiff retire), at the resident version of ``state``."""
+    ids) that are not retired (graphdiff retire), at the version of the estimator ``state.estimator()`` last
+    returned (callers take it first)."""
     from ..io.readers import id_file_nodes
     from .handoff import active_rows
 
     if isinstance(pool, (str, Path)):
-        where, (ids, rows) = str(pool), id_file_nodes(pool, state.index)
+        where, (ids, rows) = str(pool), id_file_nodes(pool, state.resident_index)
     else:
         ids = [str(x) for x in pool]
         seen: dict[str, int] = {}
@@ -71,7 +72,7 @@ def _candidates(state, pool) -> tuple[list[str], np.ndarray, int, str]:
             if pid in seen:
                 raise DataError(f"ids[{j}]: prompt {pid!r} repeats ids[{seen[pid]}]")
             seen[pid] = j
-        where, rows = "the ids given", state.index.nodes(ids)
+        where, rows = "the ids given", state.resident_index.nodes(ids)
     keep = active_rows(rows, state.retired)
     if keep.all():
         return ids, rows, 0, where

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AlreadyAppliedError, ArtifactError, InvalidArgumentError, StateError, StepGapError
-from ..io.artifacts import has_array, hash_file
+from ..io.artifacts import has_array, hash_file, read_artifact
 from ..io.layout import JOINED, RETIRED
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY, Retention, StateDir, check_lock_timeout
@@ -123,6 +123,18 @@ def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float
             "pruned": [], "retained": sd.retained_steps(), "timings": {"total_s": time.perf_counter() - t0}}
 
 
+def _step_outcomes_hash(sd, step: int) -> str | None:
+    """The hash of the outcomes update ``step`` was applied from (its revision-0 artifact's, kept with every
+    revision of a retained step), or None."""
+    from ..io.estimator_store import STEP_KIND
+    from ..io.layout import step_relpath
+
+    try:
+        return read_artifact(sd.root / step_relpath(step, 0), STEP_KIND).inputs.get("outcomes")
+    except ArtifactError:
+        return None
+
+
 def already_applied_refusal(root, step: int, cur: int) -> AlreadyAppliedError:
     return AlreadyAppliedError(f"{root}: step {step} is already applied from other outcomes (the current step "
                                f"is {cur}; the next update is step {cur + 1}); to redo it run graphdiff "
@@ -181,7 +193,7 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
             raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
         nodes = parsed.node_indices(state.index)  # again: an extend or rollback may have moved the prompt set
         warnings = [f"step {step}: {w}" for w in parsed.warnings]
-        if cur > 0 and sd.current_artifact().inputs.get("outcomes") == outcomes_hash:
+        if cur > 0 and _step_outcomes_hash(sd, cur) == outcomes_hash:
             warnings.append(f"step {step}: {outcomes} is byte-identical to the outcomes step {cur} was applied "
                             "from (a file delivered twice?); applied as step "
                             f"{step} all the same (graphdiff rollback --to {cur} undoes it)")
@@ -198,6 +210,10 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
                  "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
                  "inference_s": round(t_infer - t_load, 4)}
         pruned = txn.commit_step(entry)
+    try:
+        sd.retention
+    except ArtifactError as exc:  # pruning skipped itself (housekeeping never stops a step): say why
+        warnings.append(f"{exc}; nothing is pruned until then")
     t_write = time.perf_counter()
     progress(4, 4)
     return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
@@ -212,11 +228,11 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
 # ------------------------------------------------------------------------------------------ predict
 
 def candidate_rows(state, ids=None, *, ids_file=None) -> tuple[list[str], np.ndarray]:
-    """(ids, node indices) at the resident version of a ``State``: the prompts ``ids`` (a list) or of
-    ``ids_file``, retired or not, else every candidate (retired prompts left out). Unknown ids are refused."""
+    """(ids, node indices) at the version of the estimator ``state.estimator()`` last returned (call it first:
+    the two are one snapshot even if another writer moves the STATE meanwhile): the prompts ``ids`` (a list)
+    or of ``ids_file``, retired or not, else every candidate (retired prompts left out)."""
     from ..io.readers import id_file_nodes
 
-    state.estimator()
     index, retired = state.resident_index, state.retired
     if ids_file is not None:
         return id_file_nodes(ids_file, index, unique=False)
@@ -310,9 +326,12 @@ def retention(state, *, keep: int | None = None, keep_every: int | None = None,
         before = None
     pruned: list[int] = []
     if keep is not None or keep_every is not None:
-        new = Retention(before.keep if keep is None else keep, before.keep_every if keep_every is None else keep_every)
         check_lock_timeout(lock_timeout)
         with sd.locked(lock_timeout):
+            if before is not None:  # again under the lock: another writer's change of the other number stays
+                before = sd.retention
+            new = Retention(before.keep if keep is None else keep,
+                            before.keep_every if keep_every is None else keep_every)
             pruned = sd.set_retention(new)
     now = sd.retention
     return {"command": "retention", "state": str(sd.root), "keep": now.keep, "keep_every": now.keep_every,

@@ -305,6 +305,8 @@ def retire(state, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_L
         source = str(Path(ids).resolve())
     else:
         ids = [str(x) for x in ids]
+        if not ids:
+            raise DataError("retire: no ids given")
         if len(set(ids)) != len(ids):
             raise DataError("retire: the ids given repeat a prompt")
         source, ids_hash = None, hash_arrays(np.asarray(ids, dtype=object), extra="ids")
