@@ -81,7 +81,8 @@ def test_waves_from_several_processes_become_one_step_each(state):
     log = sd.log_entries()
     folder = root.parent / "STATE.openrlhf"
     for t, wave in enumerate(expected, start=1):
-        rows = [json.loads(x) for x in (folder / f"step_{t:08d}.jsonl").read_text().splitlines()]
+        [step_file] = folder.glob(f"step_{t:08d}-*.jsonl")  # one file per step, named by its content
+        rows = [json.loads(x) for x in step_file.read_text().splitlines()]
         assert {r["id"]: (r["n"], r["s"]) for r in rows} == {pid: (N_SAMPLES, s) for pid, s in wave.items()}
         assert log[t]["rollouts"] == N_SAMPLES * len(wave) and log[t]["successes"] == sum(wave.values())
     assert any(not 0 < s < N_SAMPLES for w in expected for s in w.values())  # filtered groups were counted
@@ -149,7 +150,8 @@ def test_a_crash_anywhere_in_a_close_leaves_the_wave_applied_once(state, monkeyp
     sd = StateDir.open(root)
     log = sd.log_entries()
     assert sd.current_step == 2 and [(e["rollouts"], e["successes"]) for e in log[1:]] == [(2, 1), (2, 1)]
-    rows = [json.loads(x) for x in (folder / "step_00000001.jsonl").read_text().splitlines()]
+    [step_file] = folder.glob("step_00000001-*.jsonl")
+    rows = [json.loads(x) for x in step_file.read_text().splitlines()]
     assert rows == [{"id": ids[1], "n": 2, "s": 1}]
     assert not (folder / "closing.json").exists() and not (folder / "ERROR").exists()
 

@@ -229,7 +229,7 @@ class StepRecorder:
         if not nxt.exists() or cur == step - 1:
             atomic_write_text(nxt, "".join(json.dumps(r) + "\n" for r in closing["rest"]))
         atomic_write_text(self.folder / "episode.json", json.dumps({"prompts": int(closing["episode"])}))
-        if cur == step - 1:  # the outcomes file step_<T>.jsonl stays in the folder; the STATE's log has its hash
+        if cur == step - 1:  # the outcomes file step_<T>-<hash>.jsonl stays in the folder; the STATE's log has its hash
             ids, n, s = count_outcomes([(0, r["id"], r["reward"]) for r in closing["rows"]], self.success_threshold)
             self.target.apply(step, ids, n, s)
         self._pending_path(step).unlink(missing_ok=True)

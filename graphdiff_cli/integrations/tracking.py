@@ -2,7 +2,7 @@
 
 * ``Target`` - the estimator the trainer feeds: ``InMemoryTarget`` (a ``graphdiff_cli.estimator.Estimator``
   plus the string id of each node) or ``StateTarget`` (a STATE directory through a resident
-  ``graphdiff_cli.State``; each step's outcomes are written to ``STATE/../<name>.outcomes/step_<T>.jsonl``
+  ``graphdiff_cli.State``; each step's outcomes are written to ``STATE/../<name>.outcomes/step_<T>-<hash>.jsonl``
   and applied with ``State.update``, so the STATE's log records the file's hash like any ``graphdiff update``). Both map string prompt ids to node
   indices, refuse unknown ids, and apply trainer step T only onto estimator step T - 1.
 * ``OutcomeRecorder`` - a thread-safe list of (trainer step, prompt id, reward) rows.
@@ -107,7 +107,7 @@ class InMemoryTarget(Target):
 
 class StateTarget(Target):
     """A STATE directory (``graphdiff init``) through a resident ``graphdiff_cli.State``: each step's rows are
-    written to ``STATE.outcomes/step_<T>.jsonl`` (or ``outcomes_dir``, ``State.outcomes_dir``) and applied with ``State.update``, so the
+    written to ``STATE.outcomes/step_<T>-<hash>.jsonl`` (or ``outcomes_dir``, ``State.outcomes_dir``) and applied with ``State.update``, so the
     STATE's log records the file's hash like any ``graphdiff update``; the estimator stays in memory between
     steps and is read again only when another writer moved the STATE."""
 
