@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from graphdiff_cli import Estimator
-from graphdiff_cli.errors import InvalidArgumentError
+from graphdiff_cli.errors import DataError, InvalidArgumentError
 from graphdiff_cli.settings import (NAMES, PRESETS, EstimatorSettings, inert_settings, json_schema, parse_flag,
                                     preset_settings, resolve, resolve_layers)
 
@@ -245,3 +245,28 @@ def test_every_setting_is_an_init_flag_and_a_config_key(tmp_path):
     path.write_text(yaml.safe_dump({"estimator": preset_settings("paper")}))
     values, _ = _layer(path)
     assert set(values) == set(NAMES)
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
+    """Issue 34 item 3: a 390-byte file of nested aliases took 29 s and 3.7 GB when its value was formatted
+    into the refusal; the composed nodes are counted first, with a budget, so it stops at once."""
+    import time
+
+    from graphdiff_cli.io.readers import read_mapping
+
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines + ["beta: *i"]) + "\n")
+    t = time.perf_counter()
+    with pytest.raises(DataError, match="expands to more than 100000 values through YAML aliases"):
+        read_mapping(bomb)
+    assert time.perf_counter() - t < 5
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("base: &b {beta: 2.0}\nestimator:\n  <<: *b\n  window: 4\n")
+    assert read_mapping(ok)[0]["estimator"] == {"beta": 2.0, "window": 4}  # an ordinary anchor still reads
+    big = tmp_path / "big.yaml"
+    big.write_text("x: " + "1" * (1 << 20) + "\n")
+    with pytest.raises(DataError, match="is no config file"):
+        read_mapping(big)

@@ -307,6 +307,29 @@ def read_log(path, index: IdIndex) -> dict:
     return out
 
 
+MAX_CONFIG_BYTES = 1 << 20     # a config holds a few hundred values
+MAX_CONFIG_NODES = 100_000     # values after expanding YAML aliases: a "billion laughs" file stops here
+
+
+def _check_expansion(path, node) -> None:
+    """Refuse a YAML document whose aliases expand to more than MAX_CONFIG_NODES values (counted on the
+    composed nodes, an alias counting once per use, without building anything)."""
+    import yaml
+
+    seen, stack = 0, [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        seen += 1
+        if seen > MAX_CONFIG_NODES:
+            raise DataError(f"{path}: expands to more than {MAX_CONFIG_NODES} values through YAML aliases (&/*); a "
+                            "config holds a few hundred: write the values out")
+        if isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                stack.extend((k, v))
+
+
 def read_mapping(path) -> tuple[dict, dict[str, int]]:
     """(mapping, {key: line}) of a YAML (or JSON) file holding one mapping; {} for an empty file."""
     import yaml
@@ -314,9 +337,12 @@ def read_mapping(path) -> tuple[dict, dict[str, int]]:
     path = Path(path)
     if not path.is_file():
         raise InvalidArgumentError(f"{path}: no such config file")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise DataError(f"{path}: {path.stat().st_size} bytes is no config file (at most {MAX_CONFIG_BYTES})")
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_expansion(path, node)  # before anything builds (or an error message prints) the expanded value
         data = yaml.safe_load(text)
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
