@@ -89,6 +89,14 @@ def check_int(value, name: str, minimum: int) -> int:
     return int(value)
 
 
+def check_batch(batch_size, pool: int) -> int:
+    """A batch size of distinct prompts drawn from a data set of ``pool`` prompts: an integer in [1, pool]."""
+    batch_size = check_int(batch_size, "batch size", 1)
+    if batch_size > pool:
+        raise InvalidArgumentError(f"batch size {batch_size} is larger than the data set of {pool} prompts")
+    return batch_size
+
+
 def _check_unit(x, name: str, size: int | None = None) -> np.ndarray:
     """A 1-D float array of finite values in [0, 1] (probabilities)."""
     a = np.asarray(x, dtype=np.float64)

@@ -86,10 +86,7 @@ class CandidateDraw:
                  explore: float = DEFAULT_EXPLORE):
         self.target = target
         self.row_nodes = np.asarray(row_nodes, dtype=np.int64)
-        self.batch_size = dec.check_int(batch_size, "batch size", 1)
-        if self.batch_size > self.row_nodes.size:
-            raise InvalidArgumentError(f"batch size {batch_size} is larger than the data set of "
-                                       f"{self.row_nodes.size} prompts")
+        self.batch_size = dec.check_batch(batch_size, self.row_nodes.size)
         self.group_size = dec.check_int(group_size, "group size", 1)
         self.mode = check_mode(mode)
         if self.mode is None:

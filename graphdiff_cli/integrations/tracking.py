@@ -259,10 +259,7 @@ class BatchChooser:
         dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
         self.target = target
         self.row_nodes = np.asarray(row_nodes, dtype=np.int64)
-        self.batch_size = dec.check_int(batch_size, "batch size", 1)
-        if self.batch_size > self.row_nodes.size:
-            raise InvalidArgumentError(f"batch size {batch_size} is larger than the data set of "
-                                       f"{self.row_nodes.size} prompts")
+        self.batch_size = dec.check_batch(batch_size, self.row_nodes.size)
         if not pool_factor >= 1:
             raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
         self.strategy, self.pool_factor, self.seed = strategy, float(pool_factor), int(seed)

@@ -110,6 +110,24 @@ def id_file_nodes(path, index: IdIndex, *, unique: bool = True, data: bytes | No
     return [pid for _, pid in pairs], nodes
 
 
+def id_nodes(source, index: IdIndex, *, unique: bool = True, data: bytes | None = None) -> tuple[list[str],
+                                                                                            np.ndarray, str]:
+    """(ids, node indices, where) of ``source``: an ids file (``id_file_nodes``) or a list of ids given in
+    memory, checked alike (none at all, with ``unique`` a repeat, and an unknown id refused in one line)."""
+    if isinstance(source, (str, Path)):
+        return (*id_file_nodes(source, index, unique=unique, data=data), str(source))
+    ids = [str(x) for x in source]
+    if not ids:
+        raise DataError("no ids given")
+    if unique:
+        seen: dict[str, int] = {}
+        for j, pid in enumerate(ids):
+            if pid in seen:
+                raise DataError(f"ids[{j}]: prompt {pid!r} repeats ids[{seen[pid]}]")
+            seen[pid] = j
+    return ids, index.nodes(ids), "the ids given"
+
+
 # ----------------------------------------------------------------------------------------------------
 # artifacts
 

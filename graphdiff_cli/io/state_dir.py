@@ -109,6 +109,7 @@ class StateDir:
         self.root = Path(root)
         self._models: dict[tuple, tuple] = {}  # read_model tuples by (path, zarr.json inode, mtime)
         self.removed_versions: list[str] = []  # what the last rollback removed, as "T" / "T.R"
+        self.prune_skipped: str | None = None  # why the last commit's pruning did not run (a damaged file)
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -475,10 +476,11 @@ class StateDir:
         _pause("log")
         atomic_write_text(self.root / CURRENT, pointer_text(*version))
         _pause("current")
+        self.prune_skipped = None
         try:  # committed: pruning is housekeeping, and what it leaves the next writer removes
             pruned = self.prune(self.retention)
-        except (ArtifactError, OSError):
-            pruned = []
+        except (ArtifactError, OSError) as exc:
+            pruned, self.prune_skipped = [], str(exc)  # the caller may say why
         _pause("prune")
         return pruned
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import decisions as dec
-from ..errors import DataError, InvalidArgumentError
+from ..errors import InvalidArgumentError
 from .progress import Progress, no_progress
 
 
@@ -60,19 +60,10 @@ def _candidates(state, pool) -> tuple[list[str], np.ndarray, int, str]:
     """(ids, node indices, how many were retired, where) of the candidates of ``pool`` (an ids file or a list of
     ids) that are not retired (graphdiff retire), at the version of the estimator ``state.estimator()`` last
     returned (callers take it first)."""
-    from ..io.readers import id_file_nodes
+    from ..io.readers import id_nodes
     from .handoff import active_rows
 
-    if isinstance(pool, (str, Path)):
-        where, (ids, rows) = str(pool), id_file_nodes(pool, state.resident_index)
-    else:
-        ids = [str(x) for x in pool]
-        seen: dict[str, int] = {}
-        for j, pid in enumerate(ids):
-            if pid in seen:
-                raise DataError(f"ids[{j}]: prompt {pid!r} repeats ids[{seen[pid]}]")
-            seen[pid] = j
-        where, rows = "the ids given", state.resident_index.nodes(ids)
+    ids, rows, where = id_nodes(pool, state.resident_index)
     keep = active_rows(rows, state.retired)
     if keep.all():
         return ids, rows, 0, where

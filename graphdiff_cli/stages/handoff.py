@@ -210,10 +210,8 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
                  "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
                  "inference_s": round(t_infer - t_load, 4)}
         pruned = txn.commit_step(entry)
-    try:
-        sd.retention
-    except ArtifactError as exc:  # pruning skipped itself (housekeeping never stops a step): say why
-        warnings.append(f"{exc}; nothing is pruned until then")
+    if sd.prune_skipped:  # pruning never stops a committed step: say why it did not run
+        warnings.append(f"{sd.prune_skipped}; nothing is pruned until then")
     t_write = time.perf_counter()
     progress(4, 4)
     return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
@@ -231,14 +229,11 @@ def candidate_rows(state, ids=None, *, ids_file=None) -> tuple[list[str], np.nda
     """(ids, node indices) at the version of the estimator ``state.estimator()`` last returned (call it first:
     the two are one snapshot even if another writer moves the STATE meanwhile): the prompts ``ids`` (a list)
     or of ``ids_file``, retired or not, else every candidate (retired prompts left out)."""
-    from ..io.readers import id_file_nodes
+    from ..io.readers import id_nodes
 
     index, retired = state.resident_index, state.retired
-    if ids_file is not None:
-        return id_file_nodes(ids_file, index, unique=False)
-    if ids is not None:
-        ids = [str(x) for x in ids]
-        return ids, index.nodes(ids)
+    if ids_file is not None or ids is not None:
+        return id_nodes(ids_file if ids_file is not None else ids, index, unique=False)[:2]
     rows = np.arange(len(index), dtype=np.int64)[active_rows(np.arange(len(index)), retired)]
     return ([index.ids[r] for r in rows] if retired.size else list(index.ids)), rows
 

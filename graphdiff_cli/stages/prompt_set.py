@@ -292,30 +292,22 @@ def retire(state, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_L
     they informed."""
     from ..io.artifacts import hash_arrays
     from ..io.tables import read_file_once
-    from ..io.readers import id_file_nodes
+    from ..io.readers import id_nodes
     from ..io.state_dir import check_lock_timeout
 
     t0 = time.perf_counter()
     check_lock_timeout(lock_timeout)
     sd = state.dir
     progress(0, 2)
-    in_file = isinstance(ids, (str, Path))
-    if in_file:  # read once, before the lock: the ids applied are the ones the log's hash names
+    if isinstance(ids, (str, Path)):  # read once, before the lock: the ids applied are the ones the log's hash names
         data, ids_hash = read_file_once(ids)
         source = str(Path(ids).resolve())
     else:
-        ids = [str(x) for x in ids]
-        if not ids:
-            raise DataError("retire: no ids given")
-        if len(set(ids)) != len(ids):
-            raise DataError("retire: the ids given repeat a prompt")
+        ids, data = [str(x) for x in ids], None
         source, ids_hash = None, hash_arrays(np.asarray(ids, dtype=object), extra="ids")
     with state.transaction(lock_timeout) as txn:
         est = state.estimator()
-        if in_file:
-            where, (names, rows) = ids, id_file_nodes(ids, state.index, data=data)
-        else:
-            where, names, rows = "retire", ids, state.index.nodes(ids)
+        names, rows, where = id_nodes(ids, state.index, data=data)
         retired = state.retired
         is_retired = np.isin(rows, retired)
         bad = np.flatnonzero(is_retired if not restore else ~is_retired)

@@ -9,29 +9,20 @@ written before checksums existed are notices, not problems. Reads only; writes n
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from ..errors import ArtifactError
-from ..io.artifacts import STAMP_KEY, read_artifact
+from ..io.artifacts import read_artifact, stamped_kind
 from ..io.estimator_store import MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir, step_model_path
 from ..io.layout import RETENTION
 from ..io.state_dir import MODEL, MODELS, Retention, StateDir
 
 
-def _stamp_kind(path: Path) -> str | None:
-    try:
-        doc = json.loads((path / "zarr.json").read_text(encoding="utf-8"))
-        return doc["attributes"][STAMP_KEY]["kind"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def check_artifact(path, kind: str | None = None) -> tuple[list[str], list[str], object]:
     """(problems, notices, artifact or None): open ``path`` and read every array of it."""
     path = Path(path)
-    kind = kind or _stamp_kind(path) or "graphdiff"
+    kind = kind or stamped_kind(path) or "graphdiff"
     try:
         art = read_artifact(path, kind)
     except ArtifactError as exc:
