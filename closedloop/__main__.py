@@ -8,7 +8,8 @@
     python -m closedloop report --runs artifacts/closedloop/runs --out artifacts/closedloop/report
 
 Run from the repository root (or with it on PYTHONPATH). The whole grid: ``snakemake --cores 2
---configfile configs/closedloop.yaml closedloop`` (workflow/rules/closedloop.smk), whose `closedloop:`
+closedloop --configfile configs/closedloop.yaml`` (targets before ``--configfile``, which takes every
+word after it) (workflow/rules/closedloop.smk), whose `closedloop:`
 section (workflow/schemas/config.schema.yaml) gives every stage its flags. Errors (``graphdiff_cli.errors``,
 a failed graphdiff command) end the stage with one line on stderr and the error's exit code.
 """

@@ -3,7 +3,7 @@
 # `python -m closedloop` (the package closedloop/ at the repository root; data -> graph -> sft per seed ->
 # run per scheduler x seed -> report).
 #
-#   .venv/bin/snakemake --cores 2 --configfile configs/closedloop.yaml closedloop
+#   .venv/bin/snakemake --cores 2 closedloop --configfile configs/closedloop.yaml
 #
 # Settings: the config's `closedloop` section (workflow/schemas/config.schema.yaml: every key, its type,
 # default and meaning), passed to each stage as flags.
