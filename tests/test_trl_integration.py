@@ -220,7 +220,7 @@ def test_step_metrics_without_grpo_metrics_go_through_on_log():
 
 def test_resume_refuses_a_state_ahead_of_the_trainer(run, tmp_path):
     gd = GraphdiffTRL(run["state"], durable=False)
-    with pytest.raises(StateError, match="at step 4 but the trainer starts at step 2"):
+    with pytest.raises(StateError, match=r"STATE is at step 4 but the trainer resumes after step 2: its steps 3..4 would count twice; roll the STATE back \(graphdiff rollback --to 2\)"):
         gd.check_resume(2)
     with pytest.raises(StateError, match="trainer step 3 cannot follow estimator step 4"):
         gd.target.apply(3, [], np.zeros(0), np.zeros(0))

@@ -95,12 +95,49 @@ def test_a_saved_position_resumes_with_the_same_choice():
     got = [next(it) for _ in range(6)]  # one block of 4 and half the next
     saved = first.state_dict()
     assert saved["epoch"] == 0 and saved["batch"] == 1 and saved["row"] == 2 and len(saved["block"]) == 4
+    # no update was applied here (the position is what is tested; the resume's step check has its own test)
+    assert saved.pop("estimator_step") == 1
     resumed = GraphdiffCurriculumSampler(_dataset(range(100, 100 + N)), _config(pool_factor=2, seed=4), target=target)
     resumed.load_state_dict(saved)
     it = iter(resumed)
     got += [next(it) for _ in range(8)]
     assert got == want
     assert len(resumed.chooser.decisions) == 2  # blocks 2 and 3 only: nothing re-chosen to skip ahead
+
+
+def test_a_resume_is_checked_against_the_state_step():
+    """verl <= 0.7 saves its checkpoint after handing out step t's batch and before ``update`` applies it: the
+    saved position carries the STATE step the resumed run must find (t). A STATE that went on past the
+    checkpoint (restored without a rollback: the next steps would count twice) or that missed step t (the run
+    stopped between the save and the update) is refused in one line; at the right step the resume goes on."""
+    from graphdiff_cli.errors import StateError
+
+    target = _target()
+    sampler = GraphdiffCurriculumSampler(_dataset(range(100, 100 + N)), _config(pool_factor=2, seed=4), target=target)
+    it = iter(sampler)
+    for step in (1, 2, 3):
+        rows = [next(it) for _ in range(4)]
+        saved = sampler.state_dict()  # verl <= 0.7: _save_checkpoint, then sampler.update
+        sampler.update(_batch([str(100 + r) for r in rows for _ in range(2)], [1.0, 0.0] * 4))
+    assert target.step == 3 and saved["estimator_step"] == 3
+    assert sampler.state_dict()["estimator_step"] == 3  # between steps: nothing handed out, nothing pending
+
+    def resume(state):
+        again = GraphdiffCurriculumSampler(_dataset(range(100, 100 + N)), _config(pool_factor=2, seed=4),
+                                           target=target)
+        again.load_state_dict(state)
+        return again
+
+    resume(saved)  # the STATE is at the checkpoint's step: accepted
+    early = {**saved, "estimator_step": 2}  # a checkpoint of step 2, the STATE at 3: step 3 would count twice
+    with pytest.raises(StateError, match=r"^the graphdiff STATE is at step 3 but verl's checkpoint resumes after "
+                                         r"step 2: its steps 3..3 would count twice; roll the STATE back "
+                                         r"\(graphdiff rollback --to 2\)"):
+        resume(early)
+    with pytest.raises(StateError, match=r"steps 4..4 were never applied"):
+        resume({**saved, "estimator_step": 4})
+    legacy = {k: v for k, v in saved.items() if k != "estimator_step"}  # written before graphdiff recorded it
+    resume(legacy)
 
 
 def test_outcomes_use_index_never_uid():

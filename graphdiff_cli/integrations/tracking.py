@@ -152,6 +152,19 @@ class StateTarget(Target):
         return self.state.estimator().estimates(nodes, group_size=group_size)
 
 
+def resume_mismatch(at: int, want: int, who: str) -> str:
+    """The one-line refusal of a resume whose STATE (at step ``at``) is not where the trainer's checkpoint
+    (``who``) expects it (``want``): ahead - the steps after the checkpoint would count twice - or behind -
+    the run stopped between saving the checkpoint and applying that step's outcomes."""
+    if at > want:
+        return (f"the graphdiff STATE is at step {at} but {who} resumes after step {want}: its steps {want + 1}.."
+                f"{at} would count twice; roll the STATE back (graphdiff rollback --to {want}) or start a fresh "
+                "STATE")
+    return (f"the graphdiff STATE is at step {at} but {who} resumes after step {want}: steps {at + 1}..{want} "
+            "were never applied (the run stopped between its checkpoint and their outcomes); resume from an "
+            "earlier checkpoint C after graphdiff rollback --to C, or start a fresh STATE")
+
+
 def open_target(target, ids=None, **kwargs) -> Target:
     """A ``Target`` from a Target, an ``Estimator`` (with ``ids``) or a STATE directory path."""
     if isinstance(target, Target):

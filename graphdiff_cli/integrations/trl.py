@@ -56,7 +56,7 @@ from ..errors import DataError, InvalidArgumentError
 from ..io.outcomes import check_threshold
 from . import dynamic_sampling as ds
 from .tracking import (METRIC_PREFIX, BatchChooser, OutcomeRecorder, StateTarget, StepMetrics, count_outcomes,
-                       open_target)
+                       open_target, resume_mismatch)
 
 
 def _dist():
@@ -200,9 +200,7 @@ class GraphdiffTRL:
         from ..errors import StateError
 
         if self.target.step != trainer_step:
-            raise StateError(f"the graphdiff estimator is at step {self.target.step} but the trainer starts at "
-                             f"step {trainer_step}; roll the STATE back to the trainer's checkpoint step "
-                             f"(graphdiff rollback --to {trainer_step}) or start a fresh STATE")
+            raise StateError(resume_mismatch(self.target.step, trainer_step, "the trainer"))
 
     def callback(self):
         from transformers import TrainerCallback

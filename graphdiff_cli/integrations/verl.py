@@ -41,7 +41,7 @@ import numpy as np
 from ..core import decisions as dec
 from ..errors import BackendError, DataError, InvalidArgumentError, StateError
 from ..io.outcomes import check_threshold
-from .tracking import METRIC_PREFIX, BatchChooser, StepMetrics, count_outcomes, open_target
+from .tracking import METRIC_PREFIX, BatchChooser, StepMetrics, count_outcomes, open_target, resume_mismatch
 
 try:  # the class verl checks with isinstance; without verl (or with verl >= 0.8) a plain torch Sampler
     from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _Base
@@ -190,6 +190,7 @@ class GraphdiffCurriculumSampler(_Base):
         self.epoch = 0
         self._pos: dict | None = None
         self._resume: dict | None = None
+        self._awaiting = False  # a batch was handed out whose outcomes are not applied yet
         self.applied: list[dict] = []
         self.metrics: dict[str, float] = {}  # the last step's graphdiff/... scalars (tracking.StepMetrics)
 
@@ -215,22 +216,30 @@ class GraphdiffCurriculumSampler(_Base):
             chosen = list(block) if resumed else self.chooser.choose(epoch, k).tolist()
             for j in range(row if resumed else 0, len(chosen)):
                 self._pos = {"epoch": epoch, "batch": k, "row": j + 1, "block": chosen}
+                self._awaiting = True
                 yield int(chosen[j])
         self._pos = {"epoch": epoch + 1, "batch": 0, "row": 0, "block": None}
 
     def state_dict(self) -> dict:
-        if self.planned is not None:  # each dispatch is chosen from (seed, step, dispatch): nothing to resume
-            return {"planned": True}
         """Where the next index comes from (epoch, batch, row within the chosen block, the block itself):
         a checkpointing data loader (verl's StatefulDataLoader) saves it, and a resumed run continues there
-        with the same choice instead of re-choosing every batch it skips."""
+        with the same choice instead of re-choosing every batch it skips. ``estimator_step`` is the STATE
+        step the resumed run must find: the step at the save, + 1 when a batch had been handed out whose
+        outcomes were not applied yet (verl <= 0.7 saves its checkpoint before ``update`` of that step)."""
+        if self.planned is not None:  # each dispatch is chosen from (seed, step, dispatch): nothing to resume
+            return {"planned": True}
+        expected = int(self.target.step) + int(self._awaiting)
         if not self._pos:
-            return {"epoch": self.epoch, "batch": 0, "row": 0, "block": None}
-        return {**self._pos, "block": None if self._pos["block"] is None else list(self._pos["block"])}
+            return {"epoch": self.epoch, "batch": 0, "row": 0, "block": None, "estimator_step": expected}
+        return {**self._pos, "block": None if self._pos["block"] is None else list(self._pos["block"]),
+                "estimator_step": expected}
 
     def load_state_dict(self, state: dict) -> None:
         if self.planned is not None or state.get("planned"):
             return
+        want = state.get("estimator_step")  # absent in a checkpoint written before graphdiff recorded it
+        if want is not None and int(want) != self.target.step:
+            raise StateError(resume_mismatch(self.target.step, int(want), "verl's checkpoint"))
         self._resume = dict(state)
         self.epoch = int(state["epoch"])
 
@@ -248,6 +257,7 @@ class GraphdiffCurriculumSampler(_Base):
         metrics = StepMetrics()
         metrics.before(self.target, ids, n)
         stats = self.target.apply(step, ids, n, s)
+        self._awaiting = False
         self.metrics = metrics.after(self.target, n, s)
         self.applied.append({"step": step, "ids": ids, "n": n, "s": s, "stats": stats, "metrics": self.metrics})
         return self.metrics

@@ -51,6 +51,7 @@ except Exception as exc:  # noqa: BLE001 - one specific message whatever failed
                       f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
 
 from ..errors import InvalidArgumentError, StateError
+from .tracking import resume_mismatch
 from .verl import (DispatchChooser, GeneratedGroupsMixin, GraphdiffCurriculumSampler, apply_generated,
                    check_v1_config, dynamic_sampling, outcomes_from_fields)
 
@@ -129,9 +130,7 @@ class GraphdiffPPOTrainer(PPOTrainerSync):
         # fit() counts steps from 1 and has advanced global_steps to the step about to run
         done = int(self.global_steps) - 1
         if self.graphdiff_sampler.target.step != done:
-            raise StateError(f"the graphdiff estimator is at step {self.graphdiff_sampler.target.step} but verl resumes "
-                             f"after step {done}; roll the STATE back to the checkpoint's step (graphdiff "
-                             f"rollback --to {done}) or start a fresh STATE")
+            raise StateError(resume_mismatch(self.graphdiff_sampler.target.step, done, "verl"))
 
     def step(self, metrics: dict, timing_raw: dict):
         batch = super().step(metrics, timing_raw)
