@@ -168,6 +168,31 @@ def test_an_append_cut_short_is_dropped_not_merged(state):
     assert StateDir.open(root).log_entries()[1]["rollouts"] == 2
 
 
+def test_a_crashed_runs_rollouts_are_set_aside_not_mixed_into_the_resumed_wave(state, capsys):
+    """A run killed mid-wave leaves pending-<T>.jsonl; the resumed run (another run id: the Ray job, or
+    GRAPHDIFF_RUN_ID) generates wave T afresh. Its first rollout sets the old file aside as stale-...; the
+    wave is closed from the new run's rollouts only (the old ones neither counted nor "more than n")."""
+    root, ids = state
+    crashed = StepRecorder(root, batch_size=2, n_samples=2, durable=False, run="job-1")
+    crashed.record(ids[0], 1.0)
+    crashed.record(ids[0], 1.0)
+    crashed.record(ids[1], 0.0)  # killed here: wave 1 half recorded
+    folder = root.parent / "STATE.openrlhf"
+    resumed = StepRecorder(root, batch_size=2, n_samples=2, durable=False, run="job-2")
+    assert resumed.record(ids[0], 0.0) is None
+    assert "begun by another run (job-1)" in capsys.readouterr().err
+    stale = folder / "stale-job-1-pending-00000001.jsonl"
+    assert [json.loads(x)["run"] for x in stale.read_text().splitlines()] == ["job-1"] * 3
+    resumed.record(ids[0], 1.0)
+    resumed.record(ids[1], 1.0)
+    assert resumed.record(ids[1], 1.0) == 1
+    entry = StateDir.open(root).log_entries()[1]
+    assert entry["rollouts"] == 4  # the new run's four, none of the crashed run's three
+    rows = {r["id"]: (r["n"], r["s"]) for r in map(json.loads, next(folder.glob("step_00000001-*.jsonl"))
+                                                   .read_text().splitlines())}
+    assert rows == {ids[0]: (2, 1), ids[1]: (2, 2)}
+
+
 def test_labels_and_settings():
     assert parse_label('{"id": 17, "answer": "4"}') == ("17", {"id": 17, "answer": "4"})
     assert parse_label({"id": "a"})[0] == "a"

@@ -169,7 +169,13 @@ def test_without_filtering_each_wave_is_the_strategys_choice_and_resume_keeps_th
     check = StateTarget(run.root.parent / "COPY")
     chooser = orl.BatchChooser(check, check.nodes(loader.row_ids), B, "target", 4.0, 0, 0.5, N)
     assert [loader.row_ids[r] for r in chooser.choose(check.step, 0)] == loader.dispatches[-1]["ids"]
-    assert states[-1] == {"graphdiff_prompt_chooser": {"position": 3 * B, "prompts": N_PROMPTS}}
+    assert states[-1] == {"graphdiff_prompt_chooser": {"position": 3 * B, "prompts": N_PROMPTS, "state_step": 3}}
+    # a checkpoint of an earlier step while the STATE went on (restored without a rollback): refused
+    early = {"graphdiff_prompt_chooser": {**states[-1]["graphdiff_prompt_chooser"], "state_step": 2}}
+    with pytest.raises(StateError, match=r"STATE is at step 3 but OpenRLHF's checkpoint resumes after step 2: "
+                                         r"its steps 3..3 would count twice; roll the STATE back \(graphdiff "
+                                         r"rollback --to 2\)"):
+        orl.PromptChooser.from_trainer(run.dataset, args, choose="target").load_state_dict(early)
     # a resumed trainer (fresh process, loader state from its checkpoint) hands out the rest of the episode
     resumed = orl.PromptChooser.from_trainer(run.dataset, args, choose="target")
     resumed.load_state_dict(states[-1])

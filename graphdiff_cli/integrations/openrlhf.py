@@ -47,11 +47,26 @@ from ..io.atomic import atomic_write_text
 from ..io.locks import file_lock
 from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary
 from .dynamic_sampling import DEFAULT_EXPLORE, DS_MODES, CandidateDraw
-from .tracking import BatchChooser, StateTarget, count_outcomes
+from .tracking import BatchChooser, StateTarget, count_outcomes, resume_mismatch
 
 ENV = {"state": "GRAPHDIFF_STATE", "batch_size": "GRAPHDIFF_BATCH_SIZE", "n_samples": "GRAPHDIFF_N_SAMPLES",
        "filter_range": "GRAPHDIFF_FILTER_RANGE", "episode_prompts": "GRAPHDIFF_EPISODE_PROMPTS",
        "success_threshold": "GRAPHDIFF_SUCCESS_THRESHOLD"}
+
+
+def run_id() -> str | None:
+    """This training run's identity, shared by all its processes and new for a restarted run:
+    ``GRAPHDIFF_RUN_ID`` when set, else the Ray job id (OpenRLHF's vLLM engines are actors of the job; a
+    resumed run is a new job), else None (then rollouts left by a crashed run cannot be told apart)."""
+    if os.environ.get("GRAPHDIFF_RUN_ID"):
+        return os.environ["GRAPHDIFF_RUN_ID"]
+    ray = sys.modules.get("ray")  # never imported here: only a process that runs under Ray has it
+    try:
+        if ray is not None and ray.is_initialized():
+            return str(ray.get_runtime_context().get_job_id())
+    except Exception:  # noqa: BLE001 - a Ray without a runtime context is a run without an identity
+        return None
+    return None
 
 
 def recorder_folder(state, folder=None) -> Path:
@@ -78,8 +93,10 @@ class StepRecorder:
     """Rollouts from OpenRLHF's reward function -> one graphdiff step per training step (see the module)."""
 
     def __init__(self, state, *, batch_size: int, n_samples: int, filter_range=None, episode_prompts=None,
-                 success_threshold: float | None = None, folder=None, device: str | None = "cpu", durable: bool = True):
+                 success_threshold: float | None = None, folder=None, device: str | None = "cpu", durable: bool = True,
+                 run: str | None = None):
         self.state = Path(state)
+        self.run = run if run is not None else run_id()  # every rollout is tagged with it
         self.batch_size, self.n_samples = int(batch_size), int(n_samples)
         if self.batch_size < 1 or self.n_samples < 1:
             raise InvalidArgumentError(f"batch_size and n_samples must be >= 1, got {batch_size}, {n_samples}")
@@ -94,6 +111,7 @@ class StepRecorder:
         self.target = StateTarget(self.state, outcomes_dir=self.folder, device=device, durable=durable)
         self._ids: set[str] | None = None
         self._cache: tuple[str, int, dict] | None = None  # (pending file, bytes read, rollouts by prompt)
+        self._mine: tuple[str, int] | None = None  # (pending file, inode) known to hold this run's rollouts
 
     @classmethod
     def from_env(cls, **overrides) -> StepRecorder:
@@ -129,6 +147,8 @@ class StepRecorder:
                     raise DataError(f"prompt {pid!r} got reward {float(reward):g}, not 0 or 1; set "
                                     f"GRAPHDIFF_SUCCESS_THRESHOLD ({THRESHOLD_HINT.split(': ', 1)[1]})")
                 row = {"id": pid, "reward": float(reward), "score": float(reward if score is None else score)}
+                if self.run is not None:
+                    row["run"] = self.run
                 self._append(row)
                 return self._maybe_close()
         except Exception as exc:  # noqa: BLE001 - OpenRLHF hides whatever the reward function raises
@@ -152,8 +172,34 @@ class StepRecorder:
     def _pending_path(self, step: int) -> Path:
         return self.folder / f"pending-{step:08d}.jsonl"  # the rollouts of wave `step` recorded so far
 
+    def _set_aside_stale(self, path: Path) -> None:
+        """A wave's file begun by another run (a crashed one: the resumed run generates that wave afresh) is
+        renamed to ``stale-<file>`` - kept for inspection, never mixed into this run's wave."""
+        try:
+            with open(path, "rb") as f:
+                first, ino = f.readline(), os.fstat(f.fileno()).st_ino
+        except FileNotFoundError:
+            return
+        if self._mine == (path.name, ino) or not first.strip():
+            return
+        try:
+            owner = json.loads(first).get("run")
+        except ValueError:
+            owner = None
+        if owner == self.run:
+            self._mine = (path.name, ino)
+            return
+        stale = path.with_name(f"stale-{owner or 'unknown'}-{path.name}".replace(os.sep, "_"))
+        os.replace(path, stale)
+        self._cache = None
+        print(f"graphdiff (OpenRLHF recorder): {path.name} was begun by another run ({owner or 'unnamed'}), "
+              f"a crashed one; its rollouts are set aside as {stale.name}, not mixed into this run's wave",
+              file=sys.stderr, flush=True)
+
     def _append(self, row: dict) -> None:
         path = self._pending_path(self.target.step + 1)
+        if self.run is not None:
+            self._set_aside_stale(path)
         with open(path, "ab+") as f:
             size = f.seek(0, os.SEEK_END)
             if size and os.pread(f.fileno(), 1, size - 1) != b"\n":
@@ -192,8 +238,11 @@ class StepRecorder:
         groups = self._groups()
         over = [pid for pid, g in groups.items() if len(g) > self.n_samples]
         if over:
+            hint = "" if self.run is not None else (
+                " (or rollouts of a crashed run are in the wave's file: set GRAPHDIFF_RUN_ID per run)")
             raise DataError(f"prompt {over[0]!r} got {len(groups[over[0]])} rollouts in one wave, more than "
-                            f"n_samples = {self.n_samples}: is GRAPHDIFF_N_SAMPLES the trainer's n_samples_per_prompt?")
+                            f"n_samples = {self.n_samples}: is GRAPHDIFF_N_SAMPLES the trainer's "
+                            f"n_samples_per_prompt?{hint}")
         done = {pid for pid, g in groups.items() if len(g) == self.n_samples}
         passing = sum(self._passes(groups[pid]) for pid in done)
         episode = self._episode() + len(done)
@@ -352,7 +401,10 @@ class PromptChooser:
         self._pos, self._wave, self._queue = 0, None, deque()  # the episode is over; the next iter() starts one
 
     def state_dict(self) -> dict:
-        return {"graphdiff_prompt_chooser": {"position": self._pos, "prompts": len(self.dataset)}}
+        """The position in the episode and the STATE step a resumed run must find (OpenRLHF checkpoints
+        after training on a wave, which the recorder applied before its last rollout returned)."""
+        return {"graphdiff_prompt_chooser": {"position": self._pos, "prompts": len(self.dataset),
+                                             "state_step": int(self.target.step)}}
 
     def load_state_dict(self, state: dict) -> None:
         mine = state.get("graphdiff_prompt_chooser") if isinstance(state, dict) else None
@@ -362,6 +414,9 @@ class PromptChooser:
         if int(mine["prompts"]) != len(self.dataset):
             raise StateError(f"the checkpoint's prompt data set had {mine['prompts']} prompts, this one "
                              f"{len(self.dataset)}")
+        want = mine.get("state_step")  # absent in a checkpoint written before graphdiff recorded it
+        if want is not None and int(want) != self.target.step:
+            raise StateError(resume_mismatch(self.target.step, int(want), "OpenRLHF's checkpoint"))
         self._pos, self._wave, self._queue = int(mine["position"]), None, deque()
 
     # -- the choice ----------------------------------------------------------------------------------
