@@ -114,10 +114,30 @@ class State:
 
     # -- opening and creating ------------------------------------------------------------------------
 
+    _resident: dict | None = None  # keep_resident(): one object per directory for this process's life
+
     @classmethod
     def open(cls, path, *, device: str | None = None, durable: bool = True, outcomes_dir=None) -> "State":
-        """The STATE directory at ``path`` (refused in one line unless it is one)."""
-        return cls(path, device=device, durable=durable, outcomes_dir=outcomes_dir)
+        """The STATE directory at ``path`` (refused in one line unless it is one). In a process that called
+        ``keep_resident`` (``graphdiff serve``), the same directory opened the same way gives the same
+        object, so its estimator stays in memory from call to call."""
+        if cls._resident is None:
+            return cls(path, device=device, durable=durable, outcomes_dir=outcomes_dir)
+        root = Path(path)
+        try:  # the path as given from the working directory (the object keeps it, relative or not), and the
+            # directory's inode: a STATE made anew at the same path is a new object
+            key = (str(root), str(Path.cwd()), root.stat().st_ino, device, durable, str(outcomes_dir))
+        except OSError:
+            return cls(path, device=device, durable=durable, outcomes_dir=outcomes_dir)  # refused in one line
+        if key not in cls._resident:
+            cls._resident[key] = cls(path, device=device, durable=durable, outcomes_dir=outcomes_dir)
+        return cls._resident[key]
+
+    @classmethod
+    def keep_resident(cls) -> None:
+        """From now on ``open`` hands out one object per STATE directory (for a long-running server)."""
+        if cls._resident is None:
+            cls._resident = {}
 
     @classmethod
     def init(cls, graph, clusters, path, *, config=None, embeddings=None, keep: int | None = None,

@@ -1,5 +1,5 @@
 """``python -m graphdiff_cli.cli``: the same as the ``graphdiff`` command."""
 
-from .app import main
+from .client import main
 
 main()

@@ -88,33 +88,40 @@ def _sigterm_interrupts() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def main() -> None:
-    """The console script: runs the app, and turns click's usage errors (an unknown option, a missing or
-    malformed value) into the same one line as every other error (``graphdiff: error: ...``, exit 2)
-    instead of a usage block and a boxed panel."""
-    import sys
-
+def run(argv: list[str]) -> int:
+    """Run one command line (``argv`` without the program name) and return its exit code: click's usage
+    errors (an unknown option, a missing or malformed value) become the same one line as every other error
+    (``graphdiff: error: ...``, exit 2) instead of a usage block and a boxed panel. The console script and
+    ``graphdiff serve`` (one call per request) both come here."""
     from typer.exceptions import TyperException
 
     from .common import EXIT_USAGE, fail
 
-    _release_freed_memory()
-    _sigterm_interrupts()
+    OUT.json = OUT.quiet = OUT.verbose = False  # per command line (a server runs many)
     try:
-        code = app(standalone_mode=False)
+        code = app(args=list(argv), prog_name="graphdiff", standalone_mode=False)
     except TyperException as exc:  # typer's click: a usage error (unknown option, bad value, missing argument)
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path if ctx is not None else "graphdiff"
         if not exc.format_message().strip():  # `graphdiff` alone: the help was printed, nothing failed
-            sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
-        OUT.json = OUT.json or "--json" in sys.argv[1:]
+            return getattr(exc, "exit_code", EXIT_USAGE)
+        OUT.json = OUT.json or "--json" in argv
         try:
             fail(f"{exc.format_message()} (see {where} --help)", getattr(exc, "exit_code", EXIT_USAGE), "usage")
         except typer.Exit as done:
-            sys.exit(done.exit_code)
+            return done.exit_code
     except typer.Abort:
         try:
             fail("interrupted", 130, "interrupted")
         except typer.Exit as done:
-            sys.exit(done.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+            return done.exit_code
+    return code if isinstance(code, int) else 0
+
+
+def main() -> None:
+    """The console script after ``client.main`` found no ``graphdiff serve`` to forward to."""
+    import sys
+
+    _release_freed_memory()
+    _sigterm_interrupts()
+    sys.exit(run(sys.argv[1:]))
