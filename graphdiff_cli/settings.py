@@ -369,6 +369,19 @@ def preset_settings(name: str) -> dict[str, Any]:
     return PRESETS[_check_preset(name)].model_dump()
 
 
+def preset_of(values: dict) -> tuple[str, dict[str, Any]]:
+    """(the preset these saved settings are closest to, {setting: value} where they differ from it): how
+    ``status`` names a STATE's configuration (a STATE stores its settings whole, not the preset)."""
+    mine = {k: v for k, v in values.items() if k in EstimatorSettings.model_fields}
+    best = None
+    for name, preset in PRESETS.items():
+        ref = preset.model_dump()
+        diff = {k: v for k, v in mine.items() if k != "device" and ref.get(k) != v}
+        if best is None or len(diff) < len(best[1]):
+            best = (name, diff)
+    return best
+
+
 def json_schema() -> dict:
     """The JSON schema of the ``estimator`` section (the workflow config's, and the one init --config and
     evaluate --config read): ``preset`` and every setting; a setting left out takes the preset's value.

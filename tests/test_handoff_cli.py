@@ -65,6 +65,8 @@ def test_every_command_prints_one_json_object(state, inputs, tmp_path):
     assert st["step"] == 1 and st["n_prompts"] == 40 and st["states"] == 4 and st["retained"] == [0, 1]
     assert [e["step"] for e in st["applied"]] == [0, 1] and st["applied"][1]["outcomes_hash"] == up["outcomes_hash"]
     assert st["config"]["beta"] == 2.0 and st["keep"] == 2
+    # the preset the STATE's settings are (a STATE stores them whole), and which of them are inert under it
+    assert st["preset"] == "default" and st["overrides"] == {} and {"gamma", "tol"} <= set(st["inert"])
     rb = gd_json("rollback", "--state", state, "--to", 0)
     assert rb == {**rb, "step": 0, "previous_step": 1, "removed": [1], "next_step": 1}
     # the global --json before the command name works as well
@@ -76,6 +78,8 @@ def test_every_command_prints_one_json_object(state, inputs, tmp_path):
     assert res.stderr == "" and res.stdout.startswith(f"STATE {state}: step 0, 40 prompts")
     config_line = next(line for line in res.stdout.splitlines() if line.startswith("config:"))
     assert len(config_line) > 80 and "device" in config_line  # one line however long
+    assert config_line.startswith("config: preset default; beta 2.0") and "mixing evidence" in config_line
+    assert "gamma" not in config_line and " tol " not in config_line  # no effect under the default preset
 
 
 @pytest.mark.parametrize("args,code,words", [

@@ -270,3 +270,12 @@ def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
     big.write_text("x: " + "1" * (1 << 20) + "\n")
     with pytest.raises(DataError, match="is no config file"):
         read_mapping(big)
+
+
+def test_preset_of_names_the_closest_preset_and_what_differs():
+    from graphdiff_cli.settings import preset_of, preset_settings
+
+    assert preset_of(preset_settings("default")) == ("default", {})
+    assert preset_of(preset_settings("paper")) == ("paper", {})
+    assert preset_of({**preset_settings("paper"), "beta": 3.0, "n_states": 7}) == ("paper", {"beta": 3.0})
+    assert preset_of({**preset_settings("default"), "device": "cpu"}) == ("default", {})  # where, not what

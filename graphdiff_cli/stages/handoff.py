@@ -297,7 +297,11 @@ def status(state, *, last: int = 10) -> dict:
     retired = int(art.array(RETIRED).size) if has_array(art, RETIRED) else 0
     joined = m_art.array(JOINED) if has_array(m_art, JOINED) else np.zeros(len(ids), np.int64)
     steps, counts = np.unique(joined, return_counts=True)
-    return {"command": "status", "state": str(sd.root), "step": step, "revision": rev, "current": rel,
+    from ..settings import from_dict, inert_settings, preset_of
+
+    preset, overrides = preset_of(config)
+    inert = sorted(inert_settings(from_dict({k: v for k, v in config.items() if k != "n_states"})))
+    return {"command": "status", "preset": preset, "overrides": overrides, "inert": inert, "state": str(sd.root), "step": step, "revision": rev, "current": rel,
             "n_prompts": len(ids), "active": len(ids) - retired, "retired": retired,
             "joined": {str(int(t)): int(c) for t, c in zip(steps, counts)},
             "states": int(config["n_states"]), "edges": int(w.nnz // 2), "config": config,

@@ -19,8 +19,12 @@ def _human(res: dict) -> str:
     retired = f", {res['retired']} retired" if res.get("retired") else ""
     lines = [f"STATE {res['state']}: step {version}, {res['n_prompts']} prompts{grown}{retired}, K = {res['states']}, "
              f"{res['edges']} edges",
-             f"config: beta {c.get('beta')}, epsilon {c.get('epsilon')}, gamma {c.get('gamma')}, {mode}, "
-             f"{c.get('schedule')} (max {c.get('max_iters')} rounds, tol {c.get('tol')}), device {c.get('device')}",
+             f"config: preset {res['preset']}" + ("" if not res["overrides"] else " with " + ", ".join(
+                 f"{k} {v}" for k, v in res["overrides"].items())) + f"; beta {c.get('beta')}, epsilon "
+             f"{c.get('epsilon')}, mixing {c.get('mixing')}" + ("" if "gamma" in res["inert"] else f" (gamma {c.get('gamma')})")
+             + f", {mode}, {c.get('schedule')} schedule (max {c.get('max_iters')} rounds, "
+             + (f"residual_tol {c.get('residual_tol')}" if "residual_tol" not in res["inert"] else f"tol {c.get('tol')}")
+             + f"), device {c.get('device')}",
              f"retained states: {', '.join(res.get('retained_versions') or map(str, res['retained']))} "
              f"(the last {res['keep']}" + (f", every multiple of {res['keep_every']}" if res.get("keep_every") else "")
              + f" and step 0; {res['disk_bytes']['total'] / 1e6:.1f} MB on disk)"]
