@@ -31,6 +31,10 @@ app = typer.Typer(
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
+# what an update that used all its rounds says (docs/estimator.md, "When a step does not converge")
+NOT_CONVERGED = ("not converged: committed as reached, the next update goes on from it; init --max-iters 200 "
+                 "converges within a step")
+
 
 @dataclass
 class Output:

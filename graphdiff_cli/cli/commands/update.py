@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..common import command, emit, progress, warn
+from ..common import NOT_CONVERGED, command, emit, progress, warn
 from ..options import (DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, LockTimeoutOption, StateOption,
                        SuccessThresholdOption)
 
@@ -36,7 +36,7 @@ def update(
     for line in res["warnings"]:
         warn(line)
     emit(res, f"step {res['step']}: {res['prompts']} prompts, {res['successes']}/{res['rollouts']} successes, "
-              f"{res['iterations']} rounds ({'converged' if res['converged'] else 'not converged'}) in "
+              f"{res['iterations']} rounds ({'converged' if res['converged'] else NOT_CONVERGED}) in "
               f"{t['total_s']:.2f} s (load {t['load_s']:.2f}, inference {t['inference_s']:.2f}, "
               f"write {t['write_s']:.2f})"
               + (f"; pruned step(s) {', '.join(map(str, res['pruned']))}" if res["pruned"] else ""))

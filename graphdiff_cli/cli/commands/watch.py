@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..common import command, debug, emit, info, warn
+from ..common import NOT_CONVERGED, command, debug, emit, info, warn
 from ..options import (DEFAULT_GROUP_SIZE, DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, GroupSizeOption,
                        LockTimeoutOption, StateOption, SuccessThresholdOption)
 
@@ -18,7 +18,7 @@ def _describe(event: dict) -> str | None:
     if kind == "applied":
         return (f"step {event['step']} <- {event['file']}: {event['prompts']} prompts, "
                 f"{event['successes']}/{event['rollouts']} successes, {event['iterations']} rounds "
-                f"({'converged' if event['converged'] else 'not converged'}) in {event['seconds']:.2f} s")
+                f"({'converged' if event['converged'] else NOT_CONVERGED}) in {event['seconds']:.2f} s")
     if kind in ("extended", "retired"):
         return (f"step {event['version']} <- {event['file']}: {event['prompts']} prompts "
                 f"{'added' if kind == 'extended' else 'retired'} in {event['seconds']:.2f} s")
