@@ -123,8 +123,14 @@ BAD = [
     ("string_count.jsonl", '{"id": "a", "n": "8", "s": 1}\n', 1, "got the string '8'"),
     ("string_reward.jsonl", '{"id": "a", "reward": "1.0"}\n', 1, "got the string '1.0'"),
     # the cap holds for an id's total over the step's rows, not only per row
-    ("cap_total.jsonl", "".join('{"id": "a", "n": %d, "s": 0}\n' % (1 << 39) for _ in range(3)), 3,
+    ("cap_total.jsonl", "".join('{"id": "a", "n": %d, "s": 0}\n' % 400_000 for _ in range(3)), 3,
      "implausibly large"),
+    ("n_1e12.jsonl", '{"id": "a", "n": 1000000000000, "s": 1}\n', 1,
+     "n = 1000000000000 is implausibly large (more than 1,000,000 rollouts of one prompt in one step"),
+    # a missing column says what the header (or first row) does hold
+    ("header.csv", "prompt_id,n,s\na,8,3\n", 1, "missing column 'id' (outcomes need id, n, s or id, reward; it "
+                                                 "has 'prompt_id', 'n', 's')"),
+    ("no_s_named.csv", "id,n\na,8\n", 1, "missing column 's' (counts rows need id, n, s; it has 'id', 'n')"),
 ]
 
 
@@ -278,3 +284,15 @@ def test_a_real_step_of_a_grpo_run_parses(shared_data, tmp_path):
     assert len(o.ids) == len({r["id"] for r in rows})
     assert int(o.n.sum()) == sum(r["n"] for r in rows) and int(o.s.sum()) == sum(r["s"] for r in rows)
     assert np.all(o.s <= o.n)
+
+
+def test_an_id_on_several_count_rows_is_summed_and_said(tmp_path):
+    path = tmp_path / "o.jsonl"
+    path.write_text('{"id": "a", "n": 8, "s": 3}\n{"id": "b", "n": 8, "s": 1}\n{"id": "a", "n": 8, "s": 5}\n')
+    out = read_outcomes(path)
+    assert _as_dict(out) == {"a": (16, 8), "b": (8, 1)}
+    assert out.warnings == (f"{path}: 1 id(s) on more than one row (first 'a', lines 1 and 3); their n and s are "
+                            "summed, as for a prompt rolled out in several groups",)
+    rollouts = tmp_path / "r.jsonl"  # one row per rollout is that schema's shape: nothing to say
+    rollouts.write_text('{"id": "a", "reward": 1}\n{"id": "a", "reward": 0}\n')
+    assert _as_dict(read_outcomes(rollouts)) == {"a": (2, 1)} and read_outcomes(rollouts).warnings == ()

@@ -9,7 +9,8 @@ Two row schemas, fixed by the file's first row (CSV: its header):
   rewards must be chosen, never assumed. With a threshold, a file whose rewards all fall below it (or all
   at or above it) is read, with a one-line warning in ``Outcomes.warnings``.
 
-Rows of one prompt are summed (a prompt rolled out in two groups). Extra columns are ignored. The file
+Rows of one prompt are summed (a prompt rolled out in two groups; in the counts schema that is said in
+``Outcomes.warnings``, since it is also what a file written twice over looks like). Extra columns are ignored. The file
 is JSONL, CSV or Parquet (``io.tables.read_rows``; a UTF-8 byte order mark is dropped). Types: in JSONL
 and Parquet counts and rewards are numbers (``"n": "8"`` is refused: a producer that writes numbers as
 strings has a bug worth seeing); in CSV, text by nature, "8" and "8.0" are 8. Everything is checked
@@ -30,7 +31,7 @@ from ..errors import DataError, InvalidArgumentError
 from .tables import as_float, as_id, as_int, detect_format, read_file_once, read_rows
 
 COUNT_COLUMNS = ("id", "n", "s")
-MAX_COUNT = 1 << 40  # far above any real rollout count; keeps per-prompt sums inside int64
+MAX_COUNT = 1_000_000  # rollouts of one prompt in one step: far above any real group (a sum of tokens or rewards is not)
 ROLLOUT_COLUMNS = ("id", "reward")
 
 
@@ -82,15 +83,21 @@ def _check_utf8(path: Path, data: bytes) -> None:
             raise DataError(f"{path}:{line_no}: contains a NUL byte (binary data, not a text table)")
 
 
+def _has(row: dict) -> str:
+    """What the first row (CSV: the header) holds, for a missing-column error."""
+    names = ", ".join(repr(str(k)) for k in list(row)[:20]) + (", ..." if len(row) > 20 else "")
+    return f"it has {names}" if names else "it has no columns"
+
+
 def _schema_of(path: Path, line_no: int, row: dict) -> str:
     if "id" not in row:
-        raise DataError(f"{path}:{line_no}: missing column 'id' (outcomes need id, n, s or id, reward)")
+        raise DataError(f"{path}:{line_no}: missing column 'id' (outcomes need id, n, s or id, reward; {_has(row)})")
     if "n" in row or "s" in row:
         return "counts"
     if "reward" in row:
         return "rollouts"
     raise DataError(f"{path}:{line_no}: missing columns: need 'n' and 's' (counts) or 'reward' (one row per "
-                    f"rollout)")
+                    f"rollout); {_has(row)}")
 
 
 def _reward(value, path, line_no: int, strict: bool) -> float:
@@ -134,7 +141,8 @@ def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float | No
     if s > n:
         raise DataError(f"{path}:{line_no}: s = {s} successes is more than n = {n} rollouts")
     if n > MAX_COUNT:
-        raise DataError(f"{path}:{line_no}: n = {n} is implausibly large (more than {MAX_COUNT} rollouts)")
+        raise DataError(f"{path}:{line_no}: n = {n} is implausibly large (more than {MAX_COUNT:,} rollouts of one "
+                        "prompt in one step: n counts rollouts, not tokens or summed rewards)")
     return pid, n, s, None
 
 
@@ -155,6 +163,7 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
     n_acc: list[int] = []
     s_acc: list[int] = []
     n_rows = 0
+    repeated: dict[str, tuple[int, int]] = {}  # counts rows of an id seen before: (its first line, this line)
     low, high = math.inf, -math.inf
     for line_no, row in read_rows(path, fmt, data):
         if schema is None:
@@ -163,7 +172,7 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
         for c in columns:
             if c not in row:  # CSV: the header (line 1) lacks it
                 raise DataError(f"{path}:{1 if fmt == 'csv' else line_no}: missing column {c!r} ({schema} rows need "
-                                f"{', '.join(columns)})")
+                                f"{', '.join(columns)}; {_has(row)})")
         try:
             pid, n, s, reward = _parse_row(path, line_no, row, schema, threshold, strict=fmt != "csv")
         except DataError:
@@ -180,16 +189,22 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
         else:
             n_acc[j] += n
             s_acc[j] += s
+            if schema == "counts":
+                repeated.setdefault(pid, (lines[j], line_no))
             if n_acc[j] > MAX_COUNT:
                 raise DataError(f"{path}:{line_no}: {n_acc[j]} rollouts of id {pid!r} in one step is implausibly "
-                                f"large (more than {MAX_COUNT})")
+                                f"large (more than {MAX_COUNT:,})")
         if reward is not None:
             low, high = min(low, reward), max(high, reward)
         n_rows += 1
     if n_rows == 0:
         raise DataError(f"{path}: no outcome rows (an empty file cannot be a training step)")
-    warning = (threshold_warning(low, high, n_rows, threshold, str(path))
-               if schema == "rollouts" and threshold is not None else None)
+    warnings = [threshold_warning(low, high, n_rows, threshold, str(path))
+                if schema == "rollouts" and threshold is not None else None]
+    if repeated:
+        pid, (first, again) = next(iter(repeated.items()))
+        warnings.append(f"{path}: {len(repeated)} id(s) on more than one row (first {pid!r}, lines {first} and "
+                        f"{again}); their n and s are summed, as for a prompt rolled out in several groups")
     return Outcomes(path=path, schema=schema, ids=ids, n=np.asarray(n_acc, dtype=np.int64),
                     s=np.asarray(s_acc, dtype=np.int64), lines=lines, n_rows=n_rows,
-                    warnings=(warning,) if warning else (), hash=digest)
+                    warnings=tuple(w for w in warnings if w), hash=digest)
