@@ -201,6 +201,10 @@ def test_shell_completion_completes_commands_and_options():
 
     assert complete("graphdiff upd") == ["update"]
     assert complete("graphdiff update --st") == ["--state", "--step"]
+    # the values of --strategy and --preset
+    assert complete("graphdiff select --strategy t") == ["target", "thompson"]
+    assert complete("graphdiff allocate --strategy v") == ["variance", "vip"]
+    assert complete("graphdiff init --preset p") == ["paper"]
     script = subprocess.run([str(GRAPHDIFF), "--show-completion", "bash"], capture_output=True, text=True)
     assert script.returncode == 0 and "_GRAPHDIFF_COMPLETE=complete_bash" in script.stdout
 
@@ -426,3 +430,13 @@ def test_sigterm_is_an_interruption_exit_130(state, inputs):
     assert json.loads(out)["kind"] == "interrupted"
     assert StateDir.open(state).current_step == 0
     gd("update", "--state", state, "--step", 1, "--outcomes", folder / "o1.jsonl")  # the retry completes
+
+
+def test_no_help_text_is_cut_when_piped():
+    """Help read through a pipe or a log (not a terminal) is 100 columns wide: no option name or word of any
+    command's help is cut with an ellipsis (at rich's 80 columns evaluate's were)."""
+    names = sorted(c.name for c in app.registered_commands)
+    assert {"evaluate", "init", "serve", "update"} <= set(names)
+    for name in names:
+        res = runner.invoke(app, [name, "--help"])
+        assert res.exit_code == 0 and "…" not in res.stdout, name

@@ -58,6 +58,22 @@ def _register() -> None:
 _register()
 
 
+def _help_width() -> None:
+    """Help that is piped or captured (not a terminal) is laid out 100 columns wide, not rich's 80: at 80 the
+    option column of `evaluate --help` cut names and words ("--no-counterfact…"). A terminal keeps its own
+    width; TERMINAL_WIDTH overrides both (typer reads it)."""
+    import os
+    import sys
+
+    from typer import rich_utils
+
+    if not os.environ.get("TERMINAL_WIDTH") and not sys.stdout.isatty():
+        rich_utils.MAX_WIDTH = 100
+
+
+_help_width()
+
+
 def _release_freed_memory() -> None:
     """Have glibc hand large freed buffers back to the OS at once (fixed 1 MiB mmap threshold).
 

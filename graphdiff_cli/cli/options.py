@@ -14,8 +14,14 @@ from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.outcomes import DEFAULT_SUCCESS_THRESHOLD
 from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY
 
-__all__ = ["StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
+__all__ = ["complete_from", "StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
            "KeepEveryOption", "DEFAULT_GROUP_SIZE", "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
+
+def complete_from(values):
+    """Shell completion of an option's values (``autocompletion=``): the ones that start with what is typed."""
+    values = tuple(values)
+    return lambda incomplete: [v for v in values if v.startswith(incomplete)]
+
 
 StateOption = Annotated[Path, typer.Option("--state", envvar="GRAPHDIFF_STATE",
                                            help="STATE directory (from init).")]

@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from ..settings import NAMES, NULLABLE, PRESET_HELP, PRESETS, EstimatorSettings, show_value
+from .options import complete_from
 
 
 def _option(name: str):
@@ -31,7 +32,8 @@ def _option(name: str):
                              annotation=Optional[str])
 
 
-PRESET_OPTION = typer.Option(None, "--preset", help=f"{PRESET_HELP} (default: default)")
+PRESET_OPTION = typer.Option(None, "--preset", help=f"{PRESET_HELP} (default: default)",
+                             autocompletion=complete_from(PRESETS))
 
 
 def with_settings(fn):

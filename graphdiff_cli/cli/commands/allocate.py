@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from ..common import command, emit, progress
-from ..options import StateOption
+from ...core.decisions import ALLOCATE_STRATEGIES
+from ..options import StateOption, complete_from
 
 
 @command("allocate")
@@ -18,7 +19,8 @@ def allocate(
                              ".jsonl/.csv/.parquet table with an 'id' column."),
     budget: int = typer.Option(..., "--budget", help="Total rollouts to split over the prompts."),
     strategy: str = typer.Option(..., "--strategy", help="uniform, variance (counts grow with "
-                                 "sqrt(p(1-p))), or vip (VIP's convex allocation)."),
+                                 "sqrt(p(1-p))), or vip (VIP's convex allocation).",
+                                 autocompletion=complete_from(ALLOCATE_STRATEGIES)),
     out: Path = typer.Option(..., "--out", "-o", help="Table of id, n, p, p_nondegenerate "
                              "(.jsonl/.csv/.parquet)."),
     min_count: int = typer.Option(2, "--min", help="Fewest rollouts per prompt."),

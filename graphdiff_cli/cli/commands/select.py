@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from ...core.decisions import DEFAULT_SELECT_STRATEGY
+from ...core.decisions import DEFAULT_SELECT_STRATEGY, SELECT_STRATEGIES
 from ..common import command, emit, progress
-from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, StateOption
+from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, StateOption, complete_from
 
 
 @command("select")
@@ -21,7 +21,8 @@ def select(
     strategy: str = typer.Option(DEFAULT_SELECT_STRATEGY, "--strategy", help="target (closest p to --target; the "
                                  "default: the highest effective-group rate on the real log, docs/results.md), "
                                  "thompson (posterior draw closest to --target), skip-zero-variance (drop with "
-                                 "P(all correct or all wrong)), or uniform."),
+                                 "P(all correct or all wrong)), or uniform.",
+                                 autocompletion=complete_from(SELECT_STRATEGIES)),
     out: Path = typer.Option(..., "--out", "-o", help="Chosen prompts, best first (.txt: one id per line; "
                              ".jsonl/.csv/.parquet: rank, id, p, variance, p_zero_variance, n_seen, key)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice (draws, drops, tie-breaks)."),
