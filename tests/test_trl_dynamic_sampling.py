@@ -151,6 +151,9 @@ def test_every_generated_rollout_is_applied_to_the_state(runs, name):
         assert h["graphdiff/groups_padded"] == len(rec.padded) and h["graphdiff/generation_rounds"] == rec.rounds
         assert h["graphdiff/skipped_before_generation"] == len(rec.skipped)
         assert h["graphdiff/rollouts_generated"] == len(rows)
+        # the pre-filter's reads of the estimates are timed (estimator overhead); uniform DS reads none
+        assert h["graphdiff/prefilter_seconds"] == pytest.approx(rec.prefilter_seconds)
+        assert (rec.prefilter_seconds > 0) == (name == "prefilter")  # "cap" runs uniform DS
         assert len(rec.kept) + len(rec.padded) + len(rec.filtered) + len(rec.surplus) == len(ids)
 
 

@@ -22,12 +22,14 @@ This module is the trainer-agnostic part (the TRL wiring is in ``trl.py``):
 * ``DSRecord`` - one step's tally: generation rounds, groups generated / kept (trained, with signal) /
   filtered (zero-variance, dropped) / surplus (with signal, beyond B, dropped) / padded (zero-variance,
   trained because the round cap or the candidate set ran out), candidates skipped before generation,
-  rollouts generated; ``metrics()`` gives the ``graphdiff/...`` scalars.
+  rollouts generated, seconds spent reading estimates for the pre-filter; ``metrics()`` gives the
+  ``graphdiff/...`` scalars.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +75,7 @@ class Draw:
     skipped_pzv: np.ndarray
     estimator_step: int
     extra: dict = field(default_factory=dict)
+    seconds: float = 0.0  # spent reading the estimates (the pre-filter's cost; 0 in uniform mode)
 
 
 class CandidateDraw:
@@ -114,12 +117,15 @@ class CandidateDraw:
         if self.mode == "uniform":
             return Draw(order[:b], np.zeros(0, np.int64), nan, np.zeros(0), step)
         keep_floor = 1.0 - self.explore
+        read = 0.0
         chosen, chosen_pzv, skipped, skipped_pzv = [], [], [], []
         chunk = max(2 * self.batch_size, 16)  # candidates whose estimates are read at once
         for start in range(0, order.size, chunk):
             cand = order[start:start + chunk]
+            t0 = time.perf_counter()
             pzv = np.asarray(self.target.estimates(self.row_nodes[cand], self.group_size)["p_zero_variance"],
                              dtype=np.float64)
+            read += time.perf_counter() - t0
             skip = rng.random(cand.size) < np.minimum(pzv, keep_floor)
             for r, z, sk in zip(cand, pzv, skip):
                 if len(chosen) == b:
@@ -138,7 +144,7 @@ class CandidateDraw:
             skipped_pzv = [z for i, z in enumerate(skipped_pzv) if i not in take]
             filled = len(take)
         return Draw(np.asarray(chosen, np.int64), np.asarray(skipped, np.int64), np.asarray(chosen_pzv),
-                    np.asarray(skipped_pzv), step, extra={"filled_from_skipped": filled})
+                    np.asarray(skipped_pzv), step, extra={"filled_from_skipped": filled}, seconds=read)
 
 
 def has_signal(rewards, threshold: float | None) -> bool:
@@ -166,13 +172,15 @@ class DSRecord:
     skipped: list[str] = field(default_factory=list)  # skipped by the pre-filter before generation
     cap_hit: bool = False
     exhausted: bool = False
+    prefilter_seconds: float = 0.0  # the pre-filter's reads of the estimates for this step's rounds
 
     def metrics(self, prefix: str) -> dict[str, float]:
         groups = sum(len(g) for g in self.generated)
         out = {"generation_rounds": self.rounds, "groups_generated": groups, "groups_kept": len(self.kept),
                "groups_filtered": len(self.filtered), "groups_surplus": len(self.surplus),
                "groups_padded": len(self.padded), "skipped_before_generation": len(self.skipped),
-               "rollouts_generated": self.rollouts, "round_cap_hit": float(self.cap_hit)}
+               "rollouts_generated": self.rollouts, "round_cap_hit": float(self.cap_hit),
+               "prefilter_seconds": self.prefilter_seconds}
         if self.kept:  # left out rather than NaN: a NaN would poison the logging window's mean
             out["rollouts_per_kept_group"] = self.rollouts / len(self.kept)
         return {prefix + k: float(v) for k, v in out.items()}

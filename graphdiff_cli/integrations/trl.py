@@ -378,6 +378,7 @@ class GraphdiffTRL:
         rec = ds.DSRecord(trainer_step=step, batch_size=b, max_rounds=self.max_generation_rounds)
         first = self._match_queued([str(x[self.id_column]) for x in inputs[::g]])
         rec.skipped += [self.target.ids[self.draw.row_nodes[r]] for r in first.skipped]
+        rec.prefilter_seconds += first.seconds
         generated_rows = [int(r) for r in first.chosen]
         parts: list[tuple[dict, list[int]]] = []  # (round output, its kept group indices)
         leftovers: list[tuple[int, int, str]] = []  # (part, group index, id) of zero-variance groups
@@ -410,6 +411,7 @@ class GraphdiffTRL:
             d.extra.update(trainer_step=step, round=rec.rounds + 1)
             self.draws.append(d)
             rec.skipped += [self.target.ids[self.draw.row_nodes[r]] for r in d.skipped]
+            rec.prefilter_seconds += d.seconds
             if d.chosen.size == 0:
                 rec.exhausted = True
                 break
