@@ -73,7 +73,7 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["report.md", "report.html", "metrics.json", "batch_mean.png", "mae_over_steps.png", "reliability.png"])
+        ["report.md", "report.html", "metrics.json", "answer.png", "batch_mean.png", "mae_over_steps.png", "reliability.png"])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
     assert summary["methods"][:2] == ["graphdiff", "history"] and "vip" in summary["methods"]
     assert summary["oracles"] == ["oracle-sbr", "oracle-sbs"]
@@ -122,8 +122,12 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
     assert h["selection"]["difference"]["estimate"] == pytest.approx(
         target["graphdiff"]["effective_rate"] - target[h["selection"]["baseline"]]["effective_rate"], abs=1e-9)
     assert md.index("## The answer first") < md.index("## Is graphdiff better") < md.index("Table 2")
+    # the first screen: the cost next to the answers, and its one plot before any table
+    first = md[md.index("## The answer first"):md.index("## Is graphdiff better")]
+    assert "- **Is it worth its cost?**" in first and "ms per step" in first
+    assert "](answer.png)" in first and "A verdict needs at least 20 units" in first
     page = (out / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 3 and "<table>" in page and "The answer first" in page
+    assert page.count('src="data:image/png;base64,') == 4 and "<table>" in page and "The answer first" in page
 
 
 def test_methods_subset_and_vip_needs_embeddings(world, tmp_path):
@@ -300,3 +304,24 @@ def test_diagnose_clusters_matches_the_core(tmp_path):
         assert got["H"] == pytest.approx(exp["H"]) and got["p_bh"] == pytest.approx(exp["p_bh"])
     res = invoke("diagnose-clusters", "--clusters", tmp_path / "cl.zarr", "--labels", lab, "--id-field", "id")
     assert res.exit_code == 1 and "--id-field" in res.output
+
+
+def test_a_verdict_needs_enough_units_and_the_cost_names_the_cheaper_buy():
+    from graphdiff_cli.stages.report import _call, _cost_line
+
+    assert _call({"lo": 0.01, "hi": 0.02, "units": 4}, False, "vip") == "no verdict from 4 units (a verdict needs 20)"
+    assert _call({"lo": 0.01, "hi": 0.02, "units": 40}, False, "vip") == "**graphdiff better**"
+    assert _call({"lo": -0.02, "hi": -0.01, "units": 40}, False, "vip") == "**vip better**"
+
+    def method(mae, sec, oracle=False):
+        return {"oracle": oracle, "phases": {"full": {"all": {"mae": mae, "seconds_per_step": sec}}}}
+
+    h = {"estimate": {"baseline": "history", "difference": {"lo": -0.004, "hi": 0.002}}}  # half-width 0.003
+    metrics = {"methods": {"graphdiff": method(0.100, 1.0), "history": method(0.101, 0.0006),
+                           "labelprop": method(0.102, 0.035), "sbs": method(0.01, 0.0, oracle=True)}}
+    line = _cost_line(h, metrics)
+    assert line.startswith("- **Is it worth its cost?** history gives an estimate within noise of graphdiff's "
+                           "(MAE 0.1010 vs 0.1000) for 0.6 ms per step against graphdiff's 1000.0 ms (1667x)")
+    metrics["methods"]["history"] = method(0.2, 0.0006)  # every cheaper baseline clearly worse
+    metrics["methods"]["labelprop"] = method(0.2, 0.035)
+    assert "the cost buys accuracy" in _cost_line(h, metrics)

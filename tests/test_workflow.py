@@ -305,7 +305,7 @@ def test_small_real_run_of_the_default_workflow(tmp_path):
     assert md.index("## The answer first") < md.index("## Accuracy and overhead")  # the headline opens it
     assert metrics["headline"]["selection"]["baseline"]  # the decision replay ran by default
     page = (report / "report.html").read_text()
-    assert "The answer first" in page and page.count('src="data:image/png;base64,') == 3
+    assert "The answer first" in page and page.count('src="data:image/png;base64,') == 4
 
     # the STATE a trainer starts from, and the replay of the log through graphdiff watch
     status = json.loads(subprocess.run([str(REPO / ".venv" / "bin" / "graphdiff"), "status", "--state",

@@ -28,7 +28,7 @@ METRIC_TITLES = {
     "ece": f"Expected calibration error, {N_BINS} equal-width bins (lower is better)",
     "auroc": "AUROC of the zero-variance score for all-correct / all-wrong groups (higher is better)",
 }
-PLOTS = ("batch_mean.png", "mae_over_steps.png", "reliability.png")
+PLOTS = ("answer.png", "batch_mean.png", "mae_over_steps.png", "reliability.png")
 HTML_STYLE = """body{font:15px/1.5 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px}
 th{background:#f3f3f3}img{max-width:100%}code,pre{background:#f6f6f6}pre{padding:.6em;overflow-x:auto}
@@ -91,12 +91,18 @@ def _signed(x, digits: int = 3) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x:+.{digits}f}".replace("-", "−")
 
 
+MIN_UNITS = 20  # steps (or pools) below which an interval is shown but no verdict is drawn from it
+
+
 def _call(diff: dict, lower_is_better: bool, name: str) -> str:
     """The verdict of a difference (graphdiff minus baseline) from its interval: better only when the
-    whole interval is on graphdiff's side."""
+    whole interval is on graphdiff's side, and only over at least ``MIN_UNITS`` units."""
     lo, hi = diff.get("lo"), diff.get("hi")
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
         return "too few steps for an interval"
+    units = diff.get("units")
+    if units is not None and units < MIN_UNITS:
+        return f"no verdict from {units} units (a verdict needs {MIN_UNITS})"
     good, bad = (hi < 0, lo > 0) if lower_is_better else (lo > 0, hi < 0)
     return "**graphdiff better**" if good else f"**{name} better**" if bad else "**no clear difference**"
 
@@ -105,8 +111,41 @@ def _interval(d: dict, pct: int, digits: int = 3, scale: float = 1.0) -> str:
     return f"{pct}% interval [{_signed(scale * d['lo'], digits)}, {_signed(scale * d['hi'], digits)}]"
 
 
-def _headline_markdown(h: dict | None, run: dict) -> list[str]:
-    """One sentence per question, each with its interval and a verdict."""
+def _cost_line(h: dict, metrics: dict) -> str | None:
+    """Is graphdiff worth its cost? Against the cheapest real baseline whose MAE lies within the half-width of
+    graphdiff's MAE interval (so no clearly worse estimate), ms per step each."""
+    e = h.get("estimate")
+    methods = metrics["methods"]
+    cost = {n: methods[n]["phases"]["full"]["all"].get("seconds_per_step") for n in methods
+            if not methods[n]["oracle"]}
+    mae = {n: methods[n]["phases"]["full"]["all"].get("mae") for n in cost}
+    if not e or cost.get("graphdiff") is None:
+        return None
+    half = (e["difference"]["hi"] - e["difference"]["lo"]) / 2
+    ours = mae["graphdiff"]
+    close = [n for n in cost if n != "graphdiff" and cost[n] is not None and mae[n] is not None
+             and math.isfinite(mae[n]) and mae[n] <= ours + half]
+    ms = 1000 * cost["graphdiff"]
+    if not close:
+        return (f"- **Is it worth its cost?** graphdiff takes {ms:.1f} ms per step, and every real baseline's MAE "
+                f"is worse than graphdiff's by more than its interval's half-width ({half:.4f}): the cost buys "
+                "accuracy.")
+    cheap = min(close, key=lambda n: cost[n])
+    ratio = cost["graphdiff"] / cost[cheap] if cost[cheap] > 0 else float("inf")
+    if mae[cheap] <= ours - half:
+        gain = f"a clearly better estimate (MAE {_fmt(mae[cheap], 4)} vs {_fmt(ours, 4)})"
+    else:
+        gain = f"an estimate within noise of graphdiff's (MAE {_fmt(mae[cheap], 4)} vs {_fmt(ours, 4)})"
+    if cost[cheap] >= cost["graphdiff"]:
+        return (f"- **Is it worth its cost?** graphdiff takes {ms:.1f} ms per step; {cheap}, the cheapest baseline "
+                f"with {gain}, takes {1000 * cost[cheap]:.1f} ms: graphdiff is the cheaper of the two.")
+    return (f"- **Is it worth its cost?** {cheap} gives {gain} for {1000 * cost[cheap]:.1f} ms per step against "
+            f"graphdiff's {ms:.1f} ms ({ratio:.0f}x): on this log {cheap} is the better buy for the estimate "
+            "alone.")
+
+
+def _headline_markdown(h: dict | None, run: dict, metrics: dict | None = None) -> list[str]:
+    """One sentence per question, each with its interval and a verdict; then the cost, and the one plot."""
     if not h:
         return []
     pct = int(round(100 * h["level"]))
@@ -125,7 +164,7 @@ def _headline_markdown(h: dict | None, run: dict) -> list[str]:
         d = r["difference"]
         out.append(f"- **Does it rank a batch's prompts better?** within-batch r {_fmt(r['graphdiff'])} vs "
                    f"{_fmt(r['baseline_value'])} for {r['baseline']} (the best real baseline here by within r): "
-                   f"{_signed(d['estimate'])}, {_interval(d, pct)} → "
+                   f"{_signed(d['estimate'])}, {_interval(d, pct)} over {d['units']:,} steps → "
                    f"{_call(d, False, r['baseline'])}.")
     s = h.get("selection")
     if s:
@@ -140,10 +179,17 @@ def _headline_markdown(h: dict | None, run: dict) -> list[str]:
         out.append("- **Does it choose batches with more signal?** Not measured here: the decision replay was "
                    "turned off (`--no-counterfactual`) or this log cannot give it (see Decisions), or neither "
                    "graphdiff nor a rival estimator was among the methods.")
+    cost = _cost_line(h, metrics) if metrics else None
+    if cost:
+        out.append(cost)
+    if e and metrics:
+        out += ["", f"![Sample-level MAE over training: graphdiff vs {e['baseline']}, moving average with its 95% "
+                    f"band](answer.png)"]
     out += ["", f"Intervals: {h['method']} of whole steps (pools), blocks of consecutive units so that neighbouring "
             "steps' correlation is kept; \"better\" only when the whole interval is on one side. The baseline of "
             "each question is the best on this log, chosen on the same data (so a \"baseline better\" verdict leans "
-            "its way); baselines tuned in hindsight (discounted history) are flattered.", ""]
+            "its way); baselines tuned in hindsight (discounted history) are flattered. A verdict needs at least "
+            f"{MIN_UNITS} units; cost is each method's own predict + update wall time per step on this machine.", ""]
     return out
 
 
@@ -169,7 +215,7 @@ def render_markdown(doc: dict) -> str:
             "the batch's own outcome, probed " + ("by a binomial resample of n rollouts" if any(
                 "resample" == doc["settings"].get(n, {}).get("probe") for n in names) else "exactly") +
             "); they are references, never bold.", ""]
-    out[4:4] = _headline_markdown(doc.get("headline"), run)  # after the title and the log line
+    out[4:4] = _headline_markdown(doc.get("headline"), run, metrics)  # after the title and the log line
 
     verdict = doc.get("verdict") or []
     if verdict:
@@ -332,6 +378,39 @@ def _styles(doc: dict) -> dict[str, dict]:
     return styles
 
 
+def _answer_plot(folder: Path, doc: dict, steps: np.ndarray, styles: dict) -> None:
+    """The first screen's plot: graphdiff's and the estimate question's baseline's per-step MAE, each a moving
+    average with a 95% band (mean +- 1.96 sd / sqrt(window) over the window). Without that question, the
+    empty axes say so (the file always exists, so the report's file list is fixed)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4.5))
+    ax = fig.subplots()
+    e = (doc.get("headline") or {}).get("estimate")
+    series = doc["metrics"]["series"]
+    if e:
+        width = max(3, steps.size // 25)
+        for name in ("graphdiff", e["baseline"]):
+            y = np.asarray(series[name]["mae"], dtype=float)
+            ok = np.isfinite(y)
+            if ok.sum() < width:
+                continue
+            x, y = steps[ok], y[ok]
+            win = np.lib.stride_tricks.sliding_window_view(y, width)
+            mean, half = win.mean(axis=1), 1.96 * win.std(axis=1, ddof=1) / np.sqrt(width)
+            xs = x[width - 1:]
+            line = ax.plot(xs, mean, **{**styles[name], "label": name})[0]
+            ax.fill_between(xs, mean - half, mean + half, color=line.get_color(), alpha=0.2, lw=0)
+        ax.set_ylabel(f"MAE within the batch (moving average over {width} steps)")
+        ax.legend(fontsize=9)
+    else:
+        ax.text(0.5, 0.5, "no estimate comparison on this log", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("step")
+    ax.set_title("Estimate error over training: graphdiff vs the best real baseline (95% bands)")
+    fig.tight_layout()
+    fig.savefig(folder / "answer.png", dpi=110)
+
+
 def _plots(folder: Path, doc: dict) -> None:
     from matplotlib.figure import Figure
 
@@ -340,6 +419,8 @@ def _plots(folder: Path, doc: dict) -> None:
     steps = np.asarray(series["step"])
     names = list(metrics["methods"])
     styles = _styles(doc)
+
+    _answer_plot(folder, doc, steps, styles)
 
     fig = Figure(figsize=(10, 5.5))
     ax = fig.subplots()
