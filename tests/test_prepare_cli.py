@@ -141,6 +141,12 @@ def test_build_graph_equals_brute_force(embedded, graph40):
     summary = g.attr("summary")
     assert summary["n_nodes"] == 40 and summary["n_edges"] == w.nnz // 2 == res["summary"]["n_edges"]
     assert res["k"] == 8 and res["search_backend"] == "faiss-cpu"
+    # prompts left without a mutual neighbour are named with the fix (a larger --k-nn)
+    small = gd("build-graph", emb_path, "--out", path.parent / "k1.zarr", "--k-nn", 1)
+    isolated = read_artifact(path.parent / "k1.zarr", "graph").attr("summary")["isolated"]
+    assert isolated > 0 and (f"graphdiff: warning: {isolated} of 40 prompts have no mutual neighbour at k = 1 "
+                             "(they learn only from their own outcomes and their cluster's state); a larger "
+                             "--k-nn joins more of them") in small.stderr
 
 
 def test_build_graph_with_an_approximate_index_stamps_its_recall(embedded, tmp_path):

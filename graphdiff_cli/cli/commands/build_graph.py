@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 
 
 @command("build-graph")
@@ -36,6 +36,10 @@ def build_graph(
     s = res["summary"]
     text = (f"graph of {s['n_nodes']} prompts, {s['n_edges']} edges (mean degree {s['mean_degree']:.1f}, "
             f"{s['isolated']} isolated, {s['components']} components) -> {res['out']}")
+    if s["isolated"]:
+        warn(f"{s['isolated']} of {s['n_nodes']} prompts have no mutual neighbour at k = {res['k']} "
+             "(they learn only from their own outcomes and their cluster's state); a larger --k-nn joins more "
+             "of them")
     if res["recall"] is not None:
         r = res["recall"]
         text += (f"\n{index} index: recall@{r['k']} {r['recall']:.4f} against exact search on "
