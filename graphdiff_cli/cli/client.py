@@ -106,6 +106,10 @@ def forward(argv: list[str]) -> int | None:
             reply = recv_message(sock)
         except (OSError, ValueError):
             reply = None
+        except KeyboardInterrupt:  # the server's command goes on (as after a commit): say so, exit as ctrl-C does
+            print("graphdiff: error: interrupted (the server goes on with the command: send the same call "
+                  "again, a no-op if it had committed)", file=sys.stderr, flush=True)
+            return 130
         if reply is None:
             print(f"graphdiff: warning: the server on {path} ended before answering; running the command here "
                   "(a step it had applied is now a no-op)", file=sys.stderr, flush=True)
