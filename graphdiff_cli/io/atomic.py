@@ -1,16 +1,38 @@
-"""Atomic single-file writes: a temporary file in the same folder, fsync, then rename into place.
+"""Atomic single-file writes: a temporary file in the same folder, fsync, then rename into place; and the
+fsync of folders every writer uses.
 
 The temporary is named by ``io.debris`` (host and pid in the name); each write first sweeps the ones of
 the same destination whose writer died.
+
+fsync errors are raised, never swallowed, with one deliberate exception: EINVAL from fsync on a *folder*.
+POSIX gives EINVAL for a descriptor "that does not support synchronization", and some file systems (some
+FUSE and network ones) answer a directory fsync that way: they offer no folder durability to ask for, so
+refusing every write there would make graphdiff unusable and buy nothing (PostgreSQL's ``fsync_fname``
+makes the same exception). Every other error (EIO, ENOSPC, EDQUOT, ...) means the disk may not hold what
+was written, and is raised.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 
 from .debris import sweep, temp_name
+
+
+def fsync_dir(path) -> None:
+    """fsync a folder's entries (so a file created, renamed or removed in it survives a power loss). Raises
+    every error but EINVAL from the fsync itself (see the module docstring)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # a file system without folder fsync: nothing to make durable
+            raise
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -27,11 +49,7 @@ def atomic_write(path, binary: bool = False, encoding: str = "utf-8"):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -12,25 +12,12 @@ import os
 import shutil
 from pathlib import Path
 
+from .atomic import fsync_dir
 from .debris import is_stale, owner, sweep, temp_name
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a directory's entries (best effort: some filesystems refuse to open or fsync a folder)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def fsync_tree(root: Path) -> None:
-    """fsync every file and folder under ``root``."""
+    """fsync every file and folder under ``root`` (errors raised: ``atomic.fsync_dir``)."""
     for dirpath, _, files in os.walk(root):
         for name in files:
             fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
