@@ -69,3 +69,54 @@ def test_einval_from_a_folder_fsync_is_tolerated(state, inputs, monkeypatch, tmp
     failing_fsync(monkeypatch, errno.EINVAL)
     assert State.open(state, durable=True).update(1, inputs[3][0])["step"] == 1
     assert State.open(state).predict(tmp_path / "p.jsonl")["rows"] == 40
+
+
+def recording_fsync(monkeypatch) -> set[int]:
+    """Record the inode of every folder os.fsync is called on."""
+    real, seen = os.fsync, set()
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            seen.add(st.st_ino)
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def synced(seen: set[int], *paths) -> list[bool]:
+    return [os.stat(p).st_ino in seen for p in paths]
+
+
+def test_every_folder_a_command_creates_is_fsynced_with_its_parent(state, inputs, tmp_path, monkeypatch):
+    """predict --out, watch --predictions, init --out and the OpenRLHF recorder's folder, each into folders that
+    do not exist yet: each new folder and the folder it was made in are fsynced (before, only the last folder
+    was, after the file's rename: a power loss could take the "written" predictions away with the new folders)."""
+    from typer.testing import CliRunner
+
+    from graphdiff_cli.cli.app import app
+    from graphdiff_cli.integrations.openrlhf import StepRecorder
+
+    graph, clusters, ids, files = inputs
+    seen = recording_fsync(monkeypatch)
+    res = CliRunner().invoke(app, ["predict", "--state", str(state), "--out", str(tmp_path / "p" / "q" / "r.jsonl")])
+    assert res.exit_code == 0, res.stderr
+    assert synced(seen, tmp_path / "p" / "q", tmp_path / "p", tmp_path) == [True] * 3
+
+    seen.clear()
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    os.replace(write_outcomes(tmp_path / "tmp.jsonl", step_rows(ids, 1)), inbox / "step-000001.jsonl")
+    out = tmp_path / "w" / "x" / "pred-{step}.jsonl"
+    assert State.open(state, durable=False).watch(inbox, once=True, predictions=out)["step"] == 1
+    assert (tmp_path / "w" / "x" / "pred-000001.jsonl").is_file()
+    assert synced(seen, tmp_path / "w" / "x", tmp_path / "w", tmp_path) == [True] * 3
+
+    seen.clear()
+    State.init(graph, clusters, tmp_path / "i" / "j" / "S", device="cpu", durable=True)
+    assert synced(seen, tmp_path / "i" / "j" / "S", tmp_path / "i" / "j", tmp_path / "i", tmp_path) == [True] * 4
+
+    seen.clear()
+    StepRecorder(state, batch_size=2, n_samples=2, folder=tmp_path / "rec" / "sub")
+    assert synced(seen, tmp_path / "rec" / "sub", tmp_path / "rec", tmp_path) == [True] * 3

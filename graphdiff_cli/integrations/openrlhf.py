@@ -43,7 +43,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, GraphdiffError, InvalidArgumentError, StateError
-from ..io.atomic import atomic_write_text
+from ..io.atomic import atomic_write_text, make_dirs
 from ..io.locks import file_lock
 from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary
 from .dynamic_sampling import DEFAULT_EXPLORE, DS_MODES, CandidateDraw
@@ -90,7 +90,7 @@ class StepRecorder:
         self.episode_prompts = None if episode_prompts in (None, 0, "") else int(episode_prompts)
         self.success_threshold = check_threshold(success_threshold)  # None: 0/1 rewards only
         self.folder = recorder_folder(self.state, folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.folder, durable)
         self.target = StateTarget(self.state, outcomes_dir=self.folder, device=device, durable=durable)
         self._ids: set[str] | None = None
         self._cache: tuple[str, int, dict] | None = None  # (pending file, bytes read, rollouts by prompt)

@@ -35,11 +35,33 @@ def fsync_dir(path) -> None:
         os.close(fd)
 
 
+def make_dirs(path, durable: bool = True) -> Path:
+    """``mkdir -p path``. With ``durable``, every folder it creates is fsynced, and so is the folder the first
+    of them was created in: a file then published in ``path`` cannot lose the folders above it in a power loss
+    (fsyncing the file and its own folder is not enough when that folder is new)."""
+    path = Path(path)
+    created = []
+    p = path
+    while not p.is_dir() and p.parent != p:
+        created.append(p)
+        p = p.parent
+    for p in reversed(created):
+        try:
+            p.mkdir()
+        except FileExistsError:  # another writer was first (then it is a folder), or a file or a link is there
+            if not p.is_dir():
+                raise
+    if durable and created:
+        for p in [*created, created[-1].parent]:  # deepest first; the last one existed before
+            fsync_dir(p)
+    return path
+
+
 @contextlib.contextmanager
 def atomic_write(path, binary: bool = False, encoding: str = "utf-8"):
     """Yield a file object; on success its content replaces ``path`` atomically, on error nothing changes."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     sweep(path.parent, path.name)
     tmp = path.parent / temp_name(path.name, "tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to any user file

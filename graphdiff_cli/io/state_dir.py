@@ -47,7 +47,7 @@ from pathlib import Path
 
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
-from .atomic import atomic_write_text
+from .atomic import atomic_write_text, make_dirs
 from .estimator_store import (STEP_KIND, check_step_artifact, pointer_text, read_current, read_model, read_pointer,
                               read_state, save_model, save_step, step_model_path)
 from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, RETENTION, STEPS, step_relpath
@@ -443,7 +443,7 @@ class StateDir:
         model = None
         if ids is not None:
             model = self.root / MODELS / f"{t}.{r + 1}.zarr"
-            (self.root / MODELS).mkdir(exist_ok=True)
+            make_dirs(self.root / MODELS, durable)
             base = self.model()[0]
             inputs = {**{k: v for k, v in base.inputs.items() if k in ("graph", "clusters")},
                       "extended_from": base.content_hash}  # W and labels are no longer the graph's alone

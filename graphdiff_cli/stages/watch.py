@@ -243,8 +243,7 @@ class _Watcher:
         return False
 
     def write_predictions(self, step: int) -> None:
-        out = predictions_path(self.predictions, step)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        out = predictions_path(self.predictions, step)  # a new folder is made (and fsynced) by the write
         res = self.st.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
         if res["step"] != step:  # another writer moved CURRENT between the update and the predict
             self.listener({"event": "moved", "step": step, "current": res["step"]})
