@@ -120,3 +120,40 @@ def test_every_folder_a_command_creates_is_fsynced_with_its_parent(state, inputs
     seen.clear()
     StepRecorder(state, batch_size=2, n_samples=2, folder=tmp_path / "rec" / "sub")
     assert synced(seen, tmp_path / "rec" / "sub", tmp_path / "rec", tmp_path) == [True] * 3
+
+
+def test_a_failed_fsync_after_currents_rename_is_committed_durability_unknown(state, inputs, monkeypatch):
+    """fsync(STATE/) fails right after CURRENT's rename: the step is applied (every reader sees it), so update
+    exits 0 with a warning and "durability_unknown": true (it used to fail although the step was visible), and
+    sending the step again is the usual no-op. A rollback there stops at CURRENT: the later lines and states stay
+    as debris above it, removed by the next writer."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from graphdiff_cli.cli.app import app
+
+    files = inputs[3]
+    runner = CliRunner()
+    failing_fsync(monkeypatch, errno.EIO, state)
+    res = runner.invoke(app, ["update", "--state", str(state), "--step", "1", "--outcomes", str(files[0]), "--json"])
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["step"] == 1 and out["durability_unknown"] is True
+    assert any("committed, durability unknown" in w for w in out["warnings"])
+    warning = [line for line in res.stderr.splitlines() if "durability unknown" in line]
+    assert len(warning) == 1 and warning[0].startswith("graphdiff: warning: ") and "Input/output error" in warning[0]
+    assert StateDir.open(state).current_step == 1
+    res = runner.invoke(app, ["update", "--state", str(state), "--step", "1", "--outcomes", str(files[0]), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["noop"] is True
+
+    res = runner.invoke(app, ["rollback", "--state", str(state), "--to", "0", "--json"])
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["durability_unknown"] is True and "durability unknown" in res.stderr
+    sd = StateDir.open(state)
+    assert sd.current_step == 0 and [e["step"] for e in sd.log_entries()] == [0]
+    assert (state / "steps" / "00000001.zarr").is_dir()  # left above CURRENT: CURRENT's rename may not be on disk
+    monkeypatch.undo()
+    up = State.open(state, durable=False).update(1, files[1])  # other outcomes: step 1 is free again
+    assert up["step"] == 1 and up["durability_unknown"] is False and up["warnings"] == []
+    assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1]

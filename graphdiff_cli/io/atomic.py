@@ -58,8 +58,10 @@ def make_dirs(path, durable: bool = True) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_write(path, binary: bool = False, encoding: str = "utf-8"):
-    """Yield a file object; on success its content replaces ``path`` atomically, on error nothing changes."""
+def atomic_write(path, binary: bool = False, encoding: str = "utf-8", sync_dir: bool = True):
+    """Yield a file object; on success its content replaces ``path`` atomically, on error nothing changes.
+    ``sync_dir=False``: the folder is not fsynced after the rename; the caller does it (a commit point that
+    must tell "not written" from "written, durability unknown")."""
     path = Path(path)
     make_dirs(path.parent)
     sweep(path.parent, path.name)
@@ -71,14 +73,15 @@ def atomic_write(path, binary: bool = False, encoding: str = "utf-8"):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
-def atomic_write_text(path, text: str) -> Path:
-    with atomic_write(path) as f:
+def atomic_write_text(path, text: str, sync_dir: bool = True) -> Path:
+    with atomic_write(path, sync_dir=sync_dir) as f:
         f.write(text)
     return Path(path)

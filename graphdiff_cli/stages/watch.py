@@ -234,7 +234,8 @@ class _Watcher:
                 raise DataError(f"{exc} ({path.name} of inbox {self.inbox}; the watcher stops here: fix or "
                                 f"replace the file, then start it again)") from None
             entry = {"kind": kind, "file": path.name, "version": res["version"],
-                     "prompts": res.get("added", res.get("prompts")), "seconds": round(res["timings"]["total_s"], 4)}
+                     "prompts": res.get("added", res.get("prompts")), "seconds": round(res["timings"]["total_s"], 4),
+                     "warnings": res["warnings"]}
             self.changed.append(entry)
             self.listener({"event": "extended" if kind == "prompts" else "retired", **entry})
             if self.predictions is not None:  # the next step's candidates changed
