@@ -157,3 +157,21 @@ def test_a_failed_fsync_after_currents_rename_is_committed_durability_unknown(st
     up = State.open(state, durable=False).update(1, files[1])  # other outcomes: step 1 is free again
     assert up["step"] == 1 and up["durability_unknown"] is False and up["warnings"] == []
     assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1]
+
+
+def test_openrlhf_pending_appends_are_fsynced(state, inputs, monkeypatch):
+    """Each rollout the recorder appends to its wave's pending file is fsynced before the reward call returns
+    (OpenRLHF never sends it again; a power loss used to be free to drop it, or to leave a torn file)."""
+    from graphdiff_cli.integrations.openrlhf import StepRecorder
+
+    real, seen = os.fsync, set()
+
+    def fsync(fd):
+        seen.add(os.fstat(fd).st_ino)
+        return real(fd)
+
+    rec = StepRecorder(state, batch_size=2, n_samples=2)
+    monkeypatch.setattr(os, "fsync", fsync)
+    rec.record(inputs[2][0], 1.0)
+    pending = rec.folder / "pending-00000001.jsonl"
+    assert pending.read_text().count("\n") == 1 and os.stat(pending).st_ino in seen

@@ -89,7 +89,7 @@ class StepRecorder:
             raise InvalidArgumentError(f"filter_range must be two numbers lo < hi, got {filter_range!r}")
         self.episode_prompts = None if episode_prompts in (None, 0, "") else int(episode_prompts)
         self.success_threshold = check_threshold(success_threshold)  # None: 0/1 rewards only
-        self.folder = recorder_folder(self.state, folder)
+        self.folder, self.durable = recorder_folder(self.state, folder), durable
         make_dirs(self.folder, durable)
         self.target = StateTarget(self.state, outcomes_dir=self.folder, device=device, durable=durable)
         self._ids: set[str] | None = None
@@ -162,6 +162,9 @@ class StepRecorder:
                 f.seek(0)
                 f.truncate(f.read().rfind(b"\n") + 1)
             f.write((json.dumps(row) + "\n").encode())
+            if self.durable:  # the reward call returns after this: OpenRLHF never sends the rollout again
+                f.flush()
+                os.fsync(f.fileno())
 
     def _groups(self) -> dict[str, list[dict]]:
         """The current wave's rollouts by prompt, read incrementally: this process remembers how far it read
