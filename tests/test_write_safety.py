@@ -175,3 +175,101 @@ def test_openrlhf_pending_appends_are_fsynced(state, inputs, monkeypatch):
     rec.record(inputs[2][0], 1.0)
     pending = rec.folder / "pending-00000001.jsonl"
     assert pending.read_text().count("\n") == 1 and os.stat(pending).st_ino in seen
+
+
+# ------------------------------------------------------------------------------ item 4: no writes through links
+
+
+def _outside(tmp_path, text="the user's own file\n"):
+    p = tmp_path / "outside" / "file.txt"
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def _refused_in_one_line(res) -> None:
+    assert res.exit_code == 7, (res.exit_code, res.stderr)
+    assert res.stderr.startswith("graphdiff: error: ") and res.stderr.count("\n") == 1
+    assert "is a symbolic link" in res.stderr
+
+
+@pytest.mark.parametrize("planted", ["log.jsonl", ".lock (dangling)", "steps/"])
+def test_a_link_planted_in_the_state_is_refused_and_what_it_points_to_is_unchanged(state, inputs, tmp_path, planted):
+    """A symlinked log.jsonl used to get the step appended to the outside file, a dangling .lock link created a
+    file outside the STATE, a symlinked steps/ received the step's folder: each is refused in one line (exit 7)
+    before anything is written, the STATE stays at its step and the outside file or folder as it was."""
+    from typer.testing import CliRunner
+
+    from _handoff_fixtures import tree_hash
+    from graphdiff_cli.cli.app import app
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if planted == "log.jsonl":
+        target = outside / "log.jsonl"
+        os.replace(state / "log.jsonl", target)  # a valid log, so every read passes: only the write can tell
+    elif planted == "steps/":
+        target = outside / "steps"
+        os.replace(state / "steps", target)
+    else:
+        target = outside / "lock"  # does not exist
+        os.unlink(state / ".lock")
+    os.symlink(target, state / planted.split(" ")[0].rstrip("/"))
+    before = tree_hash(outside)
+    res = CliRunner().invoke(app, ["update", "--state", str(state), "--step", "1", "--outcomes", str(inputs[3][0])])
+    _refused_in_one_line(res)
+    assert tree_hash(outside) == before and os.path.exists(target) == (planted != ".lock (dangling)")
+    assert StateDir.open(state).current_step == 0
+
+
+def test_a_link_at_the_watchers_lock_is_refused_not_truncated(state, tmp_path):
+    """INBOX/.graphdiff-watch.lock pointing at a file used to truncate it to the watcher's pid."""
+    from graphdiff_cli.errors import StateError
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    outside = _outside(tmp_path)
+    os.symlink(outside, inbox / ".graphdiff-watch.lock")
+    with pytest.raises(StateError, match="is a symbolic link"):
+        State.open(state, durable=False).watch(inbox, once=True)
+    assert outside.read_text() == "the user's own file\n"
+
+
+@pytest.mark.parametrize("planted", ["lock", "pending-00000001.jsonl"])
+def test_a_link_in_the_openrlhf_recorders_folder_is_refused(state, inputs, tmp_path, planted):
+    """The recorder's lock (its pid written in) and its wave's pending file (rollouts appended) never follow a
+    link: the call is refused (and the refusal kept in ERROR, as every recorder failure), the file unchanged."""
+    from graphdiff_cli.errors import StateError
+    from graphdiff_cli.integrations.openrlhf import StepRecorder
+
+    rec = StepRecorder(state, batch_size=2, n_samples=2, durable=False)
+    outside = _outside(tmp_path)
+    os.symlink(outside, rec.folder / planted)
+    with pytest.raises(StateError, match="is a symbolic link"):
+        rec.record(inputs[2][0], 1.0)
+    assert outside.read_text() == "the user's own file\n"
+    assert "is a symbolic link" in (rec.folder / "ERROR").read_text()
+
+
+def test_files_and_locks_are_created_0644_whatever_the_umask(tmp_path, inputs):
+    """Under umask 0 the STATE's lock, CURRENT, the log, a predictions table, the watcher's lock and the
+    recorder's lock and pending file used to be created 0666 (writable by anyone)."""
+    from graphdiff_cli.integrations.openrlhf import StepRecorder
+
+    graph, clusters, ids, files = inputs
+    old = os.umask(0)
+    try:
+        st = tmp_path / "S"
+        State.init(graph, clusters, st, device="cpu", durable=False)
+        State.open(st, durable=False).update(1, files[0])
+        State.open(st).predict(tmp_path / "p.csv")
+        inbox = tmp_path / "inbox"
+        inbox.mkdir()
+        State.open(st, durable=False).watch(inbox, once=True)
+        rec = StepRecorder(st, batch_size=2, n_samples=2, durable=False)
+        rec.record(ids[0], 1.0)
+    finally:
+        os.umask(old)
+    made = [st / ".lock", st / "CURRENT", st / "log.jsonl", tmp_path / "p.csv", inbox / ".graphdiff-watch.lock",
+            rec.folder / "lock", rec.folder / "pending-00000002.jsonl"]
+    assert {p.name: oct(stat.S_IMODE(os.stat(p).st_mode)) for p in made} == {p.name: "0o644" for p in made}

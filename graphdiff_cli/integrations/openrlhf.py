@@ -43,7 +43,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, GraphdiffError, InvalidArgumentError, StateError
-from ..io.atomic import atomic_write_text, make_dirs
+from ..io.atomic import append_nofollow, atomic_write_text, make_dirs
 from ..io.locks import file_lock
 from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary
 from .dynamic_sampling import DEFAULT_EXPLORE, DS_MODES, CandidateDraw
@@ -153,18 +153,10 @@ class StepRecorder:
         return self.folder / f"pending-{step:08d}.jsonl"  # the rollouts of wave `step` recorded so far
 
     def _append(self, row: dict) -> None:
-        path = self._pending_path(self.target.step + 1)
-        with open(path, "ab+") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size and os.pread(f.fileno(), 1, size - 1) != b"\n":
-                # an append cut short by a crash left a last line without its newline: drop it (rare, so
-                # only then is the file read)
-                f.seek(0)
-                f.truncate(f.read().rfind(b"\n") + 1)
-            f.write((json.dumps(row) + "\n").encode())
-            if self.durable:  # the reward call returns after this: OpenRLHF never sends the rollout again
-                f.flush()
-                os.fsync(f.fileno())
+        # never through a link; a last line a crash cut short is dropped first; fsynced before the reward call
+        # returns (OpenRLHF never sends the rollout again)
+        append_nofollow(self._pending_path(self.target.step + 1), (json.dumps(row) + "\n").encode(),
+                        durable=self.durable, create=True, drop_torn=True)
 
     def _groups(self) -> dict[str, list[dict]]:
         """The current wave's rollouts by prompt, read incrementally: this process remembers how far it read

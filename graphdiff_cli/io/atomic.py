@@ -1,5 +1,13 @@
-"""Atomic single-file writes: a temporary file in the same folder, fsync, then rename into place; and the
-fsync of folders every writer uses.
+"""Atomic single-file writes: a temporary file in the same folder, fsync, then rename into place; appends and
+opens that never follow a link; and the fsync of folders every writer uses.
+
+No write goes through a symbolic link: a link planted where graphdiff writes (``STATE/log.jsonl``, a lock, the
+OpenRLHF recorder's pending file) would make it change, truncate or create a file elsewhere. Files are opened
+with O_NOFOLLOW (``open_nofollow``), which guards the last component of the path; folders inside a STATE are
+checked with ``refuse_links`` before a writer writes into them. A link is refused with a one-line
+``StateError``, and the file it points to is left as it was. An atomic write renames a new file over the
+name, which replaces a link there rather than writing through it. Files are created 0o644 (less the umask):
+never writable by others, whatever the umask.
 
 The temporary is named by ``io.debris`` (host and pid in the name); each write first sweeps the ones of
 the same destination whose writer died.
@@ -19,7 +27,57 @@ import errno
 import os
 from pathlib import Path
 
+from ..errors import StateError
 from .debris import sweep, temp_name
+
+
+def _link_refusal(path) -> StateError:
+    return StateError(f"{path}: is a symbolic link; graphdiff does not write through links (the file it points to "
+                      "would be changed): remove the link")
+
+
+def refuse_links(*paths) -> None:
+    """StateError if any of ``paths`` is a symbolic link (for folders, whose contents O_NOFOLLOW cannot guard)."""
+    for path in paths:
+        if os.path.islink(path):
+            raise _link_refusal(path)
+
+
+def open_nofollow(path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that never follows a link at ``path`` (O_NOFOLLOW): a link there is refused with a
+    StateError. A file it creates gets ``mode`` less the umask."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):  # ELOOP: Linux and macOS; the check: elsewhere
+            raise _link_refusal(path) from None
+        raise
+
+
+def append_nofollow(path, data: bytes, *, durable: bool = True, create: bool = False,
+                    drop_torn: bool = False) -> None:
+    """Append ``data`` to the file ``path``, never through a link: written whole (a short write, on a full disk,
+    is continued or raises) and fsynced (``durable``); on any error the file is cut back to its old size when
+    it can be, so no torn line is left. ``create``: make the file (0o644) if missing. ``drop_torn``: first cut a
+    last line left without its newline (an append a crash cut short)."""
+    fd = open_nofollow(path, os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0))
+    try:
+        size = os.fstat(fd).st_size
+        if drop_torn and size and os.pread(fd, 1, size - 1) != b"\n":
+            size = os.pread(fd, size, 0).rfind(b"\n") + 1  # rare (a crash mid-append), so only then is it read
+            os.ftruncate(fd, size)
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(fd, data[done:])
+            if durable:
+                os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path) -> None:
@@ -66,7 +124,7 @@ def atomic_write(path, binary: bool = False, encoding: str = "utf-8", sync_dir: 
     make_dirs(path.parent)
     sweep(path.parent, path.name)
     tmp = path.parent / temp_name(path.name, "tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to any user file
+    fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # a new name: the rename replaces a link at path
     try:
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": encoding})) as f:
             yield f

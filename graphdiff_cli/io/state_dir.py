@@ -47,7 +47,7 @@ from pathlib import Path
 
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
-from .atomic import atomic_write_text, fsync_dir, make_dirs
+from .atomic import append_nofollow, atomic_write_text, fsync_dir, make_dirs, refuse_links
 from .estimator_store import (STEP_KIND, check_step_artifact, pointer_text, read_current, read_model, read_pointer,
                               read_state, save_model, save_step, step_model_path)
 from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, RETENTION, STEPS, step_relpath
@@ -141,7 +141,7 @@ class StateDir:
         if state["step"] != 0:
             raise StateError(f"init needs a fresh estimator at step 0, got step {state['step']}")
         with staged_dir(root, replace=False, durable=durable) as staging:  # an empty root is replaced
-            (staging / LOCK).touch()
+            (staging / LOCK).touch(mode=0o644)
             (staging / STEPS).mkdir()
             content = save_model(state, staging / MODEL, ids, inputs=inputs, extra_arrays=model_arrays,
                                  extra_attrs={"handoff": {"layout_version": LAYOUT_VERSION},
@@ -345,23 +345,9 @@ class StateDir:
         return entries, exact
 
     def _append_log(self, entry: dict, durable: bool) -> None:
-        """Append one line to the log (O_APPEND, then fsync): a step's cost does not grow with the run."""
-        data = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
-        fd = os.open(self.root / LOG, os.O_WRONLY | os.O_APPEND)
-        try:
-            size = os.fstat(fd).st_size
-            try:
-                done = 0
-                while done < len(data):  # a short write (disk full, quota) is continued or raises
-                    done += os.write(fd, data[done:])
-                if durable:
-                    os.fsync(fd)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, size)  # no torn line left behind when we can help it
-                raise
-        finally:
-            os.close(fd)
+        """Append one line to the log (O_APPEND, then fsync; never through a link): a step's cost does not grow
+        with the run."""
+        append_nofollow(self.root / LOG, (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8"), durable=durable)
 
     # -- writing (callers hold the lock) -----------------------------------------------------------
 
@@ -374,6 +360,10 @@ class StateDir:
         cannot = (lambda exc: f"{self.root / LOCK}: cannot open the STATE's lock ({exc.strerror}); a STATE is "
                   "written by a user who may write its folder")
         with file_lock(self.root / LOCK, timeout, busy=busy, cannot_open=cannot, mode=0o644):
+            # what writers write in or into: a link planted there would take the write elsewhere (the lock itself
+            # and each file opened are guarded by O_NOFOLLOW; an atomic replace replaces a link, but a STATE with
+            # one is not as graphdiff left it)
+            refuse_links(*(self.root / name for name in (CURRENT, LOG, RETENTION, STEPS, MODELS)))
             yield self
 
     def clean_debris(self) -> list[str]:

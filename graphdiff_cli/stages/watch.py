@@ -131,7 +131,7 @@ def scan_inbox(inbox, complete: str = "rename") -> InboxScan:
 def inbox_lock(inbox: Path):
     """One watcher per inbox: hold ``INBOX/.graphdiff-watch.lock`` (flock; the kernel drops it when the
     process dies, even by kill -9, so a restarted watcher never finds a stale lock)."""
-    with file_lock(Path(inbox) / LOCK_NAME, 0.0, record_pid=True, mode=0o666,
+    with file_lock(Path(inbox) / LOCK_NAME, 0.0, record_pid=True, mode=0o644,
                    busy=lambda holder: f"{inbox}: another graphdiff watch (pid {holder}) is watching this inbox",
                    cannot_open=lambda exc: f"{inbox}: cannot create the watcher's lock file {LOCK_NAME} "
                                            f"({exc.strerror}); the inbox must be writable by the watcher"):
