@@ -273,3 +273,15 @@ def test_files_and_locks_are_created_0644_whatever_the_umask(tmp_path, inputs):
     made = [st / ".lock", st / "CURRENT", st / "log.jsonl", tmp_path / "p.csv", inbox / ".graphdiff-watch.lock",
             rec.folder / "lock", rec.folder / "pending-00000002.jsonl"]
     assert {p.name: oct(stat.S_IMODE(os.stat(p).st_mode)) for p in made} == {p.name: "0o644" for p in made}
+
+
+def test_an_atomic_write_over_a_link_replaces_the_link_not_its_target(state, tmp_path):
+    """predict --out (any atomic write: temporary file, rename) names a link: the rename replaces the link, so the
+    file it pointed to keeps every byte (this held before the link fix too; it is why atomic writes need no
+    O_NOFOLLOW at their destination)."""
+    outside = _outside(tmp_path)
+    out = tmp_path / "pred.jsonl"
+    os.symlink(outside, out)
+    assert State.open(state).predict(out)["rows"] == 40
+    assert not out.is_symlink() and out.read_text().count("\n") == 40
+    assert outside.read_text() == "the user's own file\n"
