@@ -20,6 +20,11 @@ Parts (each a sub-command; ``all`` runs them in this order):
 * ``diskfull``: ``update``, ``predict`` and ``extend`` under a file-size limit (RLIMIT_FSIZE, SIGXFSZ
   ignored so writes fail with EFBIG as on a full disk) at several sizes: a one-line error, the STATE intact
   and unchanged, then the same command without the limit completes.
+* ``links``: a symbolic link planted where a writer writes (``log.jsonl``, ``CURRENT``, ``retention.json`` and
+  ``steps/`` moved outside the STATE with a link left in their place, a dangling ``.lock``, the watcher's lock
+  in the inbox pointing at a user's file): ``update``, ``extend``, ``rollback``, ``retention`` and ``watch``
+  must each refuse in one line (exit 7) with the STATE and every byte outside it unchanged, and complete once
+  the link is gone; ``predict --out`` a link replaces the link and leaves the file it named alone.
 * ``soak``: one ``graphdiff watch`` process fed one outcomes file per step for ``--soak-steps`` steps, in
   lockstep like a trainer; its resident memory, the STATE's size and file count and the time per step
   recorded every ``--every`` steps.
@@ -96,13 +101,15 @@ def sha(path: Path) -> str | None:
 
 
 def tree_hash(root: Path) -> str:
+    """Every name and byte under ``root``; a symbolic link counts as the path it names (never followed)."""
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         h.update(os.path.relpath(dirpath, root).encode())
-        for name in sorted(filenames):
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            p = Path(dirpath, name)
             h.update(name.encode())
-            h.update(Path(dirpath, name).read_bytes())
+            h.update(os.readlink(p).encode() if p.is_symlink() else p.read_bytes())
     return h.hexdigest()
 
 
@@ -518,6 +525,79 @@ def part_diskfull(w: World, tally: Tally, trials: int, rng: random.Random) -> No
                          f"limit {limit} B: exit {p.returncode} {p.stderr.strip()[:200]!r}, unchanged {unchanged}")
 
 
+def part_links(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    o = w.outcomes
+    outside = w.work / "trial" / "outside"  # what a planted link points to: a user's files, never to be touched
+
+    def moved_out(name):  # the STATE's own file or folder moved outside, a link left in its place
+        def plant(s):
+            os.replace(s / name, outside / name)
+            os.symlink(outside / name, s / name)
+
+        def undo(s):
+            os.unlink(s / name)
+            os.replace(outside / name, s / name)
+        return plant, undo
+
+    def dangling(name):  # a link to nothing: following it would create a file outside
+        def plant(s):
+            os.unlink(s / name)
+            os.symlink(outside / name, s / name)
+        return plant, lambda s: os.unlink(s / name)
+
+    def fresh_outside():
+        shutil.rmtree(outside, ignore_errors=True)
+        outside.mkdir(parents=True)
+        (outside / "user.txt").write_text("a user's file\n")
+
+    writers = {"update": lambda s: ("update", "--state", s, "--step", 4, "--outcomes", o[4]),
+               "extend": lambda s: ("extend", "--state", s, "--embedded", w.new),
+               "rollback": lambda s: ("rollback", "--state", s, "--to", 2),
+               "retention": lambda s: ("retention", "--state", s, "--keep", 3)}
+    cases = [(name.rstrip("/"), name, *moved_out(name.rstrip("/")))
+             for name in ("log.jsonl", "CURRENT", "retention.json", "steps/")]
+    cases.append((".lock", ".lock (dangling)", *dangling(".lock")))
+    for entry, case, plant, undo in cases:
+        for writer, argv in writers.items():
+            s = w.fresh(3)
+            fresh_outside()
+            plant(s)
+            before, before_out = tree_hash(s), tree_hash(outside)
+            p = gd(*argv(s))
+            ok = one_line(p) and p.returncode == 7 and "symbolic link" in p.stderr
+            same = tree_hash(s) == before and tree_hash(outside) == before_out
+            undo(s)
+            completes = p.returncode == 0 or gd(*argv(s)).returncode == 0  # without the link it completes
+            tally.record("links", f"{writer}: {case}", ok and same and completes and intact(s) and not debris(s),
+                         f"exit {p.returncode} {p.stderr.strip()[:200]!r}, unchanged {same}, completes {completes}")
+
+    # the watcher's lock in its inbox pointing at a user's file (it used to be truncated to the watcher's pid)
+    s = w.fresh(3)
+    fresh_outside()
+    inbox = w.work / "trial" / "links_inbox"
+    shutil.rmtree(inbox, ignore_errors=True)
+    inbox.mkdir(parents=True)
+    shutil.copyfile(o[4], inbox / o[4].name)
+    os.symlink(outside / "user.txt", inbox / ".graphdiff-watch.lock")
+    before, before_out = tree_hash(s), tree_hash(outside)
+    p = gd("watch", "--state", s, "--inbox", inbox, "--once")
+    ok = one_line(p) and p.returncode == 7 and tree_hash(s) == before and tree_hash(outside) == before_out
+    os.unlink(inbox / ".graphdiff-watch.lock")
+    gd("watch", "--state", s, "--inbox", inbox, "--once")
+    tally.record("links", "watch: inbox lock", ok and version(s) == (4, 0) and intact(s),
+                 f"exit {p.returncode} {p.stderr.strip()[:200]!r}")
+
+    # predict --out a link: the table replaces the link (an atomic rename), the file it named is left alone
+    fresh_outside()
+    out = w.work / "trial" / "links_pred.jsonl"
+    out.unlink(missing_ok=True)
+    os.symlink(outside / "user.txt", out)
+    p = gd("predict", "--state", w.snap[3], "--out", out)
+    tally.record("links", "predict: --out a link", p.returncode == 0 and not out.is_symlink()
+                 and sha(out) == w.pred[3] and (outside / "user.txt").read_text() == "a user's file\n",
+                 f"exit {p.returncode} {p.stderr.strip()[:200]!r}")
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -590,7 +670,7 @@ def part_soak(w: World, tally: Tally, steps: int, every: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=["all", "kill", "race", "tamper", "diskfull", "soak"])
+    ap.add_argument("part", choices=["all", "kill", "race", "tamper", "diskfull", "links", "soak"])
     ap.add_argument("--trials", type=int, default=10, help="kills per command, races, readers")
     ap.add_argument("--soak-steps", type=int, default=5000)
     ap.add_argument("--every", type=int, default=250, help="soak: a sample every this many steps")
@@ -610,7 +690,7 @@ def main() -> None:
     try:
         world = World(work, args.n, max(4, args.n // 15), args.seed)
         soak = None
-        parts = ["kill", "race", "tamper", "diskfull", "soak"] if args.part == "all" else [args.part]
+        parts = ["kill", "race", "tamper", "diskfull", "links", "soak"] if args.part == "all" else [args.part]
         if args.soak_steps < 1:
             parts = [p for p in parts if p != "soak"]
         timings = {}

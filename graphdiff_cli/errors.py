@@ -14,7 +14,7 @@ branches on (docs/handoff.md, "Exit codes"):
 | 4 | gap | StepGapError | send the missing steps first (or rollback to where the trainer is) |
 | 5 | locked | LockedError | another writer held the lock past --lock-timeout: try again |
 | 6 | damaged | ArtifactError | a STATE or artifact missing or damaged: graphdiff verify, rollback to a retained step |
-| 7 | conflict | StateError | the request conflicts with the STATE (a pruned step, an --out that exists, ...) |
+| 7 | conflict | StateError | the request conflicts with the STATE (a pruned step, an --out that exists, a link where graphdiff writes, ...) |
 | 8 | backend | BackendError | a device, model or index that cannot be used |
 | 1 | internal | (an unexpected exception) | report it (GRAPHDIFF_DEBUG=1 shows the traceback); the STATE is old or new, never torn |
 | 130 | interrupted | (ctrl-C, SIGTERM) | send the same call again (a no-op if it had committed) |

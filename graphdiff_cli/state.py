@@ -281,8 +281,7 @@ class State:
             raise already_applied_refusal(self.path, step, current)
         if step > current + 1:
             raise step_refusal(self.path, step, current)
-        self.outcomes_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, text)
+        atomic_write_text(path, text)  # makes outcomes_dir (fsynced) when it is new
         return path
 
     def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = 8) -> dict:

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, GraphdiffError, InvalidArgumentError, StateError
-from ..io.atomic import atomic_write_text
+from ..io.atomic import append_nofollow, atomic_write_text, make_dirs
 from ..io.locks import file_lock
 from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary
 from .dynamic_sampling import DEFAULT_EXPLORE, DS_MODES, CandidateDraw
@@ -106,8 +106,8 @@ class StepRecorder:
             raise InvalidArgumentError(f"filter_range must be two numbers lo < hi, got {filter_range!r}")
         self.episode_prompts = None if episode_prompts in (None, 0, "") else int(episode_prompts)
         self.success_threshold = check_threshold(success_threshold)  # None: 0/1 rewards only
-        self.folder = recorder_folder(self.state, folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder, self.durable = recorder_folder(self.state, folder), durable
+        make_dirs(self.folder, durable)
         self.target = StateTarget(self.state, outcomes_dir=self.folder, device=device, durable=durable)
         self._ids: set[str] | None = None
         self._cache: tuple[str, int, dict] | None = None  # (pending file, bytes read, rollouts by prompt)
@@ -200,14 +200,9 @@ class StepRecorder:
         path = self._pending_path(self.target.step + 1)
         if self.run is not None:
             self._set_aside_stale(path)
-        with open(path, "ab+") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size and os.pread(f.fileno(), 1, size - 1) != b"\n":
-                # an append cut short by a crash left a last line without its newline: drop it (rare, so
-                # only then is the file read)
-                f.seek(0)
-                f.truncate(f.read().rfind(b"\n") + 1)
-            f.write((json.dumps(row) + "\n").encode())
+        # never through a link; a last line a crash cut short is dropped first; fsynced before the reward call
+        # returns (OpenRLHF never sends the rollout again)
+        append_nofollow(path, (json.dumps(row) + "\n").encode(), durable=self.durable, create=True, drop_torn=True)
 
     def _groups(self) -> dict[str, list[dict]]:
         """The current wave's rollouts by prompt, read incrementally: this process remembers how far it read

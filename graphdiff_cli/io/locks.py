@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import LockedError, StateError
+from .atomic import open_nofollow
 
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 POLL_S = 0.05
@@ -25,7 +26,8 @@ DEFAULT_LOCK_TIMEOUT = 600.0  # seconds a writer of a STATE (or a watcher of an 
 def file_lock(path, timeout: float = 0.0, *, busy: Callable[[str], str],
               cannot_open: Callable[[OSError], str] | None = None, record_pid: bool = False,
               mode: int = 0o644):
-    """Hold an exclusive flock on ``path`` (created if missing) for the ``with`` block.
+    """Hold an exclusive flock on ``path`` (created with ``mode`` if missing; a link there is refused with a
+    StateError, never followed: ``atomic.open_nofollow``) for the ``with`` block.
 
     One non-blocking try, then polling every 50 ms until ``timeout`` seconds have passed (0: a single
     try). If the lock is still held, raise LockedError(busy(holder)), where ``holder`` is the pid the
@@ -35,7 +37,7 @@ def file_lock(path, timeout: float = 0.0, *, busy: Callable[[str], str],
     """
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, mode)
     except OSError as exc:
         if cannot_open is None:
             raise

@@ -12,25 +12,12 @@ import os
 import shutil
 from pathlib import Path
 
+from .atomic import fsync_dir, make_dirs
 from .debris import is_stale, owner, sweep, temp_name
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a directory's entries (best effort: some filesystems refuse to open or fsync a folder)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def fsync_tree(root: Path) -> None:
-    """fsync every file and folder under ``root``."""
+    """fsync every file and folder under ``root`` (errors raised: ``atomic.fsync_dir``)."""
     for dirpath, _, files in os.walk(root):
         for name in files:
             fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
@@ -83,7 +70,8 @@ def staged_dir(dest, *, replace: bool = True, durable: bool = True, before_repla
     ``dest`` is left as it was.
 
     ``durable``: fsync every file and folder of the staging folder before the rename (and the parent
-    after it), so that a power loss cannot leave the new name with missing content.
+    after it, and the folders made for it: ``atomic.make_dirs``), so that a power loss cannot leave the new
+    name with missing content.
     ``replace=True``: an existing ``dest`` is replaced (``replace_dir``). ``replace=False``: ``dest``
     may only be missing or an empty folder (which is removed first); anything else raises OSError.
     ``before_replace(dest)``: called after the staging folder is complete and just before the rename,
@@ -91,7 +79,7 @@ def staged_dir(dest, *, replace: bool = True, durable: bool = True, before_repla
     ``dest`` as it was (the staging folder is removed).
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(dest.parent, durable)
     _restore_replaced(dest)
     sweep(dest.parent, dest.name)  # what killed writers of this destination left
     staging = dest.parent / temp_name(dest.name, "staging")

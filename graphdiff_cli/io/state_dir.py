@@ -47,7 +47,7 @@ from pathlib import Path
 
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
-from .atomic import atomic_write_text
+from .atomic import append_nofollow, atomic_write_text, fsync_dir, make_dirs, refuse_links
 from .estimator_store import (STEP_KIND, check_step_artifact, pointer_text, read_current, read_model, read_pointer,
                               read_state, save_model, save_step, step_model_path)
 from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, RETENTION, STEPS, step_relpath
@@ -110,6 +110,7 @@ class StateDir:
         self._models: dict[tuple, tuple] = {}  # read_model tuples by (path, zarr.json inode, mtime)
         self.removed_versions: list[str] = []  # what the last rollback removed, as "T" / "T.R"
         self.prune_skipped: str | None = None  # why the last commit's pruning did not run (a damaged file)
+        self.sync_failed: str | None = None  # the last commit's: committed, but the folder's fsync failed
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -140,7 +141,7 @@ class StateDir:
         if state["step"] != 0:
             raise StateError(f"init needs a fresh estimator at step 0, got step {state['step']}")
         with staged_dir(root, replace=False, durable=durable) as staging:  # an empty root is replaced
-            (staging / LOCK).touch()
+            (staging / LOCK).touch(mode=0o644)
             (staging / STEPS).mkdir()
             content = save_model(state, staging / MODEL, ids, inputs=inputs, extra_arrays=model_arrays,
                                  extra_attrs={"handoff": {"layout_version": LAYOUT_VERSION},
@@ -344,23 +345,9 @@ class StateDir:
         return entries, exact
 
     def _append_log(self, entry: dict, durable: bool) -> None:
-        """Append one line to the log (O_APPEND, then fsync): a step's cost does not grow with the run."""
-        data = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
-        fd = os.open(self.root / LOG, os.O_WRONLY | os.O_APPEND)
-        try:
-            size = os.fstat(fd).st_size
-            try:
-                done = 0
-                while done < len(data):  # a short write (disk full, quota) is continued or raises
-                    done += os.write(fd, data[done:])
-                if durable:
-                    os.fsync(fd)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, size)  # no torn line left behind when we can help it
-                raise
-        finally:
-            os.close(fd)
+        """Append one line to the log (O_APPEND, then fsync; never through a link): a step's cost does not grow
+        with the run."""
+        append_nofollow(self.root / LOG, (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8"), durable=durable)
 
     # -- writing (callers hold the lock) -----------------------------------------------------------
 
@@ -373,6 +360,10 @@ class StateDir:
         cannot = (lambda exc: f"{self.root / LOCK}: cannot open the STATE's lock ({exc.strerror}); a STATE is "
                   "written by a user who may write its folder")
         with file_lock(self.root / LOCK, timeout, busy=busy, cannot_open=cannot, mode=0o644):
+            # what writers write in or into: a link planted there would take the write elsewhere (the lock itself
+            # and each file opened are guarded by O_NOFOLLOW; an atomic replace replaces a link, but a STATE with
+            # one is not as graphdiff left it)
+            refuse_links(*(self.root / name for name in (CURRENT, LOG, RETENTION, STEPS, MODELS)))
             yield self
 
     def clean_debris(self) -> list[str]:
@@ -443,7 +434,7 @@ class StateDir:
         model = None
         if ids is not None:
             model = self.root / MODELS / f"{t}.{r + 1}.zarr"
-            (self.root / MODELS).mkdir(exist_ok=True)
+            make_dirs(self.root / MODELS, durable)
             base = self.model()[0]
             inputs = {**{k: v for k, v in base.inputs.items() if k in ("graph", "clusters")},
                       "extended_from": base.content_hash}  # W and labels are no longer the graph's alone
@@ -474,7 +465,8 @@ class StateDir:
             entries = self._read_log(upto=self.current_version())[0]
             atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries + [new]))
         _pause("log")
-        atomic_write_text(self.root / CURRENT, pointer_text(*version))
+        atomic_write_text(self.root / CURRENT, pointer_text(*version), sync_dir=False)
+        self._sync_committed()
         _pause("current")
         self.prune_skipped = None
         try:  # committed: pruning is housekeeping, and what it leaves the next writer removes
@@ -483,6 +475,24 @@ class StateDir:
             pruned, self.prune_skipped = [], str(exc)  # the caller may say why
         _pause("prune")
         return pruned
+
+    def _sync_committed(self) -> None:
+        """fsync the STATE folder right after CURRENT's rename. The new version is committed from that rename on
+        (every reader sees it, and sending the step again is a no-op), so a failed fsync is reported in
+        ``sync_failed``, never raised: raising would call an applied version a failure."""
+        self.sync_failed = None
+        try:
+            fsync_dir(self.root)
+        except OSError as exc:
+            self.sync_failed = (f"{self.root}: committed, durability unknown: the new version is applied, but the "
+                                f"fsync of the STATE folder after replacing {CURRENT} failed ({exc.strerror or exc}), "
+                                "so it may not survive a power loss")
+
+    def durability(self) -> dict:
+        """What a writer's result says about its commit's fsync of the STATE folder: ``durability_unknown``, and
+        ``warnings`` holding the line that says so when it failed."""
+        return {"durability_unknown": self.sync_failed is not None,
+                "warnings": [self.sync_failed] if self.sync_failed else []}
 
     def prune(self, retention: "Retention") -> list[int]:
         """Remove the versions of every step ``retention`` does not keep (the last ``keep`` steps and every
@@ -500,7 +510,7 @@ class StateDir:
     def rollback(self, to, revision: int | None = None) -> list[int]:
         """Make step ``to`` current again (its newest retained revision, or ``revision``); later versions and
         log lines go. Returns the steps none of whose versions is left."""
-        self.removed_versions = []
+        self.removed_versions, self.sync_failed = [], None
         cur = self.current_version()
         if isinstance(to, bool) or not isinstance(to, int) or to < 0:
             raise InvalidArgumentError(f"--to must be a step >= 0, got {to!r}")
@@ -524,8 +534,14 @@ class StateDir:
         if target == cur:
             return []
         self.clean_debris()
-        atomic_write_text(self.root / CURRENT, pointer_text(*target))
+        atomic_write_text(self.root / CURRENT, pointer_text(*target), sync_dir=False)
+        self._sync_committed()
         _pause("current")
+        if self.sync_failed:
+            # CURRENT's rename may not be on disk: cutting the log or removing the later states now could leave,
+            # after a power loss, a CURRENT they no longer cover. Above CURRENT they are debris (invariant 2),
+            # which readers ignore and the next writer removes.
+            return []
         entries = self.log_entries(upto=target)
         atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
         _pause("log")

@@ -120,7 +120,8 @@ def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float
             **{k: entry.get(k) for k in ("outcomes", "outcomes_hash", "schema", "rows", "prompts", "rollouts",
                                          "successes", "success_threshold", "iterations", "converged", "elbo",
                                          "applied_at")},
-            "pruned": [], "retained": sd.retained_steps(), "timings": {"total_s": time.perf_counter() - t0}}
+            "pruned": [], "retained": sd.retained_steps(), "durability_unknown": False,
+            "timings": {"total_s": time.perf_counter() - t0}}
 
 
 def _step_outcomes_hash(sd, step: int) -> str | None:
@@ -212,10 +213,12 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
         pruned = txn.commit_step(entry)
     if sd.prune_skipped:  # pruning never stops a committed step: say why it did not run
         warnings.append(f"{sd.prune_skipped}; nothing is pruned until then")
+    if sd.sync_failed:  # applied (a retry is the no-op), but the disk may not hold it
+        warnings.append(sd.sync_failed)
     t_write = time.perf_counter()
     progress(4, 4)
     return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
-            "warnings": warnings,
+            "warnings": warnings, "durability_unknown": sd.sync_failed is not None,
             "retained": sd.retained_steps(),
             "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
                         "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,
@@ -366,4 +369,4 @@ def rollback(state, to, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress:
     return {"command": "rollback", "state": str(sd.root), "step": now[0], "revision": now[1],
             "previous_step": before[0], "previous_revision": before[1], "removed": removed,
             "removed_versions": sd.removed_versions,
-            "retained": sd.retained_steps(), "next_step": now[0] + 1}
+            "retained": sd.retained_steps(), "next_step": now[0] + 1, **sd.durability()}

@@ -274,7 +274,7 @@ def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str
         progress(4, 4)
     new_labels = labels[n:]
     return {"command": "extend", "state": str(sd.root), "step": step, "revision": rev + 1,
-            "version": f"{step}.{rev + 1}", **entry, "pruned": pruned,
+            "version": f"{step}.{rev + 1}", **entry, "pruned": pruned, **sd.durability(),
             "states_of_new": {str(int(s)): int(c) for s, c in zip(*np.unique(new_labels, return_counts=True))},
             "new_isolated": int((np.diff(ext.graph.indptr)[n:] == 0).sum()),
             "undo": f"graphdiff rollback --state {sd.root} --to {step}.{rev}",
@@ -326,5 +326,5 @@ def retire(state, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_L
     progress(2, 2)
     return {"command": "restore" if restore else "retire", "state": str(sd.root), "step": step,
             "revision": rev + 1, "version": f"{step}.{rev + 1}", **entry, "active": est.n_nodes - int(new.size),
-            "pruned": pruned, "undo": f"graphdiff rollback --state {sd.root} --to {step}.{rev}",
+            "pruned": pruned, **sd.durability(), "undo": f"graphdiff rollback --state {sd.root} --to {step}.{rev}",
             "timings": {"total_s": time.perf_counter() - t0}}

@@ -131,7 +131,7 @@ def scan_inbox(inbox, complete: str = "rename") -> InboxScan:
 def inbox_lock(inbox: Path):
     """One watcher per inbox: hold ``INBOX/.graphdiff-watch.lock`` (flock; the kernel drops it when the
     process dies, even by kill -9, so a restarted watcher never finds a stale lock)."""
-    with file_lock(Path(inbox) / LOCK_NAME, 0.0, record_pid=True, mode=0o666,
+    with file_lock(Path(inbox) / LOCK_NAME, 0.0, record_pid=True, mode=0o644,
                    busy=lambda holder: f"{inbox}: another graphdiff watch (pid {holder}) is watching this inbox",
                    cannot_open=lambda exc: f"{inbox}: cannot create the watcher's lock file {LOCK_NAME} "
                                            f"({exc.strerror}); the inbox must be writable by the watcher"):
@@ -234,7 +234,8 @@ class _Watcher:
                 raise DataError(f"{exc} ({path.name} of inbox {self.inbox}; the watcher stops here: fix or "
                                 f"replace the file, then start it again)") from None
             entry = {"kind": kind, "file": path.name, "version": res["version"],
-                     "prompts": res.get("added", res.get("prompts")), "seconds": round(res["timings"]["total_s"], 4)}
+                     "prompts": res.get("added", res.get("prompts")), "seconds": round(res["timings"]["total_s"], 4),
+                     "warnings": res["warnings"]}
             self.changed.append(entry)
             self.listener({"event": "extended" if kind == "prompts" else "retired", **entry})
             if self.predictions is not None:  # the next step's candidates changed
@@ -243,8 +244,7 @@ class _Watcher:
         return False
 
     def write_predictions(self, step: int) -> None:
-        out = predictions_path(self.predictions, step)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        out = predictions_path(self.predictions, step)  # a new folder is made (and fsynced) by the write
         res = self.st.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
         if res["step"] != step:  # another writer moved CURRENT between the update and the predict
             self.listener({"event": "moved", "step": step, "current": res["step"]})

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 from ..options import DEFAULT_LOCK_TIMEOUT, LockTimeoutOption, StateOption
 
 
@@ -37,6 +37,8 @@ def extend(
         res = State.open(state).extend(prompts, embedded=embedded, embeddings=embeddings, id_field=id_field, text_field=text_field,
                          messages=messages, batch_size=batch_size, device=device, lock_timeout=lock_timeout, progress=bar)
     t = res["timings"]
+    for line in res["warnings"]:
+        warn(line)
     emit(res, f"step {res['version']}: {res['added']} prompts added ({res['n_prompts']} now, {res['edges']} edges; "
               f"{res['changed_lists']} old kNN lists changed, {res['new_isolated']} new prompts without a mutual "
               f"neighbour) in {t['total_s']:.2f} s (embed {t['embed_s']:.2f}, graph {t['graph_s']:.2f}, write "
@@ -56,5 +58,7 @@ def retire(
 
     with progress("restoring prompts" if restore else "retiring prompts") as bar:
         res = State.open(state).retire(ids, restore=restore, lock_timeout=lock_timeout, progress=bar)
+    for line in res["warnings"]:
+        warn(line)
     emit(res, f"step {res['version']}: {res['prompts']} prompts {'restored' if restore else 'retired'} "
               f"({res['n_retired']} retired, {res['active']} active); undo: {res['undo']}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 from ..options import DEFAULT_LOCK_TIMEOUT, LockTimeoutOption, StateOption
 
 
@@ -24,6 +24,8 @@ def rollback(
 
     with progress(f"rolling back to step {to}") as bar:
         res = State.open(state).rollback(to, lock_timeout=lock_timeout, progress=bar)
+    for line in res["warnings"]:
+        warn(line)
     removed = ", ".join(res.get("removed_versions") or map(str, res["removed"])) or "none"
     now = f"{res['step']}.{res['revision']}" if res["revision"] else str(res["step"])
     was = f"{res['previous_step']}.{res['previous_revision']}" if res["previous_revision"] else str(res["previous_step"])

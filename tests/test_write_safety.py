@@ -1,0 +1,287 @@
+"""Durability and links (the issue items "Writes through links" and "Durability gaps"), in process: fsync
+errors are raised, never swallowed (EINVAL on a folder excepted), and once CURRENT is renamed a failed folder
+fsync is "committed, durability unknown"; every folder a command creates is fsynced with its parent; nothing
+is written through a planted link.
+
+fsync failures are simulated by replacing ``os.fsync``; which folders were fsynced is read from the inode of
+each descriptor given to it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pytest
+
+from _handoff_fixtures import make_inputs, step_rows, write_outcomes
+from graphdiff_cli.io.state_dir import StateDir
+from graphdiff_cli.state import State
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("safety-inputs")
+    graph, clusters, ids = make_inputs(folder, n=40)
+    files = [write_outcomes(folder / f"o{t}.jsonl", step_rows(ids, t)) for t in (1, 2)]
+    return graph, clusters, ids, files
+
+
+@pytest.fixture
+def state(tmp_path, inputs):
+    graph, clusters, _, _ = inputs
+    out = tmp_path / "STATE"
+    State.init(graph, clusters, out, device="cpu", durable=False)
+    return out
+
+
+def failing_fsync(monkeypatch, err: int, *paths):
+    """Make os.fsync fail with ``err`` on the folders ``paths`` (every folder when none is given)."""
+    real = os.fsync
+    inodes = {os.stat(p).st_ino for p in paths}
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) and (not inodes or st.st_ino in inodes):
+            raise OSError(err, os.strerror(err))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+# ------------------------------------------------------------------------------ item 9: fsync errors
+
+
+def test_an_fsync_error_on_a_folder_fails_the_write_before_the_commit(state, inputs, monkeypatch):
+    """fsync(steps/) after the step folder's rename fails: the update fails and CURRENT stays where it was
+    (it used to be swallowed: the step was committed on a folder the disk may not hold)."""
+    files = inputs[3]
+    failing_fsync(monkeypatch, errno.EIO, state / "steps")
+    with pytest.raises(OSError, match="Input/output error"):
+        State.open(state, durable=True).update(1, files[0])
+    monkeypatch.undo()
+    assert StateDir.open(state).current_step == 0
+    assert State.open(state, durable=True).update(1, files[0])["step"] == 1  # the debris is swept, the step applies
+
+
+def test_einval_from_a_folder_fsync_is_tolerated(state, inputs, monkeypatch, tmp_path):
+    """A file system without folder fsync (EINVAL) is the one documented exception: the writes go on."""
+    failing_fsync(monkeypatch, errno.EINVAL)
+    assert State.open(state, durable=True).update(1, inputs[3][0])["step"] == 1
+    assert State.open(state).predict(tmp_path / "p.jsonl")["rows"] == 40
+
+
+def recording_fsync(monkeypatch) -> set[int]:
+    """Record the inode of every folder os.fsync is called on."""
+    real, seen = os.fsync, set()
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            seen.add(st.st_ino)
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def synced(seen: set[int], *paths) -> list[bool]:
+    return [os.stat(p).st_ino in seen for p in paths]
+
+
+def test_every_folder_a_command_creates_is_fsynced_with_its_parent(state, inputs, tmp_path, monkeypatch):
+    """predict --out, watch --predictions, init --out and the OpenRLHF recorder's folder, each into folders that
+    do not exist yet: each new folder and the folder it was made in are fsynced (before, only the last folder
+    was, after the file's rename: a power loss could take the "written" predictions away with the new folders)."""
+    from typer.testing import CliRunner
+
+    from graphdiff_cli.cli.app import app
+    from graphdiff_cli.integrations.openrlhf import StepRecorder
+
+    graph, clusters, ids, files = inputs
+    seen = recording_fsync(monkeypatch)
+    res = CliRunner().invoke(app, ["predict", "--state", str(state), "--out", str(tmp_path / "p" / "q" / "r.jsonl")])
+    assert res.exit_code == 0, res.stderr
+    assert synced(seen, tmp_path / "p" / "q", tmp_path / "p", tmp_path) == [True] * 3
+
+    seen.clear()
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    os.replace(write_outcomes(tmp_path / "tmp.jsonl", step_rows(ids, 1)), inbox / "step-000001.jsonl")
+    out = tmp_path / "w" / "x" / "pred-{step}.jsonl"
+    assert State.open(state, durable=False).watch(inbox, once=True, predictions=out)["step"] == 1
+    assert (tmp_path / "w" / "x" / "pred-000001.jsonl").is_file()
+    assert synced(seen, tmp_path / "w" / "x", tmp_path / "w", tmp_path) == [True] * 3
+
+    seen.clear()
+    State.init(graph, clusters, tmp_path / "i" / "j" / "S", device="cpu", durable=True)
+    assert synced(seen, tmp_path / "i" / "j" / "S", tmp_path / "i" / "j", tmp_path / "i", tmp_path) == [True] * 4
+
+    seen.clear()
+    StepRecorder(state, batch_size=2, n_samples=2, folder=tmp_path / "rec" / "sub")
+    assert synced(seen, tmp_path / "rec" / "sub", tmp_path / "rec", tmp_path) == [True] * 3
+
+
+def test_a_failed_fsync_after_currents_rename_is_committed_durability_unknown(state, inputs, monkeypatch):
+    """fsync(STATE/) fails right after CURRENT's rename: the step is applied (every reader sees it), so update
+    exits 0 with a warning and "durability_unknown": true (it used to fail although the step was visible), and
+    sending the step again is the usual no-op. A rollback there stops at CURRENT: the later lines and states stay
+    as debris above it, removed by the next writer."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from graphdiff_cli.cli.app import app
+
+    files = inputs[3]
+    runner = CliRunner()
+    failing_fsync(monkeypatch, errno.EIO, state)
+    res = runner.invoke(app, ["update", "--state", str(state), "--step", "1", "--outcomes", str(files[0]), "--json"])
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["step"] == 1 and out["durability_unknown"] is True
+    assert any("committed, durability unknown" in w for w in out["warnings"])
+    warning = [line for line in res.stderr.splitlines() if "durability unknown" in line]
+    assert len(warning) == 1 and warning[0].startswith("graphdiff: warning: ") and "Input/output error" in warning[0]
+    assert StateDir.open(state).current_step == 1
+    res = runner.invoke(app, ["update", "--state", str(state), "--step", "1", "--outcomes", str(files[0]), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["noop"] is True
+
+    res = runner.invoke(app, ["rollback", "--state", str(state), "--to", "0", "--json"])
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["durability_unknown"] is True and "durability unknown" in res.stderr
+    sd = StateDir.open(state)
+    assert sd.current_step == 0 and [e["step"] for e in sd.log_entries()] == [0]
+    assert (state / "steps" / "00000001.zarr").is_dir()  # left above CURRENT: CURRENT's rename may not be on disk
+    monkeypatch.undo()
+    up = State.open(state, durable=False).update(1, files[1])  # other outcomes: step 1 is free again
+    assert up["step"] == 1 and up["durability_unknown"] is False and up["warnings"] == []
+    assert [e["step"] for e in StateDir.open(state).log_entries()] == [0, 1]
+
+
+def test_openrlhf_pending_appends_are_fsynced(state, inputs, monkeypatch):
+    """Each rollout the recorder appends to its wave's pending file is fsynced before the reward call returns
+    (OpenRLHF never sends it again; a power loss used to be free to drop it, or to leave a torn file)."""
+    from graphdiff_cli.integrations.openrlhf import StepRecorder
+
+    real, seen = os.fsync, set()
+
+    def fsync(fd):
+        seen.add(os.fstat(fd).st_ino)
+        return real(fd)
+
+    rec = StepRecorder(state, batch_size=2, n_samples=2)
+    monkeypatch.setattr(os, "fsync", fsync)
+    rec.record(inputs[2][0], 1.0)
+    pending = rec.folder / "pending-00000001.jsonl"
+    assert pending.read_text().count("\n") == 1 and os.stat(pending).st_ino in seen
+
+
+# ------------------------------------------------------------------------------ item 4: no writes through links
+
+
+def _outside(tmp_path, text="the user's own file\n"):
+    p = tmp_path / "outside" / "file.txt"
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def _refused_in_one_line(res) -> None:
+    assert res.exit_code == 7, (res.exit_code, res.stderr)
+    assert res.stderr.startswith("graphdiff: error: ") and res.stderr.count("\n") == 1
+    assert "is a symbolic link" in res.stderr
+
+
+@pytest.mark.parametrize("planted", ["log.jsonl", ".lock (dangling)", "steps/"])
+def test_a_link_planted_in_the_state_is_refused_and_what_it_points_to_is_unchanged(state, inputs, tmp_path, planted):
+    """A symlinked log.jsonl used to get the step appended to the outside file, a dangling .lock link created a
+    file outside the STATE, a symlinked steps/ received the step's folder: each is refused in one line (exit 7)
+    before anything is written, the STATE stays at its step and the outside file or folder as it was."""
+    from typer.testing import CliRunner
+
+    from _handoff_fixtures import tree_hash
+    from graphdiff_cli.cli.app import app
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if planted == "log.jsonl":
+        target = outside / "log.jsonl"
+        os.replace(state / "log.jsonl", target)  # a valid log, so every read passes: only the write can tell
+    elif planted == "steps/":
+        target = outside / "steps"
+        os.replace(state / "steps", target)
+    else:
+        target = outside / "lock"  # does not exist
+        os.unlink(state / ".lock")
+    os.symlink(target, state / planted.split(" ")[0].rstrip("/"))
+    before = tree_hash(outside)
+    res = CliRunner().invoke(app, ["update", "--state", str(state), "--step", "1", "--outcomes", str(inputs[3][0])])
+    _refused_in_one_line(res)
+    assert tree_hash(outside) == before and os.path.exists(target) == (planted != ".lock (dangling)")
+    assert StateDir.open(state).current_step == 0
+
+
+def test_a_link_at_the_watchers_lock_is_refused_not_truncated(state, tmp_path):
+    """INBOX/.graphdiff-watch.lock pointing at a file used to truncate it to the watcher's pid."""
+    from graphdiff_cli.errors import StateError
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    outside = _outside(tmp_path)
+    os.symlink(outside, inbox / ".graphdiff-watch.lock")
+    with pytest.raises(StateError, match="is a symbolic link"):
+        State.open(state, durable=False).watch(inbox, once=True)
+    assert outside.read_text() == "the user's own file\n"
+
+
+@pytest.mark.parametrize("planted", ["lock", "pending-00000001.jsonl"])
+def test_a_link_in_the_openrlhf_recorders_folder_is_refused(state, inputs, tmp_path, planted):
+    """The recorder's lock (its pid written in) and its wave's pending file (rollouts appended) never follow a
+    link: the call is refused (and the refusal kept in ERROR, as every recorder failure), the file unchanged."""
+    from graphdiff_cli.errors import StateError
+    from graphdiff_cli.integrations.openrlhf import StepRecorder
+
+    rec = StepRecorder(state, batch_size=2, n_samples=2, durable=False)
+    outside = _outside(tmp_path)
+    os.symlink(outside, rec.folder / planted)
+    with pytest.raises(StateError, match="is a symbolic link"):
+        rec.record(inputs[2][0], 1.0)
+    assert outside.read_text() == "the user's own file\n"
+    assert "is a symbolic link" in (rec.folder / "ERROR").read_text()
+
+
+def test_files_and_locks_are_created_0644_whatever_the_umask(tmp_path, inputs):
+    """Under umask 0 the STATE's lock, CURRENT, the log, a predictions table, the watcher's lock and the
+    recorder's lock and pending file used to be created 0666 (writable by anyone)."""
+    from graphdiff_cli.integrations.openrlhf import StepRecorder
+
+    graph, clusters, ids, files = inputs
+    old = os.umask(0)
+    try:
+        st = tmp_path / "S"
+        State.init(graph, clusters, st, device="cpu", durable=False)
+        State.open(st, durable=False).update(1, files[0])
+        State.open(st).predict(tmp_path / "p.csv")
+        inbox = tmp_path / "inbox"
+        inbox.mkdir()
+        State.open(st, durable=False).watch(inbox, once=True)
+        rec = StepRecorder(st, batch_size=2, n_samples=2, durable=False)
+        rec.record(ids[0], 1.0)
+    finally:
+        os.umask(old)
+    made = [st / ".lock", st / "CURRENT", st / "log.jsonl", tmp_path / "p.csv", inbox / ".graphdiff-watch.lock",
+            rec.folder / "lock", rec.folder / "pending-00000002.jsonl"]
+    assert {p.name: oct(stat.S_IMODE(os.stat(p).st_mode)) for p in made} == {p.name: "0o644" for p in made}
+
+
+def test_an_atomic_write_over_a_link_replaces_the_link_not_its_target(state, tmp_path):
+    """predict --out (any atomic write: temporary file, rename) names a link: the rename replaces the link, so the
+    file it pointed to keeps every byte (this held before the link fix too; it is why atomic writes need no
+    O_NOFOLLOW at their destination)."""
+    outside = _outside(tmp_path)
+    out = tmp_path / "pred.jsonl"
+    os.symlink(outside, out)
+    assert State.open(state).predict(out)["rows"] == 40
+    assert not out.is_symlink() and out.read_text().count("\n") == 40
+    assert outside.read_text() == "the user's own file\n"
