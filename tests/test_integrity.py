@@ -67,7 +67,26 @@ def _swap_step_chunk(array):
     return tamper
 
 
+def _strip_stamp(rel):
+    def strip(st):  # what an attacker who knows the format removes first: the checks themselves
+        meta = st / rel / "zarr.json"
+        doc = json.loads(meta.read_text())
+        del doc["attributes"]["graphdiff"]["checksums"], doc["attributes"]["graphdiff"]["attrs_hash"]
+        meta.write_text(json.dumps(doc))
+    return strip
+
+
+def _both(*tampers):
+    def tamper(st):
+        for t in tampers:
+            t(st)
+    return tamper
+
+
 TAMPERS = {
+    "step stamp stripped, then its q chunk from the previous step": _both(_strip_stamp("steps/00000002.zarr"),
+                                                                         _swap_step_chunk("q")),
+    "model stamp stripped, then config.beta edited": _both(_strip_stamp("model.zarr"), _edit_beta),
     "step q chunk deleted": _delete_chunk("steps/00000002.zarr/q"),
     "step successes chunk deleted": _delete_chunk("steps/00000002.zarr/successes"),
     "step q chunk from the previous step": _swap_step_chunk("q"),
@@ -122,7 +141,7 @@ def test_checksums_cover_every_chunk_row_and_text_and_scalars(tmp_path):
     ids = np.array([f"p{i}" for i in range(7)], dtype=object)
     write_artifact(tmp_path / "a.zarr", "test", {"q": q, "ids": ids, "x": np.float64(2.5)}, attrs={"config": {"k": 1}})
     art = read_artifact(tmp_path / "a.zarr", "test")
-    assert art.verified and len(art.stamp["checksums"]["arrays"]["q"]["crc"]) == 2
+    assert len(art.stamp["checksums"]["arrays"]["q"]["crc"]) == 2
     assert np.array_equal(art.array("q"), q) and list(art.array("ids")) == list(ids) and art.array("x") == 2.5
     second = _chunks(tmp_path / "a.zarr" / "q")[1]
     second.unlink()  # the second chunk row only: the error names its rows
@@ -135,15 +154,41 @@ def test_checksums_cover_every_chunk_row_and_text_and_scalars(tmp_path):
         read_artifact(tmp_path / "a.zarr", "test").array("ids")
 
 
-def test_artifacts_written_before_checksums_are_read_unverified(tmp_path):
-    """An artifact of an older graphdiff (no checksums, no attrs_hash in its stamp) still opens and reads."""
-    write_artifact(tmp_path / "old.zarr", "test", {"q": np.ones((4, 3), np.float32)}, attrs={"config": {"k": 1}})
-    meta = tmp_path / "old.zarr" / "zarr.json"
+@pytest.mark.parametrize("drop", [("checksums",), ("attrs_hash",), ("checksums", "attrs_hash")])
+def test_a_stamp_without_its_checksums_is_refused_not_read_unverified(tmp_path, drop):
+    """Removing the checks must not turn them off: a stamp that lacks them is refused like any damage (every
+    release wrote them; the previous one's artifacts, tests/data/legacy_79a4679, carry them)."""
+    write_artifact(tmp_path / "a.zarr", "test", {"q": np.ones((4, 3), np.float32)}, attrs={"config": {"k": 1}})
+    meta = tmp_path / "a.zarr" / "zarr.json"
     doc = json.loads(meta.read_text())
-    del doc["attributes"]["graphdiff"]["checksums"], doc["attributes"]["graphdiff"]["attrs_hash"]
+    for key in drop:
+        del doc["attributes"]["graphdiff"][key]
     meta.write_text(json.dumps(doc))
-    art = read_artifact(tmp_path / "old.zarr", "test")
-    assert not art.verified and art.array("q").sum() == 12
+    with pytest.raises(ArtifactError, match="lacks its checksums or attributes hash") as err:
+        read_artifact(tmp_path / "a.zarr", "test")
+    assert "\n" not in str(err.value)
+    legacy = Path(__file__).parent / "data" / "legacy_79a4679"
+    for stamp in legacy.rglob("zarr.json"):
+        attrs = json.loads(stamp.read_text()).get("attributes", {})
+        if "graphdiff" in attrs:
+            assert {"checksums", "attrs_hash"} <= set(attrs["graphdiff"]), stamp
+
+
+def test_an_array_the_stamp_does_not_list_is_not_read_and_a_listed_one_deleted_is_missing(tmp_path):
+    from graphdiff_cli.io.artifacts import has_array
+
+    write_artifact(tmp_path / "a.zarr", "test", {"q": np.ones((4, 3)), "r": np.arange(3)})
+    write_artifact(tmp_path / "b.zarr", "test", {"extra": np.arange(3)})
+    shutil.copytree(tmp_path / "b.zarr" / "extra", tmp_path / "a.zarr" / "extra")  # added after it was written
+    art = read_artifact(tmp_path / "a.zarr", "test")
+    assert art.names == ("q", "r") and not has_array(art, "extra")
+    with pytest.raises(ArtifactError, match="has no array 'extra'"):
+        art.array("extra")
+    shutil.rmtree(tmp_path / "a.zarr" / "r")  # an array's folder removed: it was written, so it is missing
+    art = read_artifact(tmp_path / "a.zarr", "test")
+    assert has_array(art, "r")
+    with pytest.raises(ArtifactError, match="array 'r' is missing or damaged"):
+        art.array("r")
 
 
 # ------------------------------------------------------------------------------ graphdiff verify
@@ -177,6 +222,35 @@ def test_verify_says_intact_or_lists_every_problem_one_line_each(state, inputs, 
     after = tree_hash(state)
     _verify(state, 1)
     assert tree_hash(state) == after  # ... but verify itself changed nothing
+
+
+def test_verify_lists_every_array_whose_metadata_was_edited(state):
+    """Four arrays' zarr.json damaged four ways: verify names each (it used to stop at the first, in a traceback)."""
+    step = state / "steps/00000002.zarr"
+
+    def edit(name, change):
+        meta = step / name / "zarr.json"
+        doc = json.loads(meta.read_text())
+        change(doc)
+        meta.write_text(json.dumps(doc))
+
+    (step / "a" / "zarr.json").write_text((step / "a" / "zarr.json").read_text()[:40])  # truncated JSON
+    edit("b", lambda d: d["chunk_key_encoding"]["configuration"].update(separator="/../"))
+    edit("q", lambda d: d.update(node_type="group"))
+    edit("successes", lambda d: d["codecs"][1].update(name="no-such-codec"))
+    before = tree_hash(state)
+    bad = _verify(state, 1)
+    assert len(bad["problems"]) == 4, bad["problems"]
+    for name in ("a", "b", "q", "successes"):
+        assert sum(f"array {name!r} is missing or damaged" in p for p in bad["problems"]) == 1, (name, bad["problems"])
+    assert all("\n" not in p for p in bad["problems"]) and tree_hash(state) == before
+
+
+def test_verify_reports_a_stripped_stamp(state):
+    _strip_stamp("steps/00000001.zarr")(state)
+    bad = _verify(state, 1)
+    assert len(bad["problems"]) == 1 and "00000001.zarr" in bad["problems"][0]
+    assert "lacks its checksums" in bad["problems"][0] and bad["notices"] == []
 
 
 def test_verify_refuses_a_path_that_is_nothing(tmp_path):

@@ -245,12 +245,8 @@ def step_model_path(step_art) -> Path:
 
 
 def read_step_arrays(step_art) -> dict:
-    """Every array of an ``estimator-step`` artifact, by name (what ``save_step`` wrote)."""
-    try:
-        names = sorted(step_art.group.array_keys())
-    except Exception as exc:  # noqa: BLE001 - an unlistable group is a damaged artifact
-        raise ArtifactError(f"{step_art.path}: damaged estimator-step artifact ({exc.__class__.__name__})") from exc
-    return {name: step_art.array(name) for name in names}
+    """Every array of an ``estimator-step`` artifact, by name (what ``save_step`` wrote: its stamp lists them)."""
+    return {name: step_art.array(name) for name in step_art.names}
 
 
 def check_step_artifact(art, step, model_art=None, *, said_by: str = "CURRENT says") -> None:
