@@ -116,6 +116,68 @@ def test_a_damaged_state_is_refused_by_every_reader_and_update(state, inputs, tm
     assert tree_hash(state) == before  # nothing written on top of a damaged state
 
 
+@pytest.fixture
+def sibling(tmp_path, inputs):
+    """A STATE of the same model (same graph, clusters, settings) fed other outcomes at steps 1 and 2."""
+    graph, clusters, ids = inputs
+    out = tmp_path / "SIBLING"
+    State.init(graph, clusters, out, device="cpu", keep=3, durable=False)
+    for t in (1, 2):
+        rows = step_rows(ids, t, seed=7)
+        State.open(out, durable=False).update(t, write_outcomes(tmp_path / f"sib{t}.jsonl", rows))
+    return out
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_a_step_folder_copied_from_a_sibling_state_is_refused(state, sibling, inputs, tmp_path, step):
+    """The sibling's step folder passes every other check (same model, its own checksums, the right step): only
+    the log's outcomes hash for that step, compared with the folder's recorded outcomes, tells it apart."""
+    ids = inputs[2]
+    folder = f"steps/{step:08d}.zarr"
+    shutil.rmtree(state / folder)
+    shutil.copytree(sibling / folder, state / folder)
+    before = tree_hash(state)
+    checks = {"verify": lambda: _verify(state, 1)["problems"]}
+    if step == 2:  # the current step: every reader
+        checks.update({
+            "Estimator.load": lambda: Estimator.load(state),
+            "predict/select/allocate": lambda: State.open(state, device="cpu").estimator(),
+            "status": lambda: State.open(state).status(),
+            "update": lambda: State.open(state, durable=False).update(
+                3, write_outcomes(tmp_path / "o3.jsonl", step_rows(ids, 3)))})
+    else:  # a retained older step: rollback must not make it current
+        checks["rollback"] = lambda: State.open(state).rollback(1)
+    for name, check in checks.items():
+        if name == "verify":
+            problems = check()
+            assert len(problems) == 1 and folder in problems[0] and "the log's line" in problems[0], problems
+            continue
+        with pytest.raises(ArtifactError, match="was made from outcomes .* but the log's line of its version records "
+                                                "outcomes") as err:
+            check()
+        assert "\n" not in str(err.value), name
+    assert tree_hash(state) == before
+
+
+def test_revisions_are_held_to_their_log_lines_too(state, inputs, tmp_path):
+    """A retire writes revision 2.1 from an ids file: its folder records that file's hash as its log line does."""
+    ids = inputs[2]
+    (tmp_path / "bad.txt").write_text(ids[5] + "\n")
+    st = State.open(state, durable=False)
+    st.retire(tmp_path / "bad.txt")
+    assert _verify(state, 0)["intact"] and st.estimator() is not None
+    other = tmp_path / "other.txt"
+    other.write_text(ids[6] + "\n")
+    copy = tmp_path / "COPY"
+    shutil.copytree(state, copy)
+    State.open(copy, durable=False).rollback("2.0")
+    State.open(copy, durable=False).retire(other)  # the same version 2.1, from another ids file
+    shutil.rmtree(state / "steps/00000002.1.zarr")
+    shutil.copytree(copy / "steps/00000002.1.zarr", state / "steps/00000002.1.zarr")
+    with pytest.raises(ArtifactError, match="was made from ids .* records ids"):
+        State.open(state, device="cpu").estimator()
+
+
 def test_rollback_to_an_intact_step_recovers(state, inputs, tmp_path):
     _delete_chunk("steps/00000002.zarr/q")(state)
     with pytest.raises(ArtifactError):

@@ -58,9 +58,10 @@ def verify(path) -> dict:
             problems += p
             checked.append(str(folder.relative_to(path)))
             models[os.path.normpath(folder.absolute())] = model
+        entries = {}  # the log's line of each version, to hold each step folder to what it was made from
         if version is not None:
             try:
-                sd.log_entries(upto=version)
+                entries = {(e["step"], e.get("revision", 0)): e for e in sd.log_entries(upto=version)}
             except ArtifactError as exc:
                 problems.append(str(exc))
             checked.append("log.jsonl")
@@ -79,7 +80,7 @@ def verify(path) -> dict:
                     target = os.path.normpath(step_model_path(art).absolute())
                     if target not in models:
                         raise ArtifactError(f"{folder}: belongs to model {art.attr('model')}, which is missing")
-                    check_step_artifact(art, v, models[target], said_by="its name says")
+                    check_step_artifact(art, v, models[target], said_by="its name says", entry=entries.get(v))
                 except ArtifactError as exc:
                     problems.append(str(exc))
         if (path / RETENTION).exists():
