@@ -95,6 +95,20 @@ def test_node_indices_map_ids_and_refuse_unknown_ones_with_the_line(tmp_path):
         o.node_indices(IdIndex(["a", "b"]))
 
 
+@pytest.mark.parametrize("raw", [" \tp00000 \n", "p00000\u2028", "\u00a0p00000\u3000", "p00000 "])
+def test_ids_are_exact_strings_and_whitespace_is_never_stripped(tmp_path, raw):
+    """An id that differs from a known one only by (Unicode) whitespace is another id: unknown, never credited."""
+    path = write_outcomes(tmp_path / "o.jsonl", [{"id": raw, "n": 2, "s": 1}, {"id": "p00001", "n": 2, "s": 2}])
+    o = read_outcomes(path)
+    assert o.ids == [raw, "p00001"]
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:1: unknown prompt id .* differs from the known "
+                                        "id 'p00000' only by whitespace"):
+        o.node_indices(IdIndex(["p00000", "p00001"]))
+    assert o.node_indices(IdIndex(["p00000", "p00001", raw])).tolist() == [2, 1]  # an id with spaces is an id
+    csv = write_outcomes(tmp_path / "o.csv", [{"id": " p00000", "n": 2, "s": 1}])
+    assert read_outcomes(csv).ids == [" p00000"]
+
+
 BAD = [
     ("s_gt_n.jsonl", '{"id": "a", "n": 8, "s": 3}\n{"id": "b", "n": 2, "s": 3}\n', 2, "more than n"),
     ("neg_n.jsonl", '{"id": "a", "n": -1, "s": 0}\n', 1, "negative"),

@@ -63,15 +63,19 @@ class IdIndex:
             i = index.get(str(pid))
             if i is None:
                 place = where(j) if where is not None else f"ids[{j}]"
-                raise DataError(f"{place}: unknown prompt id {str(pid)!r} (not among {self.what}, "
-                                f"{len(self.ids)} ids)")
+                pid = str(pid)
+                hint = (f"; it differs from the known id {pid.strip()!r} only by whitespace (ids are exact strings)"
+                        if pid.strip() != pid and pid.strip() in index else "")
+                raise DataError(f"{place}: unknown prompt id {pid!r} (not among {self.what}, {len(self.ids)} ids)"
+                                + hint)
             out[j] = i
         return out
 
 
 def read_id_file(path, *, unique: bool = True, data: bytes | None = None) -> list[tuple[int, str]]:
     """(line, id) pairs of an ids file: a table with an ``id`` column (.jsonl/.csv/.tsv/.parquet) or
-    plain text with one id per line (blank lines skipped). With ``unique``, a repeated id is refused
+    plain text with one id per line, each exactly as written: only its line end (\\n or \\r\\n) is dropped (and a
+    UTF-8 byte order mark before the first), empty lines are skipped. With ``unique``, a repeated id is refused
     with both lines. ``data``: the file's bytes, already read (``tables.read_file_once``)."""
     from .tables import as_id, read_rows
 
@@ -86,10 +90,12 @@ def read_id_file(path, *, unique: bool = True, data: bytes | None = None) -> lis
             pairs.append((line_no, as_id(row["id"], path, line_no, "id")))
     else:
         try:
-            text = path.read_text(encoding="utf-8") if data is None else data.decode("utf-8")
+            text = (path.read_bytes() if data is None else data).decode("utf-8-sig")
         except UnicodeDecodeError:
             raise DataError(f"{path}: not UTF-8 text") from None
-        pairs = [(i, line.strip()) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        # split at \n only (str.splitlines would also split at U+2028, U+0085, ...: characters of an id)
+        lines = (line.removesuffix("\r") for line in text.split("\n"))
+        pairs = [(i, line) for i, line in enumerate(lines, start=1) if line]
     if not pairs:
         raise DataError(f"{path}: no ids")
     if unique:

@@ -203,7 +203,9 @@ def as_float(value, path, line_no: int, field: str, strict: bool = False) -> flo
 
 
 def as_id(value, path, line_no: int, field: str) -> str:
-    """A prompt id as a non-empty string (ids are strings; 12 and "12" are the same id)."""
+    """A prompt id as a string, exactly as given: ids are exact strings (" p1" and "p1\\u2028" are not "p1";
+    nothing is stripped), and a number is its decimal text (12, 12.0 and "12" are the same id). An empty id, or
+    one of whitespace only, is refused."""
     if value is None or isinstance(value, (dict, list, bool)):
         raise DataError(f"{path}:{line_no}: {field} is missing or not a string/number")
     if isinstance(value, float):
@@ -211,9 +213,9 @@ def as_id(value, path, line_no: int, field: str) -> str:
             raise DataError(f"{path}:{line_no}: {field} must be a string or integer, got {_show(value)}")
         if value == int(value):
             value = int(value)
-    s = str(value).strip()
-    if not s:
-        raise DataError(f"{path}:{line_no}: {field} is empty")
+    s = str(value)
+    if not s.strip():
+        raise DataError(f"{path}:{line_no}: {field} is empty" + (" (whitespace only)" if s else ""))
     return s
 
 
