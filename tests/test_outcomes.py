@@ -139,6 +139,14 @@ BAD = [
     # the cap holds for an id's total over the step's rows, not only per row
     ("cap_total.jsonl", "".join('{"id": "a", "n": %d, "s": 0}\n' % (1 << 39) for _ in range(3)), 3,
      "implausibly large"),
+    # JSON that json.loads takes (the last of two keys wins) or cannot take in one line (issue items 6 and 7)
+    ("duplicate_key.jsonl", '{"id": "a", "n": 8, "s": 1}\n{"id": "b", "n": 8, "s": 1, "s": 8}\n', 2,
+     "duplicate key 's' in a JSON object"),
+    ("duplicate_id.jsonl", '{"id": "a", "id": "b", "n": 8, "s": 1}\n', 1, "duplicate key 'id'"),
+    ("nested_duplicate.jsonl", '{"id": "a", "n": 8, "s": 1, "x": {"k": 1, "k": 2}}\n', 1, "duplicate key 'k'"),
+    ("digits.jsonl", '{"id": "a", "n": 1' + "0" * 5000 + ', "s": 1}\n', 1, "a JSON number with more than 4300 digits"),
+    ("deep.jsonl", '{"id": "a", "n": 1, "s": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n", 1,
+     "JSON nested too deeply"),
 ]
 
 

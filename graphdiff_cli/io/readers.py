@@ -335,9 +335,10 @@ MAX_CONFIG_BYTES = 1 << 20     # a config holds a few hundred values
 MAX_CONFIG_NODES = 100_000     # values after expanding YAML aliases: a "billion laughs" file stops here
 
 
-def _check_expansion(path, node) -> None:
-    """Refuse a YAML document whose aliases expand to more than MAX_CONFIG_NODES values (counted on the
-    composed nodes, an alias counting once per use, without building anything)."""
+def _check_nodes(path, node) -> None:
+    """Refuse a YAML (or JSON) document whose aliases expand to more than MAX_CONFIG_NODES values (counted on the
+    composed nodes, an alias counting once per use, without building anything), or with a key twice in one
+    mapping (YAML and JSON loaders keep the last value, silently)."""
     import yaml
 
     seen, stack = 0, [node] if node is not None else []
@@ -350,7 +351,12 @@ def _check_expansion(path, node) -> None:
         if isinstance(n, yaml.SequenceNode):
             stack.extend(n.value)
         elif isinstance(n, yaml.MappingNode):
+            keys: set = set()
             for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode) and k.value in keys and k.tag != "tag:yaml.org,2002:merge":
+                    raise DataError(f"{path}:{k.start_mark.line + 1}: duplicate key {k.value[:60]!r} (which value "
+                                    "is meant?)")
+                keys.add(k.value if isinstance(k, yaml.ScalarNode) else None)
                 stack.extend((k, v))
 
 
@@ -366,7 +372,7 @@ def read_mapping(path) -> tuple[dict, dict[str, int]]:
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        _check_expansion(path, node)  # before anything builds (or an error message prints) the expanded value
+        _check_nodes(path, node)  # before anything builds (or an error message prints) the expanded value
         data = yaml.safe_load(text)
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
@@ -374,6 +380,12 @@ def read_mapping(path) -> tuple[dict, dict[str, int]]:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         raise DataError(f"{path}{line}: malformed YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except RecursionError:
+        raise DataError(f"{path}: nested too deeply to read (a config is a few levels deep)") from None
+    except ValueError as exc:  # ours (DataError) as they are; the loader's int() of a number over 4,300 digits
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"{path}: a value the YAML loader cannot convert ({str(exc)[:80]})") from None
     if data is None:
         return {}, {}
     if not isinstance(data, dict):

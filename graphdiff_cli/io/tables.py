@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -62,6 +63,33 @@ def read_file_once(path) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()[:16]
 
 
+def unique_keys(pairs) -> dict:
+    """``json.loads``'s object_pairs_hook that refuses an object with a key twice (json keeps the last, silently:
+    ``{"s": 1, "s": 8}`` would be 8 successes)."""
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise DataError(f"duplicate key {_show(key)} in a JSON object (which value is meant?)")
+        obj[key] = value
+    return obj
+
+
+def load_json(text, where) -> object:
+    """The one parser of JSON a user gives (rows of outcomes, prompts and id tables, the One-Shot log): a key
+    twice in an object, a number of more digits than Python converts (4,300) and nesting deeper than its
+    recursion limit are each one ``DataError`` line starting with ``where``, as malformed JSON is."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DataError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: malformed JSON ({exc.msg})") from None
+    except RecursionError:
+        raise DataError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError:  # json's int() of a literal longer than sys.get_int_max_str_digits()
+        raise DataError(f"{where}: a JSON number with more than {sys.get_int_max_str_digits()} digits") from None
+
+
 def _opened(path: Path, data: bytes | None):
     import io
 
@@ -79,10 +107,7 @@ def _read_jsonl(path: Path, data: bytes | None = None):
                 line = line[1:]  # a UTF-8 byte order mark (some Windows tools write one): not part of the data
             if not line.strip(" \t\r\n"):  # JSON's own whitespace only: U+0085 is no blank line
                 continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}:{line_no}: malformed JSON ({exc.msg})") from None
+            row = load_json(line, f"{path}:{line_no}")
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
             yield line_no, row
