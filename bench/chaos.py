@@ -15,8 +15,11 @@ Parts (each a sub-command; ``all`` runs them in this order):
   reference step's predictions: no torn state).
 * ``tamper``: every array of the current step and of the model damaged four ways (first chunk deleted,
   truncated, one byte flipped, swapped with the previous step's chunk), plus hand edits of the model's
-  config, CURRENT pointed at an older step or outside the STATE, and an emptied log; ``verify``,
-  ``predict`` and ``update`` must each refuse in one line and leave every byte of the STATE as it was.
+  config, CURRENT pointed at an older step or outside the STATE, and an emptied log; the attacks that
+  pass those checks unless they are held to more: a stamp stripped of its checksums before a chunk swap or
+  a config edit, and the current step's folder replaced by a sibling STATE's (same model, other
+  outcomes); ``verify``, ``predict`` and ``update`` must each refuse in one line and leave every byte of the
+  STATE as it was.
 * ``diskfull``: ``update``, ``predict`` and ``extend`` under a file-size limit (RLIMIT_FSIZE, SIGXFSZ
   ignored so writes fail with EFBIG as on a full disk) at several sizes: a one-line error, the STATE intact
   and unchanged, then the same command without the limit completes.
@@ -219,6 +222,23 @@ class World:
         out = self.work / "ref_pred.jsonl"
         State.open(state).predict(out)
         return sha(out)
+
+    def sibling(self, t: int) -> Path:
+        """A STATE of the same model (the same inputs and settings) fed other outcomes for steps 1..t, made once:
+        its step folders pass every check of a step but the log's outcomes hash."""
+        sib = self.work / "sibling"
+        if not sib.exists():
+            gd("init", "--graph", self.graph, "--clusters", self.clusters, "--embeddings", self.embeddings, "--out",
+               sib, "--device", "cpu", check=True)
+            rng = np.random.default_rng(12345)
+            for step in range(1, t + 1):
+                rows = rng.choice(self.n, max(8, self.n // 10), replace=False)
+                path = self.work / "sibling_outcomes" / f"step-{step:06d}.jsonl"
+                path.parent.mkdir(exist_ok=True)
+                path.write_text("".join(json.dumps({"id": self.ids[i], "n": 8, "s": int(rng.integers(0, 9))}) + "\n"
+                                        for i in rows))
+                gd("update", "--state", sib, "--step", step, "--outcomes", path, check=True)
+        return sib
 
     def fresh(self, t: int, name: str = "S") -> Path:
         """A copy of the reference STATE after step t, to be damaged."""
@@ -457,15 +477,30 @@ def part_tamper(w: World, tally: Tally, trials: int, rng: random.Random, only: s
     def current_older(s):
         (s / "CURRENT").write_text(json.dumps({"step": t - 1, "path": f"steps/{t - 1:08d}.zarr"}))
 
+    def strip_stamp(s, rel):  # an attacker who knows the format removes the checks first
+        meta = s / rel / "zarr.json"
+        doc = json.loads(meta.read_text())
+        del doc["attributes"]["graphdiff"]["checksums"], doc["attributes"]["graphdiff"]["attrs_hash"]
+        meta.write_text(json.dumps(doc))
+
+    def from_sibling(s):  # the same model's step t, its own checksums intact, made from other outcomes
+        shutil.rmtree(s / step_dir)
+        shutil.copytree(w.sibling(t) / step_dir, s / step_dir)
+
     cases += [("model config.beta edited", edit_config),
               ("CURRENT points outside the STATE", current_to("../../../../etc")),
               ("log.jsonl emptied", lambda s: (s / "log.jsonl").write_text("")),
-              ("CURRENT names an older step", current_older)]
+              ("CURRENT names an older step", current_older),
+              ("step stamp stripped, then q chunk from the previous step",
+               lambda s: (strip_stamp(s, step_dir), swap(s, f"{step_dir}/q"))),
+              ("model stamp stripped, then config.beta edited",
+               lambda s: (strip_stamp(s, "model.zarr"), edit_config(s))),
+              ("step folder from a sibling STATE", from_sibling)]
     # who must refuse: the kNN lists are read only by extend (predict and update never read them, so their
     # estimates stay right); every other array by predict and update; verify checks everything
     only_extend = ("model.zarr/knn_indices", "model.zarr/knn_similarities")
     for name, tamper in cases:
-        if only and only not in name:
+        if only and not any(o in name for o in only.split(",")):
             continue
         s = w.fresh(t)
         try:
@@ -675,7 +710,8 @@ def main() -> None:
     ap.add_argument("--soak-steps", type=int, default=5000)
     ap.add_argument("--every", type=int, default=250, help="soak: a sample every this many steps")
     ap.add_argument("--n", type=int, default=600, help="prompts in the STATE")
-    ap.add_argument("--only", default=None, help="tamper: only the cases whose name contains this")
+    ap.add_argument("--only", default=None, help="tamper: only the cases whose name contains this (or one of "
+                                                 "these, comma-separated)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default=None, help="keep the files here (default: a temporary folder, removed)")
     ap.add_argument("--out", default=None)

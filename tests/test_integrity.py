@@ -67,7 +67,26 @@ def _swap_step_chunk(array):
     return tamper
 
 
+def _strip_stamp(rel):
+    def strip(st):  # what an attacker who knows the format removes first: the checks themselves
+        meta = st / rel / "zarr.json"
+        doc = json.loads(meta.read_text())
+        del doc["attributes"]["graphdiff"]["checksums"], doc["attributes"]["graphdiff"]["attrs_hash"]
+        meta.write_text(json.dumps(doc))
+    return strip
+
+
+def _both(*tampers):
+    def tamper(st):
+        for t in tampers:
+            t(st)
+    return tamper
+
+
 TAMPERS = {
+    "step stamp stripped, then its q chunk from the previous step": _both(_strip_stamp("steps/00000002.zarr"),
+                                                                         _swap_step_chunk("q")),
+    "model stamp stripped, then config.beta edited": _both(_strip_stamp("model.zarr"), _edit_beta),
     "step q chunk deleted": _delete_chunk("steps/00000002.zarr/q"),
     "step successes chunk deleted": _delete_chunk("steps/00000002.zarr/successes"),
     "step q chunk from the previous step": _swap_step_chunk("q"),
@@ -97,6 +116,68 @@ def test_a_damaged_state_is_refused_by_every_reader_and_update(state, inputs, tm
     assert tree_hash(state) == before  # nothing written on top of a damaged state
 
 
+@pytest.fixture
+def sibling(tmp_path, inputs):
+    """A STATE of the same model (same graph, clusters, settings) fed other outcomes at steps 1 and 2."""
+    graph, clusters, ids = inputs
+    out = tmp_path / "SIBLING"
+    State.init(graph, clusters, out, device="cpu", keep=3, durable=False)
+    for t in (1, 2):
+        rows = step_rows(ids, t, seed=7)
+        State.open(out, durable=False).update(t, write_outcomes(tmp_path / f"sib{t}.jsonl", rows))
+    return out
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_a_step_folder_copied_from_a_sibling_state_is_refused(state, sibling, inputs, tmp_path, step):
+    """The sibling's step folder passes every other check (same model, its own checksums, the right step): only
+    the log's outcomes hash for that step, compared with the folder's recorded outcomes, tells it apart."""
+    ids = inputs[2]
+    folder = f"steps/{step:08d}.zarr"
+    shutil.rmtree(state / folder)
+    shutil.copytree(sibling / folder, state / folder)
+    before = tree_hash(state)
+    checks = {"verify": lambda: _verify(state, 1)["problems"]}
+    if step == 2:  # the current step: every reader
+        checks.update({
+            "Estimator.load": lambda: Estimator.load(state),
+            "predict/select/allocate": lambda: State.open(state, device="cpu").estimator(),
+            "status": lambda: State.open(state).status(),
+            "update": lambda: State.open(state, durable=False).update(
+                3, write_outcomes(tmp_path / "o3.jsonl", step_rows(ids, 3)))})
+    else:  # a retained older step: rollback must not make it current
+        checks["rollback"] = lambda: State.open(state).rollback(1)
+    for name, check in checks.items():
+        if name == "verify":
+            problems = check()
+            assert len(problems) == 1 and folder in problems[0] and "the log's line" in problems[0], problems
+            continue
+        with pytest.raises(ArtifactError, match="was made from outcomes .* but the log's line of its version records "
+                                                "outcomes") as err:
+            check()
+        assert "\n" not in str(err.value), name
+    assert tree_hash(state) == before
+
+
+def test_revisions_are_held_to_their_log_lines_too(state, inputs, tmp_path):
+    """A retire writes revision 2.1 from an ids file: its folder records that file's hash as its log line does."""
+    ids = inputs[2]
+    (tmp_path / "bad.txt").write_text(ids[5] + "\n")
+    st = State.open(state, durable=False)
+    st.retire(tmp_path / "bad.txt")
+    assert _verify(state, 0)["intact"] and st.estimator() is not None
+    other = tmp_path / "other.txt"
+    other.write_text(ids[6] + "\n")
+    copy = tmp_path / "COPY"
+    shutil.copytree(state, copy)
+    State.open(copy, durable=False).rollback("2.0")
+    State.open(copy, durable=False).retire(other)  # the same version 2.1, from another ids file
+    shutil.rmtree(state / "steps/00000002.1.zarr")
+    shutil.copytree(copy / "steps/00000002.1.zarr", state / "steps/00000002.1.zarr")
+    with pytest.raises(ArtifactError, match="was made from ids .* records ids"):
+        State.open(state, device="cpu").estimator()
+
+
 def test_rollback_to_an_intact_step_recovers(state, inputs, tmp_path):
     _delete_chunk("steps/00000002.zarr/q")(state)
     with pytest.raises(ArtifactError):
@@ -122,7 +203,7 @@ def test_checksums_cover_every_chunk_row_and_text_and_scalars(tmp_path):
     ids = np.array([f"p{i}" for i in range(7)], dtype=object)
     write_artifact(tmp_path / "a.zarr", "test", {"q": q, "ids": ids, "x": np.float64(2.5)}, attrs={"config": {"k": 1}})
     art = read_artifact(tmp_path / "a.zarr", "test")
-    assert art.verified and len(art.stamp["checksums"]["arrays"]["q"]["crc"]) == 2
+    assert len(art.stamp["checksums"]["arrays"]["q"]["crc"]) == 2
     assert np.array_equal(art.array("q"), q) and list(art.array("ids")) == list(ids) and art.array("x") == 2.5
     second = _chunks(tmp_path / "a.zarr" / "q")[1]
     second.unlink()  # the second chunk row only: the error names its rows
@@ -135,15 +216,41 @@ def test_checksums_cover_every_chunk_row_and_text_and_scalars(tmp_path):
         read_artifact(tmp_path / "a.zarr", "test").array("ids")
 
 
-def test_artifacts_written_before_checksums_are_read_unverified(tmp_path):
-    """An artifact of an older graphdiff (no checksums, no attrs_hash in its stamp) still opens and reads."""
-    write_artifact(tmp_path / "old.zarr", "test", {"q": np.ones((4, 3), np.float32)}, attrs={"config": {"k": 1}})
-    meta = tmp_path / "old.zarr" / "zarr.json"
+@pytest.mark.parametrize("drop", [("checksums",), ("attrs_hash",), ("checksums", "attrs_hash")])
+def test_a_stamp_without_its_checksums_is_refused_not_read_unverified(tmp_path, drop):
+    """Removing the checks must not turn them off: a stamp that lacks them is refused like any damage (every
+    release wrote them; the previous one's artifacts, tests/data/legacy_79a4679, carry them)."""
+    write_artifact(tmp_path / "a.zarr", "test", {"q": np.ones((4, 3), np.float32)}, attrs={"config": {"k": 1}})
+    meta = tmp_path / "a.zarr" / "zarr.json"
     doc = json.loads(meta.read_text())
-    del doc["attributes"]["graphdiff"]["checksums"], doc["attributes"]["graphdiff"]["attrs_hash"]
+    for key in drop:
+        del doc["attributes"]["graphdiff"][key]
     meta.write_text(json.dumps(doc))
-    art = read_artifact(tmp_path / "old.zarr", "test")
-    assert not art.verified and art.array("q").sum() == 12
+    with pytest.raises(ArtifactError, match="lacks its checksums or attributes hash") as err:
+        read_artifact(tmp_path / "a.zarr", "test")
+    assert "\n" not in str(err.value)
+    legacy = Path(__file__).parent / "data" / "legacy_79a4679"
+    for stamp in legacy.rglob("zarr.json"):
+        attrs = json.loads(stamp.read_text()).get("attributes", {})
+        if "graphdiff" in attrs:
+            assert {"checksums", "attrs_hash"} <= set(attrs["graphdiff"]), stamp
+
+
+def test_an_array_the_stamp_does_not_list_is_not_read_and_a_listed_one_deleted_is_missing(tmp_path):
+    from graphdiff_cli.io.artifacts import has_array
+
+    write_artifact(tmp_path / "a.zarr", "test", {"q": np.ones((4, 3)), "r": np.arange(3)})
+    write_artifact(tmp_path / "b.zarr", "test", {"extra": np.arange(3)})
+    shutil.copytree(tmp_path / "b.zarr" / "extra", tmp_path / "a.zarr" / "extra")  # added after it was written
+    art = read_artifact(tmp_path / "a.zarr", "test")
+    assert art.names == ("q", "r") and not has_array(art, "extra")
+    with pytest.raises(ArtifactError, match="has no array 'extra'"):
+        art.array("extra")
+    shutil.rmtree(tmp_path / "a.zarr" / "r")  # an array's folder removed: it was written, so it is missing
+    art = read_artifact(tmp_path / "a.zarr", "test")
+    assert has_array(art, "r")
+    with pytest.raises(ArtifactError, match="array 'r' is missing or damaged"):
+        art.array("r")
 
 
 # ------------------------------------------------------------------------------ graphdiff verify
@@ -177,6 +284,35 @@ def test_verify_says_intact_or_lists_every_problem_one_line_each(state, inputs, 
     after = tree_hash(state)
     _verify(state, 1)
     assert tree_hash(state) == after  # ... but verify itself changed nothing
+
+
+def test_verify_lists_every_array_whose_metadata_was_edited(state):
+    """Four arrays' zarr.json damaged four ways: verify names each (it used to stop at the first, in a traceback)."""
+    step = state / "steps/00000002.zarr"
+
+    def edit(name, change):
+        meta = step / name / "zarr.json"
+        doc = json.loads(meta.read_text())
+        change(doc)
+        meta.write_text(json.dumps(doc))
+
+    (step / "a" / "zarr.json").write_text((step / "a" / "zarr.json").read_text()[:40])  # truncated JSON
+    edit("b", lambda d: d["chunk_key_encoding"]["configuration"].update(separator="/../"))
+    edit("q", lambda d: d.update(node_type="group"))
+    edit("successes", lambda d: d["codecs"][1].update(name="no-such-codec"))
+    before = tree_hash(state)
+    bad = _verify(state, 1)
+    assert len(bad["problems"]) == 4, bad["problems"]
+    for name in ("a", "b", "q", "successes"):
+        assert sum(f"array {name!r} is missing or damaged" in p for p in bad["problems"]) == 1, (name, bad["problems"])
+    assert all("\n" not in p for p in bad["problems"]) and tree_hash(state) == before
+
+
+def test_verify_reports_a_stripped_stamp(state):
+    _strip_stamp("steps/00000001.zarr")(state)
+    bad = _verify(state, 1)
+    assert len(bad["problems"]) == 1 and "00000001.zarr" in bad["problems"][0]
+    assert "lacks its checksums" in bad["problems"][0] and bad["notices"] == []
 
 
 def test_verify_refuses_a_path_that_is_nothing(tmp_path):

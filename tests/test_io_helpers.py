@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from graphdiff_cli.errors import StateError
+from graphdiff_cli.errors import DataError, StateError
 from graphdiff_cli.io.locks import file_lock
 from graphdiff_cli.io.staging import staged_dir
 
@@ -163,3 +163,14 @@ def test_checksums_of_a_non_native_byte_order_array_read_back(tmp_path):
     a = np.arange(12, dtype=">f8").reshape(4, 3)
     write_artifact(tmp_path / "b.zarr", "test", {"a": a}, durable=False)
     assert np.array_equal(read_artifact(tmp_path / "b.zarr", "test").array("a"), a)
+
+
+def test_a_plain_ids_file_drops_only_each_line_end(tmp_path):
+    """One id per line, exactly as written: \\n and \\r\\n end a line; U+2028, U+0085 and spaces are id characters."""
+    from graphdiff_cli.io.readers import IdIndex, id_file_nodes, read_id_file
+
+    path = tmp_path / "ids.txt"
+    path.write_bytes("\ufeffp1\r\n p2\np3\u2028x\n\np4 \n\tp5\x85\r\n".encode())
+    assert read_id_file(path) == [(1, "p1"), (2, " p2"), (3, "p3\u2028x"), (5, "p4 "), (6, "\tp5\x85")]
+    with pytest.raises(DataError, match=r"ids.txt:2: unknown prompt id ' p2' .* known id 'p2' only by whitespace"):
+        id_file_nodes(path, IdIndex(["p1", "p2", "p3", "p4", "p5"]))

@@ -198,6 +198,8 @@ def test_labels_and_settings():
     assert parse_label({"id": "a"})[0] == "a"
     with pytest.raises(DataError, match="holds no JSON object with an \"id\""):
         parse_label("42")
+    with pytest.raises(DataError, match="duplicate key 'id' in a JSON object"):  # json.loads would take "p2"
+        parse_label('{"id": "p1", "answer": "4", "id": "p2"}')
     with pytest.raises(Exception, match="set GRAPHDIFF_STATE, GRAPHDIFF_BATCH_SIZE, GRAPHDIFF_N_SAMPLES"):
         StepRecorder.from_env()
 

@@ -146,6 +146,10 @@ def test_select_refusals_write_nothing(state, tmp_path):
     res = gd("select", "--state", root, "--candidates", tmp_path / "two.txt", "-B", 1, "--strategy", "target",
              "--explore", -1, "--out", out, code=2)
     assert "explore must be a number of pseudo-rollouts >= 0, got -1.0" in res.stderr and res.stderr.count("\n") == 1
+    for strategy in ("target", "thompson"):  # a negative seed reached numpy's default_rng: a bare ValueError
+        res = gd("select", "--state", root, "--candidates", tmp_path / "two.txt", "-B", 1, "--strategy", strategy,
+                 "--seed", -5, "--out", out, code=2)
+        assert res.stderr == "graphdiff: error: --seed must be >= 0, got -5\n", res.stderr
     res = gd("select", "--state", tmp_path / "nostate", "--candidates", tmp_path / "two.txt", "-B", 1,
              "--strategy", "target", "--out", out, code=6)
     assert "no such STATE directory" in res.stderr

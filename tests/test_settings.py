@@ -247,6 +247,30 @@ def test_every_setting_is_an_init_flag_and_a_config_key(tmp_path):
     assert set(values) == set(NAMES)
 
 
+@pytest.mark.parametrize("name,text,message", [
+    ("c.json", '{"estimator": {"beta": 2.0, "beta": 4.0}}', r"c\.json:1: duplicate key 'beta'"),
+    ("c.yaml", "estimator:\n  window: 3\n  beta: 2\n  window: 5\n", r"c\.yaml:4: duplicate key 'window'"),
+    ("c.json", '{"estimator": {"beta": 1' + "0" * 5000 + "}}", r"c\.json: a value the YAML loader cannot convert"),
+    ("c.json", "[" * 50_000 + "]" * 50_000, r"c\.json: nested too deeply"),
+])
+def test_a_config_with_a_key_twice_a_huge_number_or_deep_nesting_is_one_line(tmp_path, name, text, message):
+    """json and YAML loaders keep the last of two equal keys silently: refused, like an unreadable number or depth."""
+    from graphdiff_cli.io.readers import read_mapping
+
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DataError, match=message) as info:
+        read_mapping(path)
+    assert "\n" not in str(info.value)
+
+
+def test_the_shipped_configs_have_no_key_twice():
+    from graphdiff_cli.io.readers import read_mapping
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")):
+        read_mapping(path)
+
+
 def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
     """Issue 34 item 3: a 390-byte file of nested aliases took 29 s and 3.7 GB when its value was formatted
     into the refusal; the composed nodes are counted first, with a budget, so it stops at once."""

@@ -141,3 +141,14 @@ def test_a_shift_moves_one_topic_from_its_step_and_changes_nothing_before(sim):
 def test_bad_shifts_are_refused_in_one_line(text, match):
     with pytest.raises(InvalidArgumentError, match=match):
         S.simulate(n_prompts=500, steps=40, batch_size=50, rollouts=8, seed=7, shifts=[S.Shift.parse(text)])
+
+
+def test_a_negative_seed_is_a_usage_error_not_numpys_value_error(tmp_path):
+    from graphdiff_cli.stages.evaluate import evaluate
+    from graphdiff_cli.stages.simulate import simulate
+
+    with pytest.raises(InvalidArgumentError, match="--seed must be >= 0, got -5"):
+        simulate(tmp_path / "p.jsonl", tmp_path / "l.jsonl", prompts=50, batch_size=8, steps=2, seed=-5)
+    with pytest.raises(InvalidArgumentError, match="--seed must be >= 0, got -5"):
+        evaluate(tmp_path / "log.jsonl", tmp_path / "g.zarr", tmp_path / "c.zarr", tmp_path / "out", seed=-5)
+    assert not any(tmp_path.iterdir())

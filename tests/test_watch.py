@@ -204,6 +204,42 @@ def test_a_changed_file_for_an_applied_step_is_a_conflict_and_left_alone(state, 
     assert any(e["event"] == "conflict" for e in events)
 
 
+def test_a_file_deleted_between_the_look_at_the_inbox_and_its_read_is_not_an_error(state, inbox, inputs,
+                                                                                   monkeypatch):
+    """A trainer may delete step files at any time: one gone after the scan listed it stopped the watcher with a
+    bare FileNotFoundError. An applied step's file is simply forgotten; a pending one is reported and waited for."""
+    import graphdiff_cli.stages.watch as W
+
+    real, doomed = W.scan_inbox, []
+
+    def scan_then_delete(folder, complete="rename"):
+        scan = real(folder, complete)
+        while doomed:
+            (inbox / doomed.pop()).unlink()
+        return scan
+
+    monkeypatch.setattr(W, "scan_inbox", scan_then_delete)
+    for t in (1, 2):
+        drop(inputs, inbox, t)
+    run_watch(state, inbox)
+    doomed.append(step_file_name(1))  # applied: a fresh watcher checks it against the log
+    drop(inputs, inbox, 3)
+    doomed.append(step_file_name(3))  # pending: read after the scan listed it
+    res, events = run_watch(state, inbox)
+    assert res["step"] == 2 and res["n_applied"] == 0 and res["conflicts"] == []
+    assert [e for e in events if e["event"] == "vanished"] == [{"event": "vanished", "step": 3,
+                                                                 "file": step_file_name(3)}]
+    (inbox / "retire-3.txt").write_text(inputs["ids"][0] + "\n")
+    doomed.append("retire-3.txt")  # a prompt set change, gone before it is hashed
+    res, events = run_watch(state, inbox)
+    assert res["step"] == 2 and any(e["event"] == "vanished" and e["file"] == "retire-3.txt" for e in events)
+    drop(inputs, inbox, 3)
+    drop(inputs, inbox, 4)
+    res, _ = run_watch(state, inbox)  # and it goes on once the files are there
+    assert res["step"] == STEPS and applied_steps(state) == [0, 1, 2, 3, 4]
+    assert_same_as_reference(state, inputs)
+
+
 def test_two_files_for_the_next_step_are_refused(state, inbox, inputs):
     drop(inputs, inbox, 1)
     drop(inputs, inbox, 1, name="step-1.jsonl")

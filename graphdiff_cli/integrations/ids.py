@@ -15,7 +15,7 @@ puts beside each row the id the trainer's adapter will derive from the same row:
 * ``none``: graphdiff's own reading (``io.tables.as_id``), for shell loops.
 
 It reports rows without an id, repeated ids, rows whose trainer id differs from the id ``graphdiff embed``
-stores (``as_id`` strips surrounding spaces and writes 3.0 as "3"; ``str()`` does not), and, given a
+stores (``as_id`` writes 3.0 as "3", ``str()`` "3.0"; neither strips anything), and, given a
 STATE, trainer ids the STATE does not have.
 """
 

@@ -46,6 +46,7 @@ from ..errors import DataError, GraphdiffError, InvalidArgumentError, StateError
 from ..io.atomic import append_nofollow, atomic_write_text, make_dirs
 from ..io.locks import file_lock
 from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary
+from ..io.tables import unique_keys
 from .dynamic_sampling import DEFAULT_EXPLORE, DS_MODES, CandidateDraw
 from .tracking import BatchChooser, StateTarget, count_outcomes, resume_mismatch
 
@@ -80,8 +81,10 @@ def parse_label(label) -> tuple[str, dict]:
     meta = label if isinstance(label, dict) else None
     if meta is None:
         try:
-            meta = json.loads(label)
-        except (TypeError, ValueError):
+            meta = json.loads(label, object_pairs_hook=unique_keys)
+        except DataError as exc:  # {"id": "p1", "id": "p2"}: which prompt is it?
+            raise DataError(f"the label {str(label)[:80]!r}: {exc}") from None
+        except (TypeError, ValueError, RecursionError):
             meta = None
     if not isinstance(meta, dict) or "id" not in meta:
         raise DataError(f"the label {str(label)[:80]!r} holds no JSON object with an \"id\": put each prompt's id "

@@ -15,9 +15,10 @@ Verified reads: the stamp also holds ``checksums`` - a CRC-32C of every chunk ro
 of the *decoded* values - and ``attrs_hash``, a hash of the other attributes (an estimator's config).
 Every read of an array recomputes its chunks' CRCs and every open the attributes' hash, so a chunk that
 is missing (Zarr would return its fill value), truncated, flipped or copied from another artifact, or a
-hand-edited attribute, is refused in one line instead of read as silently wrong numbers. Artifacts
-written before checksums existed have neither and are read unverified (same format version: the fields
-are additions an older reader ignores). The format is specified in docs/artifact-format.md.
+hand-edited attribute, is refused in one line instead of read as silently wrong numbers. Both are required:
+a stamp without them is refused too (stripping them would otherwise turn every check off; every release
+has written them). The stamp's checksums also list the artifact's arrays, so an array whose folder is
+deleted is missing, never absent by design. The format is specified in docs/artifact-format.md.
 """
 
 from __future__ import annotations
@@ -123,12 +124,29 @@ class Artifact:
         return self.stamp["content_hash"]
 
     @property
-    def verified(self) -> bool:
-        """Whether this artifact carries checksums (written by a graphdiff that verifies reads)."""
-        return "checksums" in self.stamp
+    def names(self) -> tuple[str, ...]:
+        """Its arrays, as its stamp's checksums list them (every array it was written with), sorted."""
+        return tuple(sorted(self.stamp["checksums"]["arrays"]))
 
     def array(self, name: str) -> np.ndarray:
-        """The whole array; text arrays come back as numpy object arrays of ``str``.
+        """The whole array, checked against the checksums written with it; text arrays come back as numpy
+        object arrays of ``str``."""
+        sums = self.stamp["checksums"]["arrays"].get(name)
+        if sums is None:
+            raise ArtifactError(f"{self.path}: has no array {name!r} (its stamp lists {', '.join(self.names)}); "
+                                f"{_FIX}")
+        out = self._read_raw(name)
+        got = chunk_checksums(out, sums["rows"])
+        if got != sums["crc"]:
+            bad = [i for i, (a, b) in enumerate(zip(got, sums["crc"])) if a != b] or [len(got)]
+            rows = sums["rows"]
+            where = ", ".join(f"rows {i * rows}..{(i + 1) * rows - 1}" for i in bad[:3]) if rows else "its value"
+            raise ArtifactError(f"{self.path}: array {name!r} is damaged ({where} do not match the checksum written "
+                                f"with it: a missing, altered or swapped chunk); {_FIX}")
+        return out
+
+    def _read_raw(self, name: str) -> np.ndarray:
+        """The array as Zarr decodes it, unchecked (``array`` checks it; bench/verified_reads.py times the two).
 
         Numeric arrays are read one chunk row at a time into the result: zarr reads a whole selection's
         chunks concurrently, which holds many decoded chunks at once beside the result (about +90 MB
@@ -147,18 +165,6 @@ class Artifact:
         except Exception as exc:  # noqa: BLE001 - a missing or corrupt chunk is a damaged artifact
             raise ArtifactError(f"{self.path}: array {name!r} is missing or damaged ({exc.__class__.__name__}); "
                                 f"{_FIX}") from exc
-        checks = self.stamp.get("checksums", {})
-        sums = checks.get("arrays", {}).get(name)
-        if sums is not None and checks.get("algorithm") != CHECKSUM:
-            raise ArtifactError(f"{self.path}: checksums of an unknown kind ({checks.get('algorithm')!r}); re-create "
-                                "the artifact with this graphdiff")
-        got = chunk_checksums(out, sums["rows"]) if sums is not None else None
-        if sums is not None and got != sums["crc"]:
-            bad = [i for i, (a, b) in enumerate(zip(got, sums["crc"])) if a != b] or [len(got)]
-            rows = sums["rows"]
-            where = ", ".join(f"rows {i * rows}..{(i + 1) * rows - 1}" for i in bad[:3]) if rows else "its value"
-            raise ArtifactError(f"{self.path}: array {name!r} is damaged ({where} do not match the checksum written "
-                                f"with it: a missing, altered or swapped chunk); {_FIX}")
         return out
 
     def attr(self, name: str, default=None):
@@ -317,15 +323,33 @@ def read_artifact(path, kind: str | tuple[str, ...]) -> Artifact:
         raise ArtifactError(f"{path}: {stamp['kind']} artifact has encoding version {version}; this graphdiff reads "
                             f"version{'s' if len(known) > 1 else ''} {', '.join(map(str, known))}: re-create it "
                             "with this version")
-    if "attrs_hash" in stamp and attrs_hash(dict(group.attrs)) != stamp["attrs_hash"]:
+    _check_stamp_checks(path, stamp)
+    if attrs_hash(dict(group.attrs)) != stamp["attrs_hash"]:
         raise ArtifactError(f"{path}: the attributes in its zarr.json were altered after it was written (they no "
                             f"longer match their hash); {_FIX}")
     return Artifact(path=path, stamp=stamp, group=group)
 
 
+def _check_stamp_checks(path: Path, stamp: dict) -> None:
+    """Refuse a stamp without its checksums and attributes hash, or with ones of another shape: removing them
+    must not turn the checks off. Every graphdiff since 784e05e (2026-11-24) has written both, the previous
+    release 79a4679 included (tests/data/legacy_79a4679), so a stamp without them was stripped, or written by a
+    development build older than any release (docs/artifact-format.md, "Verified reads")."""
+    checks = stamp.get("checksums")
+    if not isinstance(checks, dict) or not isinstance(stamp.get("attrs_hash"), str):
+        raise ArtifactError(f"{path}: its stamp lacks its checksums or attributes hash (damaged, or stripped after it "
+                            f"was written), so its content cannot be verified and it is not read; {_FIX}")
+    if checks.get("algorithm") != CHECKSUM:
+        raise ArtifactError(f"{path}: checksums of an unknown kind ({str(checks.get('algorithm'))[:60]!r}); re-create "
+                            "the artifact with this graphdiff")
+    arrays = checks.get("arrays")
+    if not isinstance(arrays, dict) or not all(
+            isinstance(c, dict) and isinstance(c.get("rows"), int) and isinstance(c.get("crc"), list)
+            for c in arrays.values()):
+        raise ArtifactError(f"{path}: the checksums in its stamp are damaged; {_FIX}")
+
+
 def has_array(art, name: str) -> bool:
-    """Whether artifact ``art`` holds an array ``name`` (arrays added by later versions may be absent)."""
-    try:
-        return name in set(art.group.array_keys())
-    except Exception:  # noqa: BLE001 - an unlistable group reads as lacking it; reading it then says why
-        return False
+    """Whether artifact ``art`` was written with an array ``name`` (its stamp lists it; arrays added by later
+    versions may be absent). A listed array whose files are gone is there, and damaged: reading it says so."""
+    return name in art.stamp["checksums"]["arrays"]

@@ -145,6 +145,16 @@ def save_model(state: dict, path, ids, *, inputs: dict | None = None, extra_attr
     return content
 
 
+# the files a version is made from, each recorded twice: as "<name>_hash" in its log line and as the step
+# artifact's input <name> (update: outcomes; extend: prompts; retire: ids); readers hold the two equal
+STEP_INPUTS = ("outcomes", "prompts", "ids")
+
+
+def step_inputs(entry: dict) -> dict:
+    """{name: hash} of the files the log line ``entry`` says its version was made from."""
+    return {k: entry[k + "_hash"] for k in STEP_INPUTS if entry.get(k + "_hash")}
+
+
 def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict | None = None,
               extra_attrs: dict | None = None, durable: bool = True) -> Path:
     """Write what a step changes (q, a, b, counts, window evidence, ...) as an ``estimator-step`` artifact.
@@ -245,18 +255,16 @@ def step_model_path(step_art) -> Path:
 
 
 def read_step_arrays(step_art) -> dict:
-    """Every array of an ``estimator-step`` artifact, by name (what ``save_step`` wrote)."""
-    try:
-        names = sorted(step_art.group.array_keys())
-    except Exception as exc:  # noqa: BLE001 - an unlistable group is a damaged artifact
-        raise ArtifactError(f"{step_art.path}: damaged estimator-step artifact ({exc.__class__.__name__})") from exc
-    return {name: step_art.array(name) for name in names}
+    """Every array of an ``estimator-step`` artifact, by name (what ``save_step`` wrote: its stamp lists them)."""
+    return {name: step_art.array(name) for name in step_art.names}
 
 
-def check_step_artifact(art, step, model_art=None, *, said_by: str = "CURRENT says") -> None:
+def check_step_artifact(art, step, model_art=None, *, said_by: str = "CURRENT says", entry: dict | None = None) -> None:
     """Refuse an ``estimator-step`` artifact that does not hold ``step`` (when given: a step, or a (step,
-    revision) version) or does not belong to the model artifact ``model_art`` (when given): the one check
-    of a step's identity, for every reader."""
+    revision) version), does not belong to the model artifact ``model_art`` (when given) or was not made from
+    the files the log line ``entry`` of its version records (when given: a step folder of a sibling STATE, the
+    same model fed other outcomes, passes every other check): the one check of a step's identity, for every
+    reader."""
     step, rev = step if isinstance(step, tuple) else (step, None)
     if step is not None and art.attr("step") != step:
         raise ArtifactError(f"{art.path}: holds step {art.attr('step')!r} but {said_by} step {step}; the STATE is "
@@ -267,6 +275,15 @@ def check_step_artifact(art, step, model_art=None, *, said_by: str = "CURRENT sa
     if model_art is not None and art.inputs.get("model") != model_art.content_hash:
         raise ArtifactError(f"{art.path}: belongs to a model with content hash {art.inputs.get('model')}, but "
                             f"{model_art.path} has {model_art.content_hash}")
+    if entry is not None:
+        made_from = {k: art.inputs[k] for k in STEP_INPUTS if art.inputs.get(k)}
+        logged = step_inputs(entry)
+        if made_from != logged:
+            def show(d):
+                return ", ".join(f"{k} {str(v)[:20]}" for k, v in d.items()) or "no input file"
+            raise ArtifactError(f"{art.path}: was made from {show(made_from)}, but the log's line of its version "
+                                f"records {show(logged)}: the folder is another STATE's, or the log was edited; the "
+                                "STATE is damaged (graphdiff rollback --to a retained step)")
 
 
 def _standalone_arrays(art) -> dict:
@@ -310,7 +327,7 @@ _READERS = {
 }
 
 
-def read_state(path, model=None) -> dict:
+def read_state(path, model=None, *, version=None, entry: dict | None = None) -> dict:
     """An estimator's state dict from a standalone artifact, a step artifact (with its model) or a STATE
     directory (``Estimator.from_state_dict`` makes the estimator; the arrays are fresh, so it may own them).
 
@@ -318,14 +335,15 @@ def read_state(path, model=None) -> dict:
     artifact stamped 1 is one of versions 1-6, told apart by its arrays: ``estimator_layout.legacy_version``);
     every array of that version's layout is checked to be there. ``model`` is an already-read
     ``read_model`` tuple to reuse, or a function of the model artifact's path that returns one (a STATE
-    directory's models are read once and kept by path).
+    directory's models are read once and kept by path). ``version`` and ``entry``: the (step, revision) a step
+    artifact at ``path`` must hold and its log line (``StateDir.read_state_and_model``, which read CURRENT).
     """
     where, current = resolve_state_path(path)
     art = read_artifact(where, (KIND, STEP_KIND))
     if art.kind == STEP_KIND:
         if model is None or callable(model):
             model = (model or read_model)(step_model_path(art))
-        check_step_artifact(art, current, model[0])
+        check_step_artifact(art, current if version is None else version, model[0], entry=entry)
     state = _READERS[(art.kind, art.version)](art, model)
     if state["config"] is None or state["step"] is None or state.get("n_states", 0) is None:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks its n_states, config or step attribute")

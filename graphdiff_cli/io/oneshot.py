@@ -11,14 +11,13 @@ step, so no prompt appears twice in a batch and a batch never mixes two rounds. 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
-from .tables import as_int, read_rows
+from .tables import as_int, load_json, read_rows
 
 FILES = ("prompts.jsonl", "acc_history.jsonl", "acc_step_500.raw.json")
 
@@ -78,10 +77,10 @@ def convert_oneshot(data_dir, seed: int = 0, batch_size: int = 128) -> OneShotLo
 
     raw_path = data_dir / "acc_step_500.raw.json"
     try:
-        with open(raw_path, encoding="utf-8") as f:
-            raw = json.load(f)  # dicts keep the file's key order: the first-draw order
-    except ValueError as exc:
-        raise DataError(f"{raw_path}: malformed JSON ({exc})") from None
+        text = raw_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{raw_path}: cannot be read ({exc.__class__.__name__})") from None
+    raw = load_json(text, raw_path)  # dicts keep the file's key order: the first-draw order
     order = list(raw)
     if set(order) != set(visits) or len(order) != len(visits):
         raise DataError(f"{raw_path}: its prompts differ from those in acc_history.jsonl")

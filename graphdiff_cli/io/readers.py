@@ -63,15 +63,19 @@ class IdIndex:
             i = index.get(str(pid))
             if i is None:
                 place = where(j) if where is not None else f"ids[{j}]"
-                raise DataError(f"{place}: unknown prompt id {str(pid)!r} (not among {self.what}, "
-                                f"{len(self.ids)} ids)")
+                pid = str(pid)
+                hint = (f"; it differs from the known id {pid.strip()!r} only by whitespace (ids are exact strings)"
+                        if pid.strip() != pid and pid.strip() in index else "")
+                raise DataError(f"{place}: unknown prompt id {pid!r} (not among {self.what}, {len(self.ids)} ids)"
+                                + hint)
             out[j] = i
         return out
 
 
 def read_id_file(path, *, unique: bool = True, data: bytes | None = None) -> list[tuple[int, str]]:
     """(line, id) pairs of an ids file: a table with an ``id`` column (.jsonl/.csv/.tsv/.parquet) or
-    plain text with one id per line (blank lines skipped). With ``unique``, a repeated id is refused
+    plain text with one id per line, each exactly as written: only its line end (\\n or \\r\\n) is dropped (and a
+    UTF-8 byte order mark before the first), empty lines are skipped. With ``unique``, a repeated id is refused
     with both lines. ``data``: the file's bytes, already read (``tables.read_file_once``)."""
     from .tables import as_id, read_rows
 
@@ -86,10 +90,12 @@ def read_id_file(path, *, unique: bool = True, data: bytes | None = None) -> lis
             pairs.append((line_no, as_id(row["id"], path, line_no, "id")))
     else:
         try:
-            text = path.read_text(encoding="utf-8") if data is None else data.decode("utf-8")
+            text = (path.read_bytes() if data is None else data).decode("utf-8-sig")
         except UnicodeDecodeError:
             raise DataError(f"{path}: not UTF-8 text") from None
-        pairs = [(i, line.strip()) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        # split at \n only (str.splitlines would also split at U+2028, U+0085, ...: characters of an id)
+        lines = (line.removesuffix("\r") for line in text.split("\n"))
+        pairs = [(i, line) for i, line in enumerate(lines, start=1) if line]
     if not pairs:
         raise DataError(f"{path}: no ids")
     if unique:
@@ -329,9 +335,10 @@ MAX_CONFIG_BYTES = 1 << 20     # a config holds a few hundred values
 MAX_CONFIG_NODES = 100_000     # values after expanding YAML aliases: a "billion laughs" file stops here
 
 
-def _check_expansion(path, node) -> None:
-    """Refuse a YAML document whose aliases expand to more than MAX_CONFIG_NODES values (counted on the
-    composed nodes, an alias counting once per use, without building anything)."""
+def _check_nodes(path, node) -> None:
+    """Refuse a YAML (or JSON) document whose aliases expand to more than MAX_CONFIG_NODES values (counted on the
+    composed nodes, an alias counting once per use, without building anything), or with a key twice in one
+    mapping (YAML and JSON loaders keep the last value, silently)."""
     import yaml
 
     seen, stack = 0, [node] if node is not None else []
@@ -344,7 +351,12 @@ def _check_expansion(path, node) -> None:
         if isinstance(n, yaml.SequenceNode):
             stack.extend(n.value)
         elif isinstance(n, yaml.MappingNode):
+            keys: set = set()
             for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode) and k.value in keys and k.tag != "tag:yaml.org,2002:merge":
+                    raise DataError(f"{path}:{k.start_mark.line + 1}: duplicate key {k.value[:60]!r} (which value "
+                                    "is meant?)")
+                keys.add(k.value if isinstance(k, yaml.ScalarNode) else None)
                 stack.extend((k, v))
 
 
@@ -360,7 +372,7 @@ def read_mapping(path) -> tuple[dict, dict[str, int]]:
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        _check_expansion(path, node)  # before anything builds (or an error message prints) the expanded value
+        _check_nodes(path, node)  # before anything builds (or an error message prints) the expanded value
         data = yaml.safe_load(text)
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
@@ -368,6 +380,12 @@ def read_mapping(path) -> tuple[dict, dict[str, int]]:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         raise DataError(f"{path}{line}: malformed YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except RecursionError:
+        raise DataError(f"{path}: nested too deeply to read (a config is a few levels deep)") from None
+    except ValueError as exc:  # ours (DataError) as they are; the loader's int() of a number over 4,300 digits
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"{path}: a value the YAML loader cannot convert ({str(exc)[:80]})") from None
     if data is None:
         return {}, {}
     if not isinstance(data, dict):

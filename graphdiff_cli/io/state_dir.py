@@ -49,7 +49,7 @@ from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
 from .atomic import append_nofollow, atomic_write_text, fsync_dir, make_dirs, refuse_links
 from .estimator_store import (STEP_KIND, check_step_artifact, pointer_text, read_current, read_model, read_pointer,
-                              read_state, save_model, save_step, step_model_path)
+                              read_state, save_model, save_step, step_inputs, step_model_path)
 from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, RETENTION, STEPS, step_relpath
 from .locks import DEFAULT_LOCK_TIMEOUT, file_lock
 from .debris import owner
@@ -241,11 +241,12 @@ class StateDir:
         return {"steps": steps, "models": models, "total": size(self.root)}
 
     def current_artifact(self):
-        """The current step's artifact (its stamp; arrays are read on demand), checked to hold that step and
-        to belong to this STATE's model - what ``status`` reports from without reading the arrays."""
+        """The current step's artifact (its stamp; arrays are read on demand), checked to hold that step, to
+        belong to this STATE's model and to be made from what the log says - what ``status`` reports from
+        without reading the arrays."""
         step, rev, rel = read_pointer(self.root)
         art = read_artifact(self.root / rel, STEP_KIND)
-        check_step_artifact(art, (step, rev), self.model_at(step_model_path(art))[0])
+        check_step_artifact(art, (step, rev), self.model_at(step_model_path(art))[0], entry=self.log_entry((step, rev)))
         return art
 
     def read_state(self) -> dict:
@@ -256,15 +257,17 @@ class StateDir:
 
     def read_state_and_model(self) -> tuple[dict, tuple]:
         """(the current state dict, the ``read_model`` tuple of the model it belongs to): one read of CURRENT
-        for both, so a reader never pairs a state with another version's prompt ids."""
-        self.log_entries()
+        for both, so a reader never pairs a state with another version's prompt ids; the step artifact must
+        be made from the files the log's line of that version records."""
+        step, rev, rel = read_pointer(self.root)
+        entry = self.log_entry((step, rev))
         used = []
 
         def model_for(path):
             used.append(self.model_at(path))
             return used[-1]
 
-        state = read_state(self.root, model=model_for)
+        state = read_state(self.root / rel, model=model_for, version=(step, rev), entry=entry)
         return state, used[-1]
 
     def version_dirs(self) -> dict[tuple[int, int], Path]:
@@ -292,8 +295,13 @@ class StateDir:
         the current version), in order."""
         return self._read_log(upto)[0]
 
-    def _read_log(self, upto=None, keep_entries: bool = True) -> tuple[list[dict], bool]:
-        """(the log's entries up to version ``upto``, whether the file holds exactly those lines).
+    def log_entry(self, version: tuple[int, int]) -> dict:
+        """The log's line of ``version`` (the whole log checked as ``log_entries`` checks it, without holding
+        the other lines)."""
+        return self._read_log(version, keep_entries=False)[2]
+
+    def _read_log(self, upto=None, keep_entries: bool = True) -> tuple[list[dict], bool, dict]:
+        """(the log's entries up to version ``upto``, whether the file holds exactly those lines, the last of them).
 
         Lines above ``upto`` are debris of a crashed update (invariant 2), and so is a last line without its
         newline that does not parse (an append cut short): both are skipped, and the file is then not exact.
@@ -310,7 +318,7 @@ class StateDir:
         if not path.is_file():
             raise ArtifactError(f"{path}: the STATE directory has no log")
         entries, exact = [], True
-        first = last_v = None
+        first = last_v = last_e = None
         count, ok = 0, True
         with open(path, encoding="utf-8") as f:
             for line_no, line in enumerate(f, start=1):
@@ -334,7 +342,7 @@ class StateDir:
                 ok = ok and (version == (0, 0) if last_v is None
                              else version in ((last_v[0], last_v[1] + 1), (last_v[0] + 1, 0)))
                 first = version if first is None else first
-                last_v, count = version, count + 1
+                last_v, last_e, count = version, e, count + 1
                 if keep_entries:
                     entries.append(e)
         last = upto[0] if upto[1] == float("inf") else upto
@@ -342,7 +350,7 @@ class StateDir:
             have = f"steps {first[0]}..{last_v[0]} ({count} lines)" if count else "no steps"
             raise ArtifactError(f"{path}: the log lists {have} but the STATE is at step {_name(upto)}; it was "
                                 "damaged or edited (restore it from a backup, or rollback to a step it covers)")
-        return entries, exact
+        return entries, exact, last_e
 
     def _append_log(self, entry: dict, durable: bool) -> None:
         """Append one line to the log (O_APPEND, then fsync; never through a link): a step's cost does not grow
@@ -448,11 +456,8 @@ class StateDir:
         """Write ``state`` as ``version`` (of ``model``, default the current version's), then the log line,
         then CURRENT, then prune (callers cleaned the debris first)."""
         rel = step_relpath(*version)
-        if model is None:
-            model = step_model_path(self.current_artifact())
-        m_art = self.model_at(model)[0]
-        save_step(state, self.root / rel, model, m_art.content_hash,
-                  inputs={k: entry[k + "_hash"] for k in ("outcomes", "prompts", "ids") if entry.get(k + "_hash")},
+        m_art = self.model()[0] if model is None else self.model_at(model)[0]  # default: the current version's
+        save_step(state, self.root / rel, m_art.path, m_art.content_hash, inputs=step_inputs(entry),
                   extra_attrs={"revision": version[1]} if version[1] else None, durable=durable)
         _pause("artifact")
         exact = self._read_log(upto=self.current_version(), keep_entries=False)[1]
@@ -529,8 +534,9 @@ class StateDir:
             kept = ", ".join(_name(v) for v in self.retained_versions())
             raise StateError(f"{self.root}: the state of step {_name(target)} was pruned; retained steps: {kept} "
                              "(graphdiff retention --keep N --keep-every C sets which are kept)")
+        entries = self.log_entries(upto=target)
         art = read_artifact(dirs[target], STEP_KIND)  # refuse to point CURRENT at a damaged state
-        check_step_artifact(art, target, said_by="its name says")
+        check_step_artifact(art, target, said_by="its name says", entry=entries[-1])
         if target == cur:
             return []
         self.clean_debris()
@@ -542,7 +548,6 @@ class StateDir:
             # after a power loss, a CURRENT they no longer cover. Above CURRENT they are debris (invariant 2),
             # which readers ignore and the next writer removes.
             return []
-        entries = self.log_entries(upto=target)
         atomic_write_text(self.root / LOG, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
         _pause("log")
         removed = [v for v in self.version_dirs() if v > target]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -62,6 +63,33 @@ def read_file_once(path) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()[:16]
 
 
+def unique_keys(pairs) -> dict:
+    """``json.loads``'s object_pairs_hook that refuses an object with a key twice (json keeps the last, silently:
+    ``{"s": 1, "s": 8}`` would be 8 successes)."""
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise DataError(f"duplicate key {_show(key)} in a JSON object (which value is meant?)")
+        obj[key] = value
+    return obj
+
+
+def load_json(text, where) -> object:
+    """The one parser of JSON a user gives (rows of outcomes, prompts and id tables, the One-Shot log): a key
+    twice in an object, a number of more digits than Python converts (4,300) and nesting deeper than its
+    recursion limit are each one ``DataError`` line starting with ``where``, as malformed JSON is."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DataError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: malformed JSON ({exc.msg})") from None
+    except RecursionError:
+        raise DataError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError:  # json's int() of a literal longer than sys.get_int_max_str_digits()
+        raise DataError(f"{where}: a JSON number with more than {sys.get_int_max_str_digits()} digits") from None
+
+
 def _opened(path: Path, data: bytes | None):
     import io
 
@@ -79,10 +107,7 @@ def _read_jsonl(path: Path, data: bytes | None = None):
                 line = line[1:]  # a UTF-8 byte order mark (some Windows tools write one): not part of the data
             if not line.strip(" \t\r\n"):  # JSON's own whitespace only: U+0085 is no blank line
                 continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}:{line_no}: malformed JSON ({exc.msg})") from None
+            row = load_json(line, f"{path}:{line_no}")
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
             yield line_no, row
@@ -111,16 +136,35 @@ def _read_csv(path: Path, data: bytes | None = None):
         raise DataError(f"{path}: not UTF-8 text") from None
 
 
+PARQUET_BATCH_ROWS = 16_384  # rows decoded at a time
+
+
 def _read_parquet(path: Path, data: bytes | None = None):
+    """Rows of a Parquet file, decoded one record batch at a time, column by column: only one batch's values
+    exist as Python objects at once (the whole table as row dicts took 1.32 GB for a 381 KB file of 3e6 rows)."""
+    def unreadable(exc):
+        return DataError(f"{path}: cannot be read as Parquet ({exc.__class__.__name__})")
+
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pq.read_table(pa.BufferReader(data) if data is not None else path)
+        batches = pq.ParquetFile(pa.BufferReader(data) if data is not None else path).iter_batches(
+            batch_size=PARQUET_BATCH_ROWS)
     except Exception as exc:  # noqa: BLE001
-        raise DataError(f"{path}: cannot be read as Parquet ({exc.__class__.__name__})") from None
-    for i, row in enumerate(table.to_pylist(), start=1):
-        yield i, row
+        raise unreadable(exc) from None
+    i = 0
+    while True:
+        try:
+            batch = next(batches, None)
+            if batch is None:
+                return
+            names, columns = batch.schema.names, [column.to_pylist() for column in batch.columns]
+        except Exception as exc:  # noqa: BLE001 - a damaged row group
+            raise unreadable(exc) from None
+        for values in zip(*columns):
+            i += 1
+            yield i, dict(zip(names, values))
 
 
 def write_rows(path, rows, fmt: str | None = None, columns: list[str] | None = None) -> Path:
@@ -203,7 +247,9 @@ def as_float(value, path, line_no: int, field: str, strict: bool = False) -> flo
 
 
 def as_id(value, path, line_no: int, field: str) -> str:
-    """A prompt id as a non-empty string (ids are strings; 12 and "12" are the same id)."""
+    """A prompt id as a string, exactly as given: ids are exact strings (" p1" and "p1\\u2028" are not "p1";
+    nothing is stripped), and a number is its decimal text (12, 12.0 and "12" are the same id). An empty id, or
+    one of whitespace only, is refused."""
     if value is None or isinstance(value, (dict, list, bool)):
         raise DataError(f"{path}:{line_no}: {field} is missing or not a string/number")
     if isinstance(value, float):
@@ -211,9 +257,9 @@ def as_id(value, path, line_no: int, field: str) -> str:
             raise DataError(f"{path}:{line_no}: {field} must be a string or integer, got {_show(value)}")
         if value == int(value):
             value = int(value)
-    s = str(value).strip()
-    if not s:
-        raise DataError(f"{path}:{line_no}: {field} is empty")
+    s = str(value)
+    if not s.strip():
+        raise DataError(f"{path}:{line_no}: {field} is empty" + (" (whitespace only)" if s else ""))
     return s
 
 

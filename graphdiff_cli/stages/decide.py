@@ -84,8 +84,7 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
     dec.check_target(target)
     explore = dec.check_explore(explore)
     group_size = check_group_size(group_size, "--group-size")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InvalidArgumentError(f"--seed must be an integer, got {seed!r}")
+    seed = dec.check_int(seed, "--seed", 0)  # numpy seeds are >= 0
     fmt = _check_out(out, fmt)
     sd = state.dir
     progress(0, 3)

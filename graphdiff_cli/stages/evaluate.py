@@ -123,10 +123,12 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     keys = parse_methods(methods)
     if counterfactual is not False and not pool_factor >= 1:  # before the replays, not after them
         raise InvalidArgumentError(f"pool factor must be >= 1, got {pool_factor!r}")
-    if counterfactual is not False and explore is not None:
-        from ..core.decisions import check_explore
+    if counterfactual is not False:
+        from ..core.decisions import check_explore, check_int
 
-        check_explore(explore)  # before the replays, not after them
+        check_int(seed, "--seed", 0)  # numpy seeds are >= 0
+        if explore is not None:
+            check_explore(explore)  # before the replays, not after them
     if "vip" in keys and embeddings is None:
         if any("vip" in str(m).lower() for m in (methods or [])):  # asked for by name
             raise InvalidArgumentError("method vip needs prompt embeddings: pass --embeddings EMBED.zarr")

@@ -113,8 +113,11 @@ def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float
         return None
     entry = next((e for e in reversed(sd.log_entries(upto=sd.current_version()))
                   if e.get("step") == step and not e.get("revision") and e.get("event") is None), None)
-    if (entry is None or entry.get("outcomes_hash") != hash_file(outcomes)
-            or entry.get("success_threshold") != success_threshold):
+    try:
+        digest = hash_file(outcomes)
+    except FileNotFoundError:  # deleted since is_file: not these outcomes again
+        return None
+    if entry is None or entry.get("outcomes_hash") != digest or entry.get("success_threshold") != success_threshold:
         return None
     return {"command": "update", "state": str(sd.root), "step": step, "noop": True,
             **{k: entry.get(k) for k in ("outcomes", "outcomes_hash", "schema", "rows", "prompts", "rollouts",

@@ -18,8 +18,10 @@ def simulate(out_prompts, out_log, *, prompts: int | None = None, steps: int | N
     ``shifts``: 'STEP:TOPIC:DELTA' strings (or ``core.simulate.Shift``s), a topic's ability moved mid-run.
     """
     from ..core import simulate as S
+    from ..core.decisions import check_int
     from ..io.tables import write_rows
 
+    seed = check_int(seed, "--seed", 0)  # numpy seeds are >= 0
     shifts = [sh if isinstance(sh, S.Shift) else S.Shift.parse(sh) for sh in shifts]
     if math is None:
         sim = S.simulate(n_prompts=2000 if prompts is None else prompts, steps=100 if steps is None else steps,

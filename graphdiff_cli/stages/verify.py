@@ -3,8 +3,8 @@
 Everything a reader would refuse is looked for at once and reported one line each, instead of failing on the
 first: CURRENT (it names its own step's folder), the model artifacts (model.zarr and those extend wrote
 under models/: stamp, attribute hash, every array against its checksums), the log (every step up to CURRENT, once, in order), and every retained step
-artifact (every array, its step attribute, the model it belongs to). Debris above CURRENT and artifacts
-written before checksums existed are notices, not problems. Reads only; writes nothing.
+artifact (every array its stamp lists, its step attribute, the model it belongs to). Debris above CURRENT is a
+notice, not a problem. Reads only; writes nothing.
 """
 
 from __future__ import annotations
@@ -19,23 +19,21 @@ from ..io.layout import RETENTION
 from ..io.state_dir import MODEL, MODELS, Retention, StateDir
 
 
-def check_artifact(path, kind: str | None = None) -> tuple[list[str], list[str], object]:
-    """(problems, notices, artifact or None): open ``path`` and read every array of it."""
+def check_artifact(path, kind: str | None = None) -> tuple[list[str], object]:
+    """(problems, artifact or None): open ``path`` and read every array of it."""
     path = Path(path)
     kind = kind or stamped_kind(path) or "graphdiff"
     try:
         art = read_artifact(path, kind)
     except ArtifactError as exc:
-        return [str(exc)], [], None
-    problems, notices = [], []
-    if not art.verified:
-        notices.append(f"{path}: written before checksums existed; its content cannot be verified")
-    for name in sorted(art.group.array_keys()):
+        return [str(exc)], None
+    problems = []
+    for name in art.names:  # each on its own: one damaged array's metadata does not hide the others'
         try:
             art.array(name)
         except ArtifactError as exc:
             problems.append(str(exc))
-    return problems, notices, art
+    return problems, art
 
 
 def verify(path) -> dict:
@@ -56,14 +54,14 @@ def verify(path) -> dict:
             problems.append(str(exc))
         models = {}  # checked model artifacts by resolved path
         for folder in [path / MODEL] + sorted((path / MODELS).glob("*.zarr")):
-            p, n, model = check_artifact(folder, MODEL_KIND)
+            p, model = check_artifact(folder, MODEL_KIND)
             problems += p
-            notices += n
             checked.append(str(folder.relative_to(path)))
             models[os.path.normpath(folder.absolute())] = model
+        entries = {}  # the log's line of each version, to hold each step folder to what it was made from
         if version is not None:
             try:
-                sd.log_entries(upto=version)
+                entries = {(e["step"], e.get("revision", 0)): e for e in sd.log_entries(upto=version)}
             except ArtifactError as exc:
                 problems.append(str(exc))
             checked.append("log.jsonl")
@@ -74,16 +72,15 @@ def verify(path) -> dict:
                 notices.append(f"{folder}: step {name} is above CURRENT (debris of a crashed write; the next update "
                                "or rollback removes it)")
                 continue
-            p, n, art = check_artifact(folder, STEP_KIND)
+            p, art = check_artifact(folder, STEP_KIND)
             problems += p
-            notices += n
             checked.append(rel)
             if art is not None:
                 try:
                     target = os.path.normpath(step_model_path(art).absolute())
                     if target not in models:
                         raise ArtifactError(f"{folder}: belongs to model {art.attr('model')}, which is missing")
-                    check_step_artifact(art, v, models[target], said_by="its name says")
+                    check_step_artifact(art, v, models[target], said_by="its name says", entry=entries.get(v))
                 except ArtifactError as exc:
                     problems.append(str(exc))
         if (path / RETENTION).exists():
@@ -96,10 +93,9 @@ def verify(path) -> dict:
             problems.append(f"{path}: CURRENT names step {version[0]}"
                             f"{'.' + str(version[1]) if version[1] else ''}, whose state folder is missing")
     else:
-        p, n, art = check_artifact(path)
+        p, art = check_artifact(path)
         kind = art.kind if art is not None else "artifact"
         problems += p
-        notices += n
         checked.append(path.name)
     return {"command": "verify", "path": str(path), "kind": kind, "intact": not problems, "problems": problems,
             "notices": notices, "checked": checked}

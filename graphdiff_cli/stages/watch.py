@@ -28,7 +28,9 @@ it has been applied (out-of-order arrival is applied in step order); a file for 
 applied is never applied again. ``State.update`` replaces ``CURRENT`` last, so a watcher killed at any
 moment leaves either the old step (the restarted watcher applies that file again, once) or the new one
 (the restarted watcher moves on). A file for an applied step whose bytes differ from those the STATE's
-log recorded for that step is reported as a conflict and left alone.
+log recorded for that step is reported as a conflict and left alone. A file may be deleted at any moment
+(a trainer cleaning up): one gone between a look at the inbox and its read is taken as not there (a step
+not yet applied is reported as "vanished" and waited for again), never as an error.
 
 Nothing here prints: events go to ``listener(event: dict)``; the result is a JSON-able dict.
 """
@@ -199,6 +201,9 @@ class _Watcher:
                 return
             raise
         except DataError as exc:
+            if not path.exists():  # deleted after the look at the inbox: not there (yet), not a bad file
+                self.listener({"event": "vanished", "step": step, "file": path.name})
+                return
             raise DataError(f"{exc} (step {step} of inbox {self.inbox}; the watcher stops here: fix or "
                             f"replace the file, then start it again)") from None
         entry = {"step": step, "file": path.name, "prompts": res["prompts"], "rollouts": res["rollouts"],
@@ -214,15 +219,17 @@ class _Watcher:
 
     def _apply_changes(self, changes: list[tuple[str, Path]], cur: int) -> bool:
         """Apply the prompt set changes due before step cur + 1 that the log does not hold yet (the first one
-        only; the caller looks again). Returns whether one was applied."""
-        from ..io.artifacts import hash_file
-
+        only; the caller looks again). Returns whether the inbox must be looked at again (one was applied, or
+        one vanished)."""
         if not changes:
             return False
         done = {e.get("prompts_hash") or e.get("ids_hash") for e in self.sd.log_entries()
                 if e.get("step") == cur and e.get("event") in ("extend", "retire")}
         for kind, path in changes:
-            digest = hash_file(path)
+            digest = _hash(path)
+            if digest is None:  # deleted since the look at the inbox
+                self.listener({"event": "vanished", "step": cur + 1, "file": path.name})
+                return True
             if digest in done:
                 continue
             try:
@@ -231,6 +238,9 @@ class _Watcher:
                 else:
                     res = self.st.retire(path, lock_timeout=self.lock_timeout)
             except DataError as exc:
+                if not path.exists():  # deleted after the look at the inbox
+                    self.listener({"event": "vanished", "step": cur + 1, "file": path.name})
+                    return True
                 raise DataError(f"{exc} ({path.name} of inbox {self.inbox}; the watcher stops here: fix or "
                                 f"replace the file, then start it again)") from None
             entry = {"kind": kind, "file": path.name, "version": res["version"],
@@ -267,8 +277,6 @@ class _Watcher:
 
     def _check_late(self, scan: InboxScan, cur: int) -> None:
         """A prompts-T or retire-T file for a step already applied must be one the log holds; else it came late."""
-        from ..io.artifacts import hash_file
-
         todo = [(step, kind, p) for step, changes in scan.changes.items() if step <= cur for kind, p in changes
                 if self._checked.get(p.name) != _signature(p)]
         if not todo:
@@ -276,8 +284,11 @@ class _Watcher:
         held = {(e["step"], e.get("prompts_hash") or e.get("ids_hash")) for e in self.sd.log_entries(upto=cur)
                 if e.get("event") in ("extend", "retire")}
         for step, kind, p in todo:
+            digest = _hash(p)
+            if digest is None:  # deleted since the look at the inbox
+                continue
             self._checked[p.name] = _signature(p)
-            if (step - 1, hash_file(p)) in held:
+            if (step - 1, digest) in held:
                 continue
             conflict = {"step": step, "file": p.name, "late": True, "applied_hash": None, "applied_from": None}
             self.conflicts[p.name] = conflict
@@ -293,15 +304,16 @@ class _Watcher:
                 and self._checked.get(p.name) != _signature(p)}
         if not todo:
             return
-        from ..io.artifacts import hash_file
-
         logged = {int(e["step"]): e for e in self.sd.log_entries(upto=cur) if not e.get("revision")}
         for step, p in sorted(todo.items()):
             sig = _signature(p)
+            actual = _hash(p)
+            if actual is None:  # deleted since the look at the inbox (a trainer cleaning up applied steps)
+                self._checked.pop(p.name, None)
+                continue
             self._checked[p.name] = sig
             entry = logged.get(step)
             recorded = None if entry is None else entry.get("outcomes_hash")
-            actual = hash_file(p)
             if recorded == actual:
                 self.conflicts.pop(p.name, None)
                 continue
@@ -318,6 +330,16 @@ class _Watcher:
             self.listener({"event": "waiting", "next_step": cur + 1, "later_steps": later,
                            "incomplete": list(scan.incomplete), "duplicates": scan.duplicates,
                            "invalid": list(scan.invalid)})
+
+
+def _hash(p: Path) -> str | None:
+    """The content hash of inbox file ``p``, or None when it is gone (deleted since the inbox was listed)."""
+    from ..io.artifacts import hash_file
+
+    try:
+        return hash_file(p)
+    except FileNotFoundError:
+        return None
 
 
 def _signature(p: Path) -> tuple:

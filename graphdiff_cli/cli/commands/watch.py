@@ -40,6 +40,9 @@ def _describe(event: dict) -> str | None:
         return (f"[yellow]warning:[/yellow] {event['file']} is for step {event['step']}, already applied from "
                 f"{event['applied_from']} with other bytes (hash {event['applied_hash']}, this file "
                 f"{event['hash']}); left alone. To re-apply, graphdiff rollback --to {event['step'] - 1} first.")
+    if kind == "vanished":
+        return (f"[yellow]warning:[/yellow] {event['file']} (for step {event['step']}) was deleted from the inbox "
+                "before it could be read; waiting for it again")
     if kind == "moved":
         return (f"[yellow]warning:[/yellow] another writer moved the STATE to step {event['current']} while "
                 f"step {event['step']} was being applied; following CURRENT")
