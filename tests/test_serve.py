@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from _handoff_fixtures import GRAPHDIFF, make_inputs
-from graphdiff_cli.cli.client import socket_path
+from graphdiff_cli.cli.wire import socket_path
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="no Unix sockets here")
 

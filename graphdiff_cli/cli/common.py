@@ -256,3 +256,32 @@ def command(name: str, **kwargs):
         return app.command(name, **kwargs)(wrapper)
 
     return decorate
+
+
+def run(argv: list[str]) -> int:
+    """Run one command line (``argv`` without the program name) and return its exit code: click's usage
+    errors (an unknown option, a missing or malformed value) become the same one line as every other error
+    (``graphdiff: error: ...``, exit 2) instead of a usage block and a boxed panel. The console script and
+    ``graphdiff serve`` (one call per request) both come here; ``app`` has every command once app.py
+    registered them."""
+    from typer.exceptions import TyperException
+
+    OUT.json = OUT.quiet = OUT.verbose = False  # per command line (a server runs many)
+    try:
+        code = app(args=list(argv), prog_name="graphdiff", standalone_mode=False)
+    except TyperException as exc:  # typer's click: a usage error (unknown option, bad value, missing argument)
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "graphdiff"
+        if not exc.format_message().strip():  # `graphdiff` alone: the help was printed, nothing failed
+            return getattr(exc, "exit_code", EXIT_USAGE)
+        OUT.json = OUT.json or "--json" in argv
+        try:
+            fail(f"{exc.format_message()} (see {where} --help)", getattr(exc, "exit_code", EXIT_USAGE), "usage")
+        except typer.Exit as done:
+            return done.exit_code
+    except typer.Abort:
+        try:
+            fail("interrupted", 130, "interrupted")
+        except typer.Exit as done:
+            return done.exit_code
+    return code if isinstance(code, int) else 0

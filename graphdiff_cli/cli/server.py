@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ..errors import StateError
-from .client import CONNECT_TIMEOUT, recv_message, send_message, socket_path
+from .wire import CONNECT_TIMEOUT, recv_message, send_message, socket_path
 
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
@@ -85,8 +85,7 @@ def _as_client(req: dict):
 
 def handle(req: dict) -> dict:
     """Run one forwarded command line; its exit code and captured output."""
-    from .app import run
-    from .common import OUT
+    from .common import OUT, run
 
     out, err = io.StringIO(), io.StringIO()
     mine = (OUT.json, OUT.quiet, OUT.verbose)  # the server's own output settings, not the request's
