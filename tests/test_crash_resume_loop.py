@@ -94,6 +94,7 @@ def test_a_killed_and_restarted_shell_loop_applies_every_step_exactly_once(tmp_p
             subprocess.run(["pkill", "-9", "-f", f"serve --state {work}/STATE"])  # a server left behind
         assert proc.returncode == 0, proc.stderr.read()
     assert kills >= 6
+    print(f"crash-resume loop: {kills} kills, {starts} starts")  # shown with pytest -s
 
     st = State.open(work / "STATE")
     assert st.step == STEPS
