@@ -11,9 +11,10 @@ The Python API:
     est.update(ids, n, s); p = est.predict()
 
     W, ids = load_graph("graph.zarr")                    # a graph artifact (or a STATE) as a scipy CSR matrix
+    labels, K = load_clusters("clusters.zarr", graph="graph.zarr")   # each prompt's state, and K
     nodes = prompt_index("STATE").nodes(["p1", "p7"])    # prompt ids -> node indices (unknown ids refused)
 
-``State``, ``Estimator``, ``EstimatorSettings``, ``load_graph`` and ``prompt_index`` are imported on first use, so
+``State``, ``Estimator``, ``EstimatorSettings``, ``load_graph``, ``load_clusters`` and ``prompt_index`` are imported on first use, so
 ``import graphdiff_cli.core`` stays free of the facade and its dependencies.
 """
 
@@ -45,7 +46,7 @@ def __getattr__(name):  # PEP 562: the facade on first use
         from .settings import EstimatorSettings
 
         return EstimatorSettings
-    if name in ("load_graph", "prompt_index"):
+    if name in ("load_graph", "load_clusters", "prompt_index"):
         from .io import lookup
 
         return getattr(lookup, name)
@@ -57,6 +58,7 @@ __all__ = [
     "Estimator",
     "EstimatorSettings",
     "load_graph",
+    "load_clusters",
     "prompt_index",
     "GraphdiffError",
     "InvalidArgumentError",

@@ -299,3 +299,21 @@ def test_a_rollback_to_the_current_step_removes_nothing(st, inputs):
         st.update(t, step_rows(ids, t))
     assert st.rollback(1)["removed_versions"] == ["2", "3"]
     assert st.rollback(1)["removed_versions"] == []
+
+
+def test_load_clusters_gives_the_estimators_labels_and_k(tmp_path):
+    """The README's Estimator snippet: W from load_graph, labels and K from load_clusters (checked against the
+    graph it was made from); the estimator built from them predicts what a STATE made from the same two does."""
+    from _handoff_fixtures import make_inputs
+    from graphdiff_cli import Estimator, load_clusters, load_graph
+
+    graph, clusters, ids = make_inputs(tmp_path, n=40, k_states=4, prefix="p")
+    w, gids = load_graph(graph)
+    labels, k = load_clusters(clusters, graph=graph)
+    assert k == 4 and labels.shape == (40,) and gids == ids and set(labels.tolist()) <= set(range(4))
+    est = Estimator(w, labels, n_states=k, device="cpu")
+    st = State.init(graph, clusters, tmp_path / "S", durable=False)
+    assert np.array_equal(est.predict(), st.estimates(ids)["p"])
+    other, _, _ = make_inputs(tmp_path / "other", n=40, k_states=4, prefix="p", seed=1)
+    with pytest.raises(DataError, match="made from graph .*, not from .*; run graphdiff cluster on this graph"):
+        load_clusters(clusters, graph=other)  # clusters not made from that graph

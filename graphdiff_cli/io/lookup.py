@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .artifacts import read_artifact
 from .estimator_store import is_state_dir
-from .readers import IdIndex, read_graph
+from .readers import IdIndex, read_clusters, read_graph
 from .state_dir import StateDir
 
 
@@ -20,6 +20,14 @@ def load_graph(path):
         return w, list(ids)
     g = read_graph(path)
     return g.w, g.ids
+
+
+def load_clusters(path, graph=None):
+    """``(labels, K)``: each prompt's spectral state in [0, K) from a clusters artifact, in its graph's node order
+    (what ``Estimator(W, labels, n_states=K)`` takes). Given ``graph`` (its graph artifact), the clusters must
+    have been made from it: provenance and ids are checked."""
+    c = read_clusters(path, read_graph(graph) if graph is not None else None)
+    return c.labels, c.k
 
 
 def prompt_index(path) -> IdIndex:
