@@ -26,14 +26,20 @@ def inputs(tmp_path_factory):
     return graph, clusters, ids
 
 
-@pytest.fixture
-def state(tmp_path, inputs):
+def _fed_state(tmp_path, inputs, name: str, seed: int = 0):
+    """A STATE of the shared inputs (keep 3) fed steps 1 and 2 of ``step_rows(..., seed=seed)``."""
     graph, clusters, ids = inputs
-    out = tmp_path / "STATE"
+    out = tmp_path / name
     State.init(graph, clusters, out, device="cpu", keep=3, durable=False)
     for t in (1, 2):
-        State.open(out, durable=False).update(t, write_outcomes(tmp_path / f"o{t}.jsonl", step_rows(ids, t)))
+        rows = step_rows(ids, t, seed=seed)
+        State.open(out, durable=False).update(t, write_outcomes(tmp_path / f"{name}_o{t}.jsonl", rows))
     return out
+
+
+@pytest.fixture
+def state(tmp_path, inputs):
+    return _fed_state(tmp_path, inputs, "STATE")
 
 
 def _chunks(array_dir: Path) -> list[Path]:
@@ -119,13 +125,7 @@ def test_a_damaged_state_is_refused_by_every_reader_and_update(state, inputs, tm
 @pytest.fixture
 def sibling(tmp_path, inputs):
     """A STATE of the same model (same graph, clusters, settings) fed other outcomes at steps 1 and 2."""
-    graph, clusters, ids = inputs
-    out = tmp_path / "SIBLING"
-    State.init(graph, clusters, out, device="cpu", keep=3, durable=False)
-    for t in (1, 2):
-        rows = step_rows(ids, t, seed=7)
-        State.open(out, durable=False).update(t, write_outcomes(tmp_path / f"sib{t}.jsonl", rows))
-    return out
+    return _fed_state(tmp_path, inputs, "SIBLING", seed=7)
 
 
 @pytest.mark.parametrize("step", [1, 2])

@@ -12,11 +12,10 @@ run here would. No server (or a stale socket): the command runs in this process,
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import sys
 
-from .wire import CONNECT_TIMEOUT, recv_message, send_message, socket_path
+from .wire import connect, forwarded, recv_message, send_message, socket_path
 
 FORWARDED = frozenset({"update", "predict", "select", "allocate", "status"})
 GLOBAL_FLAGS = frozenset({"--json", "-q", "--quiet", "-v", "--verbose"})
@@ -38,8 +37,7 @@ def _command_and_state(argv: list[str]) -> tuple[str | None, str | None]:
 
 
 def request(argv: list[str]) -> dict:
-    return {"argv": list(argv), "cwd": os.getcwd(),
-            "env": {k: v for k, v in os.environ.items() if k.startswith("GRAPHDIFF_") or k in ("NO_COLOR", "COLUMNS")}}
+    return {"argv": list(argv), "cwd": os.getcwd(), "env": {k: v for k, v in os.environ.items() if forwarded(k)}}
 
 
 def forward(argv: list[str]) -> int | None:
@@ -56,14 +54,10 @@ def forward(argv: list[str]) -> int | None:
             return None
     except OSError:
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = connect(path)
+    if sock is None:  # a stale socket (its server is gone): run here
+        return None
     try:
-        sock.settimeout(CONNECT_TIMEOUT)
-        try:
-            sock.connect(str(path))
-        except OSError:  # a stale socket (its server is gone): run here
-            return None
-        sock.settimeout(None)
         try:
             send_message(sock, request(argv))
             reply = recv_message(sock)

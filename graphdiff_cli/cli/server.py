@@ -21,21 +21,9 @@ import time
 from pathlib import Path
 
 from ..errors import StateError
-from .wire import CONNECT_TIMEOUT, recv_message, send_message, socket_path
+from .wire import connect, forwarded, recv_message, send_message, socket_path
 
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
-
-
-def _answers(path: Path) -> bool:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(CONNECT_TIMEOUT)
-    try:
-        s.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 def bind(state) -> tuple[socket.socket, Path]:
@@ -52,7 +40,9 @@ def bind(state) -> tuple[socket.socket, Path]:
     if mode is not None:
         if not stat.S_ISSOCK(mode):
             raise StateError(f"{path} exists and is not a socket: move it away to serve this STATE")
-        if _answers(path):
+        live = connect(path)
+        if live is not None:
+            live.close()
             raise StateError(f"another graphdiff serve already answers on {path}")
         path.unlink()
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -69,7 +59,7 @@ def bind(state) -> tuple[socket.socket, Path]:
 def _as_client(req: dict):
     """The client's working directory and GRAPHDIFF_* environment for one request."""
     cwd = os.getcwd()
-    saved = {k: v for k, v in os.environ.items() if k.startswith("GRAPHDIFF_") or k in ("NO_COLOR", "COLUMNS")}
+    saved = {k: v for k, v in os.environ.items() if forwarded(k)}
     for k in saved:
         del os.environ[k]
     os.environ.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
@@ -78,7 +68,7 @@ def _as_client(req: dict):
         yield
     finally:
         os.chdir(cwd)
-        for k in [k for k in os.environ if k.startswith("GRAPHDIFF_") or k in ("NO_COLOR", "COLUMNS")]:
+        for k in [k for k in os.environ if forwarded(k)]:
             del os.environ[k]
         os.environ.update(saved)
 

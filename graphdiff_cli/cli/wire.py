@@ -18,6 +18,24 @@ def socket_path(state) -> Path:
     return state.parent / f"{state.name}.sock"
 
 
+def forwarded(key: str) -> bool:
+    """An environment variable a forwarded command sees as the client's: graphdiff's own and the output ones."""
+    return key.startswith("GRAPHDIFF_") or key in ("NO_COLOR", "COLUMNS")
+
+
+def connect(path) -> socket.socket | None:
+    """A connection to the server listening on ``path``, or None when none answers (a stale socket)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        return None
+    sock.settimeout(None)
+    return sock
+
+
 def send_message(sock: socket.socket, obj: dict) -> None:
     data = json.dumps(obj).encode()
     sock.sendall(struct.pack(">Q", len(data)) + data)

@@ -216,12 +216,12 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
         pruned = txn.commit_step(entry)
     if sd.prune_skipped:  # pruning never stops a committed step: say why it did not run
         warnings.append(f"{sd.prune_skipped}; nothing is pruned until then")
-    if sd.sync_failed:  # applied (a retry is the no-op), but the disk may not hold it
-        warnings.append(sd.sync_failed)
+    durability = sd.durability()  # applied (a retry is the no-op), but the disk may not hold it
+    warnings += durability.pop("warnings")
     t_write = time.perf_counter()
     progress(4, 4)
     return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
-            "warnings": warnings, "durability_unknown": sd.sync_failed is not None,
+            "warnings": warnings, **durability,
             "retained": sd.retained_steps(),
             "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
                         "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,
@@ -307,7 +307,8 @@ def status(state, *, last: int = 10) -> dict:
 
     preset, overrides = preset_of(config)
     inert = sorted(inert_settings(from_dict({k: v for k, v in config.items() if k != "n_states"})))
-    return {"command": "status", "preset": preset, "overrides": overrides, "inert": inert, "state": str(sd.root), "step": step, "revision": rev, "current": rel,
+    return {"command": "status", "preset": preset, "overrides": overrides, "inert": inert, "state": str(sd.root),
+            "step": step, "revision": rev, "current": rel,
             "n_prompts": len(ids), "active": len(ids) - retired, "retired": retired,
             "joined": {str(int(t)): int(c) for t, c in zip(steps, counts)},
             "states": int(config["n_states"]), "edges": int(w.nnz // 2), "config": config,
