@@ -112,12 +112,12 @@ def test_joint_auto_choice_equals_brute_force_over_every_fixed_choice():
             # the propagated part is scored with the field of the counts in use (one harmonic solve a step):
             # exactly the brute force for the delta in use at every step so far, close for the others
             exact = used == {i} or j == 0  # weight 0: no propagated part at all
-            assert est.mix_errors_[i, j, k] == pytest.approx(e, rel=1e-6 if exact else 5e-2)
+            assert est.mix_errors_[i, j, 0, k] == pytest.approx(e, rel=1e-6 if exact else 5e-2)
         for i, d in enumerate(bl.TIME_GRID):
             np.testing.assert_allclose(est.time_counts_[i, 0], fixed[(i, 0, 0)].successes_decayed_, rtol=1e-12)
             np.testing.assert_allclose(est.time_counts_[i, 1], fixed[(i, 0, 0)].rollouts_decayed_, rtol=1e-12)
-    sub = est.mix_errors_[:, :, [0, 4, 8, 11]]
-    i, j, k = np.unravel_index(int(np.argmin(est.mix_errors_)), est.mix_errors_.shape)
+    sub = est.mix_errors_[:, :, 0][:, :, [0, 4, 8, 11]]
+    i, j, _, k = np.unravel_index(int(np.argmin(est.mix_errors_)), est.mix_errors_.shape)
     assert est.time_forgetting_ == bl.TIME_GRID[i] and est.propagation_ == bl.PROPAGATION_GRID[j]
     assert est.kappa_ == bl.KAPPA_GRID[k] and len(set(np.round(sub.ravel(), 6))) > 1
     if k in (0, 4, 8, 11):
@@ -128,9 +128,10 @@ def test_choose_mix_by_hand():
     e = np.full((3, 5, 12), 7.0)
     e[2, 1, 3] = 1.0
     assert bl.choose_mix(e) == (2, 1, 3)
-    assert bl.choose_mix(np.zeros((3, 5, 12)), start_weight=2) == (0, 2, 0)
+    assert bl.choose_mix(np.zeros((3, 5, 12)), start=(0, 2, 0)) == (0, 2, 0)
+    assert bl.choose_mix(np.zeros((3, 5, 5, 12))) == (0, 0, 0, 0)
     with pytest.raises(ValueError):
-        bl.choose_mix(np.zeros((3, 5)))
+        bl.choose_mix(np.zeros((3, 5)), start=(0, 1, 2))
 
 
 def test_online_choices_survive_save_and_load(tmp_path):

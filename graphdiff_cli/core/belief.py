@@ -166,15 +166,17 @@ def propagated_estimate(w_rows, degree: np.ndarray, field_nb: np.ndarray, fill: 
 TIME_GRID = np.array([1.0, 0.97, 0.9])
 
 
-def choose_mix(errors, start_weight: int = 0) -> tuple[int, int, int]:
-    """(time, weight, kappa) indices with the smallest summed prequential absolute error; ``errors`` has one
-    axis per choice made online: TIME_GRID (or the one time forgetting in use), PROPAGATION_GRID (or the one
-    weight in use), the kappas in play. Before any error: no time forgetting (index 0), ``start_weight``
-    and the first kappa (the smallest; ties go to the first of each axis, as for kappa alone)."""
+def choose_mix(errors, start=None) -> tuple[int, ...]:
+    """The indices, one per axis, with the smallest summed prequential absolute error; ``errors`` has one
+    axis per choice made online (the estimator's joint choice: TIME_GRID, PROPAGATION_GRID, the read-out's
+    weights, the kappas in play; an axis of one value where that choice is fixed). Before any error:
+    ``start`` (default: the first value of every axis); ties go to the first of each axis, as for kappa alone."""
     errors = np.asarray(errors, dtype=np.float64)
-    if errors.ndim != 3:
-        raise ValueError(f"expected a 3-axis error array, got shape {errors.shape}")
+    if errors.ndim < 1:
+        raise ValueError(f"expected an error array with one axis per choice, got shape {errors.shape}")
     if not errors.any():
-        return 0, int(start_weight), 0
-    i, j, k = np.unravel_index(int(np.argmin(errors)), errors.shape)
-    return int(i), int(j), int(k)
+        start = (0,) * errors.ndim if start is None else tuple(int(x) for x in start)
+        if len(start) != errors.ndim:
+            raise ValueError(f"start {start} has {len(start)} indices for {errors.ndim} axes")
+        return start
+    return tuple(int(x) for x in np.unravel_index(int(np.argmin(errors)), errors.shape))

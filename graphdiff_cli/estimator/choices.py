@@ -1,14 +1,17 @@
 """The settings the estimator chooses online (beyond the paper), with one scoreboard.
 
-prior_strength, belief_strength, label_propagation and time_forgetting may each be "auto": the estimator
+prior_strength, belief_strength, label_propagation, time_forgetting, readout and readout_ridge may each be
+"auto": the estimator
 then scores every candidate value prequentially - by what it would have said about each step's prompts
 just before their outcomes arrived - and uses the best so far (docs/estimator.md, "Improvements"). The
 scoreboard holds one board per choice in play:
 
-- ``mix_errors``: the joint choice, made when label_propagation or time_forgetting is "auto": the summed
-  absolute error of p-hat under every (time forgetting, propagation weight, kappa) in play
-  (``bl.choose_mix``); kappa, when "auto" (and not under gamma mixing, where it plays no part), is chosen
-  here too;
+- ``mix_errors``: the joint choice, made when label_propagation, time_forgetting or readout is "auto": the
+  summed absolute error of p-hat under every (time forgetting, propagation weight, read-out weight, kappa)
+  in play (``bl.choose_mix``); kappa, when "auto" (and not under gamma mixing, where it plays no part), is
+  chosen here too;
+- ``readout_errors``: the read-out's ridge strength (readout_ridge "auto" with the read-out on): the summed
+  absolute error of the read-out alone under each value of ``readout.RIDGE_GRID``;
 - ``kappa_errors``: kappa chosen alone (prior_strength "auto" without a joint choice): the summed absolute
   error per value of ``bl.KAPPA_GRID`` (``bl.choose_prior_strength``);
 - ``belief_loglik``: nu (belief_strength "auto"): the summed log-likelihood of the groups under the belief
@@ -24,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import belief as bl
+from ..core import readout as ro
 from ..errors import DataError
 from ..io import estimator_layout as layout
 
@@ -33,7 +37,8 @@ class OnlineChoices:
     the values in use. ``score`` computes a step's new boards without changing anything; ``commit`` makes
     them (and the forgotten counts under every delta) the state."""
 
-    def __init__(self, settings, n_nodes: int):
+    def __init__(self, settings, n_nodes: int, readout: bool = False):
+        # readout: whether the estimator has a read-out (readout set and embeddings given)
         c = settings
         self.settings = c
         # time_forgetting as it acts: offset mixing keeps per-visit offsets of its own, which a per-step decay
@@ -47,12 +52,20 @@ class OnlineChoices:
         w = c.label_propagation
         self.weights = bl.PROPAGATION_GRID if w == "auto" else np.array([0.0 if w is None else float(w)])
         self.times = bl.TIME_GRID if self.time_setting == "auto" else np.array([float(self.time_setting)])
-        self.joint = w == "auto" or self.time_setting == "auto"
-        self.start_weight = int(np.flatnonzero(bl.PROPAGATION_GRID == bl.PROPAGATION_START)[0]) if w == "auto" else 0
+        r = c.readout if readout else None
+        self.readout_on = r is not None
+        self.readouts = ro.READOUT_GRID if r == "auto" else np.array([0.0 if r is None else float(r)])
+        self.joint = w == "auto" or self.time_setting == "auto" or r == "auto"
+        # before any error: no time forgetting, propagation's start weight, the read-out's, the first kappa
+        self.start = (0, int(np.flatnonzero(bl.PROPAGATION_GRID == bl.PROPAGATION_START)[0]) if w == "auto" else 0,
+                      int(np.flatnonzero(ro.READOUT_GRID == ro.READOUT_START)[0]) if r == "auto" else 0, 0)
+        ridge_auto = self.readout_on and c.readout_ridge == "auto"
         self.shapes = {
             "kappa_errors": (bl.KAPPA_GRID.size,) if kappa_auto and not self.joint else (0,),
             "belief_loglik": (bl.KAPPA_GRID.size,) if c.belief_strength == "auto" else (0,),
-            "mix_errors": (self.times.size, self.weights.size, self.kappas.size) if self.joint else (0,),
+            "mix_errors": (self.times.size, self.weights.size, self.readouts.size, self.kappas.size) if self.joint
+            else (0,),
+            "readout_errors": (ro.RIDGE_GRID.size,) if ridge_auto else (0,),
         }
         self.board = {name: np.zeros(shape) for name, shape in self.shapes.items()}
         self.time_counts = np.zeros((bl.TIME_GRID.size, 2, n_nodes)) if self.time_setting == "auto" else None
@@ -62,9 +75,10 @@ class OnlineChoices:
 
     # -- the values in use ---------------------------------------------------------------------------
 
-    def _mix_choice(self, board=None) -> tuple[int, int, int]:
-        """(time, weight, kappa) indices of the joint choice, into ``times``, ``weights``, ``kappas``."""
-        return bl.choose_mix(self.board["mix_errors"] if board is None else board, self.start_weight)
+    def _mix_choice(self, board=None) -> tuple[int, int, int, int]:
+        """(time, weight, read-out weight, kappa) indices of the joint choice, into ``times``, ``weights``,
+        ``readouts``, ``kappas``."""
+        return bl.choose_mix(self.board["mix_errors"] if board is None else board, self.start)
 
     @property
     def kappa(self) -> float:
@@ -73,7 +87,7 @@ class OnlineChoices:
         if c.prior_strength != "auto":
             return float(c.prior_strength)
         if self.joint and c.mixing != "gamma":
-            return float(self.kappas[self._mix_choice()[2]])
+            return float(self.kappas[self._mix_choice()[3]])
         if self.in_play("kappa_errors"):
             return bl.choose_prior_strength(self.board["kappa_errors"])
         return float(bl.KAPPA_GRID[0])  # gamma mixing: kappa plays no part; the grid's first, as before any error
@@ -95,6 +109,24 @@ class OnlineChoices:
         return None if w is None else float(w)
 
     @property
+    def readout(self) -> float | None:
+        """The read-out's weight in the graph's estimate: the configured number, the online choice ("auto"), or
+        None when there is no read-out (readout null, or no embeddings)."""
+        if not self.readout_on:
+            return None
+        if self.settings.readout == "auto":
+            return float(self.readouts[self._mix_choice()[2]])
+        return float(self.settings.readout)
+
+    @property
+    def ridge(self) -> float:
+        """The read-out's ridge strength: the configured number or the online choice ("auto")."""
+        if self.settings.readout_ridge != "auto":
+            return float(self.settings.readout_ridge)
+        return ro.choose_ridge(self.board["readout_errors"]) if self.in_play("readout_errors") else \
+            float(ro.RIDGE_GRID[1])
+
+    @property
     def time_forgetting(self) -> float:
         """The per-step forgetting of prompts' own counts: the configured number or the online choice."""
         if self.time_setting == "auto":
@@ -109,14 +141,19 @@ class OnlineChoices:
         mixing. Nothing is changed."""
         board = dict(self.board)
         score_kappa, score_belief = self.in_play("kappa_errors"), self.in_play("belief_loglik")
-        if not len(obs) or not (score_kappa or score_belief or self.joint):
+        score_ridge = self.in_play("readout_errors")
+        if not len(obs) or not (score_kappa or score_belief or self.joint or score_ridge):
             return board
-        states, propagated = est._graph_parts(obs.ids, p_then)
-        p_graph = est._combine(states, propagated)
+        states, propagated, readout = est._graph_parts(obs.ids, p_then)
+        p_graph = est._combine(states, propagated, readout)
         rate = obs.s / np.maximum(obs.n, 1)
         no_u = np.zeros(len(obs))  # u only shapes the variance, which is not scored
+        if score_ridge:
+            board["readout_errors"] = board["readout_errors"] + [
+                np.abs(r - rate).sum() for r in est._readout_estimates(obs.ids, ro.RIDGE_GRID)]
         if self.joint:
-            board["mix_errors"] = board["mix_errors"] + self._candidate_errors(est, obs.ids, p_then, propagated, rate)
+            board["mix_errors"] = board["mix_errors"] + self._candidate_errors(est, obs.ids, p_then, propagated,
+                                                                               readout, rate)
         if score_kappa:
             board["kappa_errors"] = board["kappa_errors"] + [
                 np.abs(est._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum() for k in bl.KAPPA_GRID]
@@ -125,17 +162,20 @@ class OnlineChoices:
                 p_graph, est.successes_decayed_[obs.ids], est.rollouts_decayed_[obs.ids], obs.n, obs.s, bl.KAPPA_GRID)
         return board
 
-    def _candidate_errors(self, est, rows, p_model, propagated, rate) -> np.ndarray:
+    def _candidate_errors(self, est, rows, p_model, propagated, readout, rate) -> np.ndarray:
         """Absolute errors, summed over these prompts, of the p-hat each (time forgetting, propagation
-        weight, kappa) in play would have given them before their outcomes (the propagated estimate is the
-        one of the counts in use: one harmonic field per step)."""
-        out = np.zeros((self.times.size, self.weights.size, self.kappas.size))
+        weight, read-out weight, kappa) in play would have given them before their outcomes (the propagated
+        estimate and the read-out are those of the counts in use: one harmonic field and one fit per step)."""
+        out = np.zeros((self.times.size, self.weights.size, self.readouts.size, self.kappas.size))
         no_u = np.zeros(rows.size)
         counts = [None] if self.time_counts is None else [(tc[0], tc[1]) for tc in self.time_counts]
         for i, states in enumerate(est._states_estimates(rows, p_model, counts)):  # one neighbourhood read
             for j, wt in enumerate(self.weights):
-                m = states if propagated is None else (1.0 - wt) * states + wt * propagated
-                out[i, j] = [np.abs(est._mix(rows, m, no_u, k, counts[i])[0] - rate).sum() for k in self.kappas]
+                graph = states if propagated is None else (1.0 - wt) * states + wt * propagated
+                for r, wr in enumerate(self.readouts):
+                    m = graph if readout is None else (1.0 - wr) * graph + wr * readout
+                    out[i, j, r] = [np.abs(est._mix(rows, m, no_u, k, counts[i])[0] - rate).sum()
+                                    for k in self.kappas]
         return out
 
     def forget(self, board, forget, successes, rollouts):
@@ -146,8 +186,14 @@ class OnlineChoices:
             return (None, *forget(successes, rollouts, float(self.time_setting)))
         time_counts = np.stack([np.stack(forget(self.time_counts[i, 0], self.time_counts[i, 1], d))
                                 for i, d in enumerate(bl.TIME_GRID)])
-        i = bl.choose_mix(board["mix_errors"])[0]  # the time forgetting in use after this step
+        i = self.time_index(board)  # the time forgetting in use after this step
         return time_counts, time_counts[i, 0].copy(), time_counts[i, 1].copy()
+
+    def time_index(self, board=None) -> int:
+        """Index into ``times`` of the time forgetting in use (after ``board``, when given)."""
+        if not self.joint:
+            return 0
+        return self._mix_choice(None if board is None else board["mix_errors"])[0]
 
     def commit(self, board, time_counts) -> None:
         self.board, self.time_counts = board, time_counts

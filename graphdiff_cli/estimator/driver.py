@@ -3,6 +3,7 @@
     est = Estimator(graph, labels, n_states=K)                    # the default preset
     est = Estimator(graph, labels, n_states=K, preset="paper")    # Sections 3.4-3.6 exactly
     est = Estimator(graph, labels, n_states=K, preset="paper", beta=4.0, schedule="sequential")
+    est = Estimator(graph, labels, n_states=K, embeddings=E)    # + the read-out of the embedding
     stats = est.update(ids, n, s)   # one training step; stats["elbo"], stats["iterations"], ...
     p = est.predict(ids=None)       # p-hat for those node indices (all if None)
     est.save(path); est = Estimator.load(path)
@@ -23,6 +24,7 @@ import numpy as np
 
 from ..core import belief as bl
 from ..core import meanfield as mf
+from ..core import readout as ro
 from ..core.beta import mean_variance, zero_variance_from_moments
 from ..core.graph import validate_graph
 from ..errors import DataError, InvalidArgumentError
@@ -38,9 +40,12 @@ class Estimator:
 
     ``settings`` (an ``EstimatorSettings``) is used as it is; otherwise ``preset`` ("default" when
     omitted, or "paper") gives the settings and any keyword of ``graphdiff_cli.settings`` overrides one.
+    ``embeddings`` (N x d, row i the embedding of node i) lets the graph's estimate use the ridge read-out
+    of the embedding (setting ``readout``; docs/estimator.md): "auto" (the default preset) uses it when
+    they are given, a number needs them.
     """
 
-    def __init__(self, graph, labels, n_states: int, *, preset: str | None = None,
+    def __init__(self, graph, labels, n_states: int, *, embeddings=None, preset: str | None = None,
                  settings: EstimatorSettings | None = None, _q=None, _own_q: bool = False, **overrides):
         # _q (internal, from_state_dict): the N x K q to start from instead of A, so loading a state
         # never holds A and the saved q at once; _own_q: _q may be used in place (nobody else holds it)
@@ -60,6 +65,10 @@ class Estimator:
             i = int(np.flatnonzero((labels < 0) | (labels >= n_states))[0])
             raise DataError(f"labels[{i}] = {labels[i]} is out of range [0, {n_states})")
         w = validate_graph(graph, n_nodes=labels.size)
+        self._embeddings = _check_embeddings(embeddings, labels.size)
+        if self._embeddings is None and settings.readout not in (None, "auto"):
+            raise InvalidArgumentError(f"readout {settings.readout:g} needs the prompts' embeddings (embeddings=, or "
+                                       "graphdiff init with the embeddings artifact the graph was built from)")
         self.settings = settings
         self._spec = mf.ModelSpec(graph=w, labels=labels, n_states=int(n_states), beta=settings.beta,
                                   epsilon=settings.epsilon)
@@ -93,7 +102,11 @@ class Estimator:
         for a in layout.DRIVER_ARRAYS:  # a, b, the counts, the evidence: io.estimator_layout.STATE_ARRAYS
             setattr(self, a.attr, layout.initial(a, n, k))
         # the online choices' scoreboard, and the counts under every delta for time_forgetting "auto"
-        self.choices = OnlineChoices(self.settings, n)
+        self.choices = OnlineChoices(self.settings, n, readout=self.readout_on)
+        # the read-out's sufficient statistics (core.readout; empty when there is no read-out)
+        d = self._embeddings.shape[1] if self.readout_on else -1
+        self.readout_gram_, self.readout_moment_ = ro.empty_stats(d) if d >= 0 else (np.zeros((0, 0)), np.zeros(0))
+        self._theta: dict[float, np.ndarray | None] = {}  # the fit per ridge strength, until the stats change
         # label_propagation: the harmonic field of the forgotten counts (None until first needed)
         self.lp_field_: np.ndarray | None = None
         self._components: np.ndarray | None = None
@@ -123,6 +136,33 @@ class Estimator:
     @property
     def labels(self) -> np.ndarray:
         return self._spec.labels
+
+    @property
+    def embeddings(self) -> np.ndarray | None:
+        """The prompts' embeddings (N x d, float32) the read-out reads, or None."""
+        return self._embeddings
+
+    @property
+    def readout_on(self) -> bool:
+        """Whether the graph's estimate has the read-out of the embedding (readout set, embeddings given)."""
+        return self.settings.readout is not None and self._embeddings is not None
+
+    @property
+    def readout_(self) -> float | None:
+        """The read-out's weight in the graph's estimate: the configured number, the online choice ("auto"), or
+        None when there is no read-out."""
+        return self.choices.readout
+
+    @property
+    def readout_ridge_(self) -> float | None:
+        """The read-out's ridge strength in use (None when there is no read-out)."""
+        return self.choices.ridge if self.readout_on else None
+
+    @property
+    def readout_errors_(self) -> np.ndarray:
+        """readout_ridge "auto": per value of core.readout.RIDGE_GRID, the summed absolute error of the read-out
+        alone on each observed prompt before its outcomes (empty when not in play)."""
+        return self.choices.board["readout_errors"]
 
     @property
     def q_(self) -> np.ndarray:
@@ -244,9 +284,11 @@ class Estimator:
             "seconds": time.perf_counter() - t0,
         }
 
-    def extend(self, graph, labels) -> np.ndarray:
+    def extend(self, graph, labels, embeddings=None) -> np.ndarray:
         """Append prompts: nodes N.. of ``graph`` (the old W with the new prompts' edges, ``graphdiff
-        extend``) are new, with prior states ``labels[N:]`` (``labels[:N]`` must be the current ones).
+        extend``) are new, with prior states ``labels[N:]`` (``labels[:N]`` must be the current ones) and, when
+        the estimator has embeddings, embeddings ``embeddings`` (one row per new prompt; the read-out gives
+        them its estimate at once).
 
         A new prompt starts as a prompt does at init (q_i = A_i, no outcomes); when q is at a fixed point
         (the residual schedule after a converged step) the new rows are then relaxed by Proposition 1 with
@@ -270,6 +312,17 @@ class Estimator:
             raise DataError(f"extend: new labels must be in [0, {self.n_states})")
         w = validate_graph(graph, n_nodes=labels.size)
         m = labels.size - n
+        emb = self._embeddings
+        if emb is not None:
+            if embeddings is None:
+                raise DataError(f"extend: this estimator has the prompts' embeddings; give the {m} new prompts' too")
+            new = _check_embeddings(embeddings, m)
+            if new.shape[1] != emb.shape[1]:
+                raise DataError(f"extend: the new embeddings have {new.shape[1]} coordinates, the estimator's "
+                                f"{emb.shape[1]}")
+            emb = np.concatenate([emb, new])
+        elif embeddings is not None:
+            raise DataError("extend: this estimator has no embeddings; the new prompts' cannot be used")
         old = self._spec.graph
         top = w[:n, :n]
         changed = np.flatnonzero((np.diff(top.indptr) != np.diff(old.indptr))
@@ -295,7 +348,7 @@ class Estimator:
             lp_field, components = lp.grown_field(w, n, self.lp_field_, grown["successes_decayed_"],
                                                    grown["rollouts_decayed_"], self.global_counts_)
         # commit: plain assignments only
-        self._spec, self._q = spec, q
+        self._spec, self._q, self._embeddings = spec, q, emb
         for attr, value in grown.items():
             setattr(self, attr, value)
         self.choices.commit(self.choices.board, time_counts)
@@ -319,6 +372,13 @@ class Estimator:
 
         time_counts, succ_d, roll_d = self.choices.forget(board, forget, self.successes_decayed_,
                                                           self.rollouts_decayed_)
+        readout_stats = (self.readout_gram_, self.readout_moment_)
+        if self.readout_on:
+            # only the observed prompts' rates S / C moved, unless the time forgetting in use switched (a
+            # per-step decay scales S and C alike, so every other prompt's rate stays)
+            switched = self.choices.time_index(board) != self.choices.time_index()
+            readout_stats = self._readout_stats((self.successes_decayed_, self.rollouts_decayed_), (succ_d, roll_d),
+                                                obs.ids, rebuild=switched)
         off_d = self.offset_decayed_.copy()
         off_d[obs.ids] = lam * off_d[obs.ids] + (obs.s - obs.n * p_then)
         rho = self.settings.state_forgetting
@@ -338,6 +398,8 @@ class Estimator:
         self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
         self.successes_decayed_, self.rollouts_decayed_, self.offset_decayed_ = succ_d, roll_d, off_d
         self.state_evidence_, self.global_counts_ = state_ev, global_counts
+        self.readout_gram_, self.readout_moment_ = readout_stats
+        self._theta = {}
         self._dirty = dirty
         self._q_is_prior = False
         self.step_ += 1
@@ -425,19 +487,55 @@ class Estimator:
         """The graph's estimate m_i that the mixing combines with the prompt's own outcomes."""
         return self._combine(*self._graph_parts(rows, p_model))
 
-    def _combine(self, states: np.ndarray, propagated: np.ndarray | None) -> np.ndarray:
+    def _combine(self, states: np.ndarray, propagated: np.ndarray | None, readout: np.ndarray | None) -> np.ndarray:
+        """m = (1 - r) ((1 - w) states + w propagated) + r readout, w and r the weights in use."""
         w = self.propagation_
-        return states if propagated is None else (1.0 - w) * states + w * propagated
+        m = states if propagated is None else (1.0 - w) * states + w * propagated
+        if readout is None:
+            return m
+        r = self.readout_
+        return (1.0 - r) * m + r * readout
 
-    def _graph_parts(self, rows: np.ndarray, p_model: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """(the states' estimate, label propagation's estimate or None when it is off) for ``rows``."""
+    def _graph_parts(self, rows: np.ndarray, p_model: np.ndarray):
+        """(the states' estimate, label propagation's estimate, the read-out; each of the last two None when
+        off) for ``rows``."""
         states = self._states_estimate(rows, p_model)
+        readout = self._readout_estimates(rows, [self.choices.ridge])[0] if self.readout_on else None
         if self.settings.label_propagation is None:
-            return states, None
+            return states, None, readout
         field = self.lp_field_
         if field is None:  # before the first update: solved here, never stored (a read changes nothing)
             field = self._harmonic(self.successes_decayed_, self.rollouts_decayed_, self.global_counts_)
-        return states, lp.propagated(self._spec.graph[rows], field, self.global_counts_)
+        return states, lp.propagated(self._spec.graph[rows], field, self.global_counts_), readout
+
+    def _readout_estimates(self, rows: np.ndarray, ridges) -> list[np.ndarray]:
+        """The read-out of the embedding for ``rows`` under each ridge strength (``core.readout``): before any
+        outcome, the observed global rate."""
+        x = ro.features(self._embeddings[rows])
+        fill = lp.global_rate(self.global_counts_)
+        out = []
+        for ridge in ridges:
+            ridge = float(ridge)
+            if ridge not in self._theta:
+                self._theta[ridge] = ro.solve(self.readout_gram_, self.readout_moment_, ridge)
+            out.append(ro.predict(self._theta[ridge], x, fill))
+        return out
+
+    def _readout_stats(self, old: tuple, new: tuple, rows: np.ndarray, rebuild: bool) -> tuple:
+        """The read-out's (gram, moment) after the counts in use moved from ``old`` to ``new`` (each (successes,
+        rollouts) of every prompt): a rank-``len(rows)`` change, or, when every prompt's counts changed (the
+        time forgetting in use switched), a sum over every prompt with evidence, a block of rows at a time."""
+        if not rebuild:
+            x = ro.features(self._embeddings[rows])
+            return ro.changed_stats(self.readout_gram_, self.readout_moment_, x,
+                                    ro.rows_of(old[0][rows], old[1][rows]), ro.rows_of(new[0][rows], new[1][rows]))
+        gram, moment = ro.empty_stats(self._embeddings.shape[1])
+        seen = np.flatnonzero(new[1] > 0)
+        for i in range(0, seen.size, 65536):
+            part = seen[i:i + 65536]
+            g, m = ro.stats_of(ro.features(self._embeddings[part]), *ro.rows_of(new[0][part], new[1][part]))
+            gram, moment = gram + g, moment + m
+        return gram, moment
 
     def _states_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
@@ -474,11 +572,13 @@ class Estimator:
         """
         out = {"version": layout.VERSION, "n_states": self.n_states, "config": self.settings.as_dict(),
                "step": self.step_, "graph": self._spec.graph, "labels": self._spec.labels,
+               "embeddings": self._embeddings,
                "q": self.q_ if copy else self._q.detach().cpu().numpy()}
         for a in layout.DRIVER_ARRAYS:
             out[a.name] = getattr(self, a.attr).copy()
         out.update(self.choices.arrays(self.n_nodes))
         out["lp_field"] = np.zeros(0) if self.lp_field_ is None else self.lp_field_.copy()
+        out["readout_gram"], out["readout_moment"] = self.readout_gram_.copy(), self.readout_moment_.copy()
         out["dirty"] = np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy()
         out["at_fixed_point"] = np.array(self._dirty is not None)
         return out
@@ -496,7 +596,7 @@ class Estimator:
         cfg = dict(state["config"])
         if device is not None:
             cfg["device"] = device
-        est = cls(state["graph"], state["labels"], state["n_states"],
+        est = cls(state["graph"], state["labels"], state["n_states"], embeddings=state.get("embeddings"),
                   settings=from_dict(cfg, "saved estimator settings"), _q=state["q"], _own_q=not copy)
         n, k = est.n_nodes, est.n_states
         for a in layout.DRIVER_ARRAYS:
@@ -510,6 +610,12 @@ class Estimator:
         if field.size not in (0, n):
             raise DataError(f"saved lp_field has {field.size} values for {n} prompts")
         est.lp_field_ = field.copy() if field.size else None
+        gram, moment = (np.array(state[name], dtype=np.float64) for name in ("readout_gram", "readout_moment"))
+        if gram.shape != est.readout_gram_.shape or moment.shape != est.readout_moment_.shape:
+            raise DataError(f"saved readout_gram and readout_moment have shapes {gram.shape}, {moment.shape}; "
+                            f"expected {est.readout_gram_.shape}, {est.readout_moment_.shape} (the read-out of "
+                            "embeddings of this size)")
+        est.readout_gram_, est.readout_moment_ = gram, moment
         est.step_ = int(state["step"])
         if bool(np.asarray(state["at_fixed_point"])):
             est._dirty = np.asarray(state["dirty"], dtype=np.int64).copy()
@@ -544,3 +650,18 @@ class Estimator:
         mode = "cumulative" if c.window is None else f"window={c.window}"
         return (f"Estimator(N={self.n_nodes}, K={self.n_states}, beta={c.beta}, epsilon={c.epsilon}, "
                 f"gamma={c.gamma}, {mode}, schedule={c.schedule}, device={self.device_}, step={self.step_})")
+
+
+def _check_embeddings(embeddings, n: int) -> np.ndarray | None:
+    """``embeddings`` as an n x d float32 array of finite values (None stays None)."""
+    if embeddings is None:
+        return None
+    e = np.asarray(embeddings)
+    if e.ndim != 2 or e.shape[0] != n or e.shape[1] < 1 or e.dtype.kind not in "fiu":
+        raise DataError(f"embeddings must be a numeric {n} x d array (one row per prompt), got dtype {e.dtype}, "
+                        f"shape {e.shape}")
+    e = np.ascontiguousarray(e, dtype=np.float32)
+    if not np.isfinite(e).all():
+        i = int(np.flatnonzero(~np.isfinite(e).all(axis=1))[0])
+        raise DataError(f"embeddings row {i} holds a NaN or infinite value")
+    return e

@@ -78,7 +78,17 @@ def _v6_to_v7(state: dict) -> dict:
     return {**state, "n_states": n_states, "config": config, **boards}
 
 
-MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7}
+def _v7_to_v8(state: dict) -> dict:
+    """Version 8 added the read-out of the embedding: no read-out before it (its statistics and board empty),
+    and a read-out axis of one value (weight 0) in the joint choice's errors."""
+    mix = np.asarray(state["mix_errors"], dtype=np.float64)
+    if mix.ndim == 3:
+        mix = mix[:, :, None, :]
+    return {**state, "mix_errors": mix, "readout_errors": np.zeros(0), "readout_gram": np.zeros((0, 0)),
+            "readout_moment": np.zeros(0)}
+
+
+MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}
 
 
 def upgrade(state: dict) -> dict:

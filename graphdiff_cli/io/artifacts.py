@@ -48,8 +48,8 @@ ENCODINGS: dict[str, tuple[int, tuple[int, ...]]] = {
     "graph": (1, (1,)),
     "clusters": (1, (1,)),
     "estimator-model": (MODEL_VERSION, (1, MODEL_VERSION)),
-    "estimator-state": (STATE_VERSION, (1, STATE_VERSION)),
-    "estimator-step": (STATE_VERSION, (1, STATE_VERSION)),
+    "estimator-state": (STATE_VERSION, (1, 7, STATE_VERSION)),
+    "estimator-step": (STATE_VERSION, (1, 7, STATE_VERSION)),
 }
 
 

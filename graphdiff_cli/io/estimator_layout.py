@@ -23,6 +23,10 @@ an artifact holds tell which it is (``legacy_version``). From version 7 on the s
 7. the same arrays; ``n_states`` kept beside the settings instead of inside them, and a scoreboard the
    online choices do not keep (``kappa_errors`` under the joint choice, ``mix_errors`` without one,
    ``belief_loglik`` with belief_strength fixed) stored empty instead of as zeros nothing reads.
+8. + the read-out of the embedding (issue 33): its sufficient statistics ``readout_gram``, ``readout_moment``
+   and its ridge strength's board ``readout_errors`` (each empty without a read-out), and a read-out axis in
+   ``mix_errors`` (time, weight, read-out weight, kappa). The embeddings themselves are static: the model
+   artifact (and a standalone state) holds them as ``embeddings`` when the estimator has them.
 """
 
 from __future__ import annotations
@@ -94,12 +98,18 @@ STATE_ARRAYS: tuple[StateArray, ...] = (
                "chosen alone", CHOICES, "kappa_errors_"),
     StateArray("belief_loglik", "float64", OTHER, (None,), KEPT, "0 per KAPPA_GRID value; empty unless "
                "belief_strength is auto", CHOICES, "belief_loglik_"),
-    StateArray("mix_errors", "float64", OTHER, (None, None, None), KEPT, "0 per (time, weight, kappa) in play; "
-               "empty without a joint choice", CHOICES, "mix_errors_"),
+    StateArray("mix_errors", "float64", OTHER, (None, None, None, None), KEPT, "0 per (time, weight, read-out "
+               "weight, kappa) in play; empty without a joint choice", CHOICES, "mix_errors_"),
+    StateArray("readout_errors", "float64", OTHER, (None,), KEPT, "0 per RIDGE_GRID value; empty unless the "
+               "read-out is on with readout_ridge auto", CHOICES, "readout_errors_"),
     StateArray("time_counts", "float64", PROMPT, (None, 2, "N"), ZEROS, "0 per TIME_GRID delta; 0 x 2 x N unless "
                "time_forgetting is auto", CHOICES, "time_counts_", prompt_axis=2),
     StateArray("lp_field", "float64", PROMPT, (None,), SOLVED, "empty: solved at the first update (N after)",
                SPECIAL, "lp_field_"),
+    StateArray("readout_gram", "float64", OTHER, (None, None), KEPT, "0, (d + 1) x (d + 1): sum over prompts "
+               "with evidence of x x^T, x = [1, embedding]; 0 x 0 without a read-out", SPECIAL, "readout_gram_"),
+    StateArray("readout_moment", "float64", OTHER, (None,), KEPT, "0, d + 1: sum of x times the prompt's "
+               "forgotten rate; empty without a read-out", SPECIAL, "readout_moment_"),
     StateArray("dirty", "int64", OTHER, (None,), MARKED, "empty: q = A is not at a fixed point", SPECIAL, "_dirty"),
     StateArray("at_fixed_point", "bool", SCALAR, (), KEPT, "false", SPECIAL),
 )
@@ -107,7 +117,7 @@ DRIVER_ARRAYS = tuple(a for a in STATE_ARRAYS if a.owner == DRIVER)
 STATE_NAMES = tuple(a.name for a in STATE_ARRAYS)
 
 # besides the arrays: ``n_states`` (K), ``config`` (the settings), ``step``, ``graph`` and ``labels``
-VERSION = 7
+VERSION = 8
 # the estimator-model artifact: 1 wrote the settings with n_states inside them, twice (stamp params and the
 # config attribute); 2 writes the attributes n_states and config (the settings) once
 MODEL_VERSION = 2
@@ -121,7 +131,8 @@ LAYOUTS: dict[int, frozenset] = {
     4: _V2 | {"kappa_errors"},
     5: _V2 | {"kappa_errors", "belief_loglik"},
     6: _V2 | {"kappa_errors", "belief_loglik", "lp_field", "mix_errors", "time_counts"},
-    7: frozenset(STATE_NAMES),
+    7: _V2 | {"kappa_errors", "belief_loglik", "lp_field", "mix_errors", "time_counts"},
+    8: frozenset(STATE_NAMES),
 }
 LEGACY = (1, 2, 3, 4, 5, 6)  # stamped format_version 1
 

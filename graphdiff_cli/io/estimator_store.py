@@ -43,7 +43,7 @@ MODEL_KIND = "estimator-model"
 STEP_KIND = "estimator-step"
 
 # what a step never changes (n_states, config, step: attributes; version: the stamp's)
-_STATIC = ("version", "n_states", "config", "step", "graph", "labels")
+_STATIC = ("version", "n_states", "config", "step", "graph", "labels", "embeddings")
 
 
 def model_hash(graph: sp.csr_matrix, labels: np.ndarray) -> str:
@@ -110,12 +110,23 @@ def write_state(state: dict, path, *, inputs: dict | None = None, extra_attrs: d
     check_save_target(path)
     _check_current(state, path)
     g: sp.csr_matrix = state["graph"]
-    arrays = {**_graph_arrays(g), "labels": state["labels"],
+    arrays = {**_graph_arrays(g), "labels": state["labels"], **_embedding_arrays(state),
               **{k: v for k, v in state.items() if k not in _STATIC}}
     content = model_hash(g, state["labels"])
     attrs = {"n_states": state["n_states"], "config": state["config"], "step": state["step"]}
     return write_artifact(path, KIND, arrays, inputs={"model": content, **(inputs or {})},
                           attrs={**attrs, **(extra_attrs or {})}, durable=durable, before_replace=check_save_target)
+
+
+def _embedding_arrays(state: dict) -> dict:
+    """{"embeddings": the prompts' embeddings} when the estimator has them (its read-out reads them), else {}."""
+    emb = state.get("embeddings")
+    return {} if emb is None else {"embeddings": np.asarray(emb, dtype=np.float32)}
+
+
+def model_embeddings(model_art):
+    """The prompts' embeddings a model artifact holds (float32, N x d), or None when it holds none."""
+    return model_art.array("embeddings") if "embeddings" in model_art.names else None
 
 
 def _check_current(state: dict, path) -> None:
@@ -139,7 +150,7 @@ def save_model(state: dict, path, ids, *, inputs: dict | None = None, extra_attr
         raise ArtifactError(f"{path}: {len(ids)} ids for a model of {len(st['labels'])} prompts")
     content = model_hash(st["graph"], st["labels"])
     arrays = {"ids": np.asarray(ids, dtype=object), **_graph_arrays(st["graph"]), "labels": st["labels"],
-              **(extra_arrays or {})}
+              **_embedding_arrays(st), **(extra_arrays or {})}
     write_artifact(path, MODEL_KIND, arrays, inputs=inputs, content_hash=content,
                    attrs={"n_states": st["n_states"], "config": st["config"], **(extra_attrs or {})}, durable=durable)
     return content
@@ -310,10 +321,10 @@ def _read_step_legacy(art, model) -> dict:
 
 def _read_step(art, model) -> dict:
     """Version 7 of a step: n_states beside the settings (from the model, whatever its version)."""
-    _m_art, _ids, graph, labels, config = model
+    m_art, _ids, graph, labels, config = model
     settings = {k: v for k, v in config.items() if k != "n_states"}
     return {"n_states": config["n_states"], "config": settings, "step": art.attr("step"), "graph": graph,
-            "labels": labels, **read_step_arrays(art)}
+            "labels": labels, "embeddings": model_embeddings(m_art), **read_step_arrays(art)}
 
 
 # one reader per (kind, version) this graphdiff reads (io.artifacts.ENCODINGS lists the same versions)
@@ -321,8 +332,10 @@ _READERS = {
     (MODEL_KIND, 1): _model_config_v1,
     (MODEL_KIND, MODEL_VERSION): _model_config_v2,
     (KIND, 1): _read_standalone_legacy,
+    (KIND, 7): _read_standalone,
     (KIND, VERSION): _read_standalone,
     (STEP_KIND, 1): _read_step_legacy,
+    (STEP_KIND, 7): _read_step,
     (STEP_KIND, VERSION): _read_step,
 }
 

@@ -67,6 +67,26 @@ def init_settings(config=None, **flags):
                                DEFAULT_KEEP_EVERY if keep_every is None else keep_every)
 
 
+def readout_embeddings(graph, embeddings, settings) -> tuple:
+    """(the embeddings the STATE keeps for the read-out, in the graph's node order, or None; what init says
+    about it). The read-out (setting ``readout``) needs every prompt's embedding in the STATE: read from
+    ``embeddings``, else from where build-graph read them, when the read-out is on and they are there (a
+    number for ``readout`` without them is refused by the estimator). They cost N x d x 4 bytes in the model
+    artifact, written at init and at each extend (150,000 prompts x 384: 230 MB)."""
+    from ..io.readers import embedding_matrix
+
+    if settings.readout is None:
+        return None, {"on": False, "why": "readout is off (null)"}
+    path = embeddings if embeddings is not None else graph.art.attr("embeddings_path")
+    if path is None or not Path(path).exists():
+        why = (f"the embeddings the graph was built from are not at {path}" if path else
+               "the graph does not say where its embeddings are")
+        return None, {"on": False, "why": f"{why}; pass --embeddings to use the read-out"}
+    emb = embedding_matrix(path, graph).astype(np.float32)
+    return emb, {"on": True, "embeddings": str(Path(path).resolve()), "dim": int(emb.shape[1]),
+                 "bytes": int(emb.nbytes)}
+
+
 def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: Progress = no_progress,
                durable: bool = True, **flags) -> dict:
     """A new STATE directory at step 0 from a graph and its clusters (``flags``: ``preset``, ``keep``,
@@ -88,9 +108,10 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
     inp = read_inputs(graph, clusters)
     g_hash, c_hash = inp.graph.art.content_hash, inp.clusters.art.content_hash
     progress(1, 3)
-    est = Estimator(inp.w, inp.labels, n_states=inp.k, settings=settings)
-    progress(2, 3)
     model_arrays, model_attrs = init_model_extras(inp.graph, embeddings)
+    emb, readout = readout_embeddings(inp.graph, embeddings, settings)
+    est = Estimator(inp.w, inp.labels, n_states=inp.k, embeddings=emb, settings=settings)
+    progress(2, 3)
     sd = StateDir.create(out, est.state_dict(copy=False), inp.ids, keep=retention.keep,
                          keep_every=retention.keep_every, durable=durable,
                          inputs={"graph": g_hash, "clusters": c_hash},
@@ -100,7 +121,7 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
     progress(3, 3)
     return {"command": "init", "state": str(out), "step": 0, "n_prompts": len(inp.ids), "states": inp.k,
             "edges": int(inp.w.nnz // 2), "keep": retention.keep, "keep_every": retention.keep_every, "config": {"n_states": inp.k, **settings.as_dict()},
-            "model_hash": sd.model()[0].content_hash, "device": str(est.device_),
+            "model_hash": sd.model()[0].content_hash, "device": str(est.device_), "readout": readout,
             "timings": {"total_s": time.perf_counter() - t0}}
 
 

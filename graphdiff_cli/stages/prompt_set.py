@@ -249,7 +249,8 @@ def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str
         t_graph = time.perf_counter()
         progress(3, 4)
         step, rev = sd.current_version()
-        changed = est.extend(ext.graph, labels)
+        # the read-out reads every prompt's embedding: the new prompts' go with them
+        changed = est.extend(ext.graph, labels, embeddings=None if est.embeddings is None else x_new)
         added = model.array(ADDED_EMBEDDINGS)
         added_hashes = model.text_hashes(base=False)  # the added rows' only: no second read of the base
         joined = model.array(JOINED)
