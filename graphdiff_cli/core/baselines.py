@@ -10,7 +10,8 @@ peers' published ones (see docs / shared notes "peers"):
                        beta <- lam beta + (1 - lam) + (n - s); p_i = alpha / (alpha + beta).
 * ``GRESO``            last visit's mean reward; skip probability 1 - max(p^z, 0.01) from trailing
                        all-correct / all-wrong visits, p_e / p_h adapted each step.
-* ``VIP``              GP regression on logits of the previous step's rates, RBF kernel on embeddings.
+* ``VIP``              GP regression on logits of the previous step's rates, RBF kernel on embeddings, its
+                       posterior mean carried from step to step (the authors' trainer).
 * ``LabelPropagation`` harmonic function (Zhu et al. 2003) on the mutual-kNN graph W.
 * ``SampleBeforeRL`` / ``SampleBeforeStep`` (oracles, see ``OracleEstimator``).
 
@@ -321,34 +322,74 @@ class GRESO:
                                      self.p_min, self.p_max))
 
 
-class VIP:
-    """VIP's Gaussian-process predictor (Nguyen et al.).
-
-    Unit-norm embeddings e_i, RBF kernel k(i, j) = exp(-||e_i - e_j||^2 / (2 * 0.4^2)). The training
-    set T is the previous step's prompts with targets g_j = logit(clip(y_j, 1e-6, 1 - 1e-6)), y_j the
-    observed success rate; p_i = sigmoid(-1 + K_iT (K_TT + 1e-4 I)^-1 (g + 1)). Before any step the
-    prediction is the constant sigmoid(-1) (the GP prior mean -1 on the logit scale).
-    """
-
-    def __init__(self, embeddings: np.ndarray, length_scale: float = 0.4, noise: float = 1e-4,
-                 prior_mean: float = -1.0, clip: float = 1e-6, name: str = "vip"):
-        e = np.asarray(embeddings, dtype=np.float64)
-        if e.ndim != 2 or e.shape[0] < 1:
-            raise DataError(f"VIP needs a 2-D array of prompt embeddings, got shape {e.shape}")
-        if not np.all(np.isfinite(e)):
-            raise DataError("VIP embeddings contain NaN or infinite values")
+def _check_embeddings(embeddings, who: str, unit_norm: bool = False) -> np.ndarray:
+    """A finite 2-D float64 array of prompt embeddings (rows unit-normalised where ``unit_norm``)."""
+    e = np.asarray(embeddings, dtype=np.float64)
+    if e.ndim != 2 or e.shape[0] < 1 or e.shape[1] < 1:
+        raise DataError(f"{who} needs a 2-D array of prompt embeddings, got shape {e.shape}")
+    if not np.all(np.isfinite(e)):
+        raise DataError(f"{who} embeddings contain NaN or infinite values")
+    if unit_norm:
         norms = np.linalg.norm(e, axis=1)
         if not np.allclose(norms, 1.0, atol=1e-3):
             i = int(np.argmax(np.abs(norms - 1.0)))
-            raise DataError(f"VIP needs unit-norm embeddings; row {i} has norm {norms[i]:.4f}")
-        if length_scale <= 0 or noise < 0:
-            raise InvalidArgumentError("VIP length scale must be > 0 and noise >= 0")
+            raise DataError(f"{who} needs unit-norm embeddings; row {i} has norm {norms[i]:.4f}")
+        e = e / norms[:, None]
+    return e
+
+
+# rows of the N x |T| kernel block VIP's recursive update forms at once (bounds its memory at large N)
+_VIP_BLOCK = 4096
+
+
+class VIP:
+    """VIP's Gaussian-process predictor (Nguyen et al., "Adaptive Rollout Allocation for Online
+    Reinforcement Learning with Verifiable Rewards", ICLR 2026, arXiv:2602.01601), as its code runs it.
+
+    Checked against the authors' code (github.com/HieuNT91/VIP; its head now holds only a README, the
+    earlier commits hold the code): ``src/vip/success_rate_prediction/gaussian_process.py`` (class ``GPR``)
+    driven by ``train/vip/vip_ray_trainer.py`` (``_init_gbr``, ``_compute_allocation``):
+
+    * unit-norm all-MiniLM-L6-v2 embeddings e_i, Euclidean distances, RBF kernel
+      k(i, j) = exp(-||e_i - e_j||^2 / (2 l^2)), l = 0.4;
+    * before each step the GP is fitted on the previous step's prompts T (the trainer's last logged step)
+      with targets g_j = logit(clip(y_j, 1e-6, 1 - 1e-6)), y_j the observed success rate:
+      alpha = (K_TT + 1e-4 I)^-1 (g - mu_T), then mu <- mu + K_.T alpha for every prompt, and mu_T <- g
+      (a trained prompt's posterior mean is its own logit, exactly);
+    * the trainer builds ``GPR(reuse_mean=True, reuse_covariance=False)``: mu is *kept* from step to step
+      (``recursive=True`` here), so the mean after step t is the prior of step t + 1 - a recursive update
+      in which a prompt keeps its last observed logit and every other prompt the kernel-smoothed residuals
+      of every step so far. ``recursive=False`` resets mu to the prior mean before each fit
+      (``reuse_mean=False``: GPR's default, the authors' first prediction benchmark and the peers note's
+      rule): p_i = sigmoid(m0 + K_iT (K_TT + 1e-4 I)^-1 (g - m0)), T = the previous step only;
+    * p_i = sigmoid(mu_i); before any step mu = m0 everywhere: the constant sigmoid(m0).
+
+    Departures, each a setting: the prior mean m0 = -1 (``prior_mean``; the authors' trainer passes -5,
+    their benchmark scripts -1 and -5: -1 is the peers note's value and the less extreme cold start); the
+    length scale 0.4 (``length_scale``; 0.4 is hard-coded in one version of ``GPR``, a later version
+    defaults to 0.27); the covariance is never updated (as in the trainer, ``reuse_covariance=False``),
+    so VIP has no belief spread here (no ``moments``). A near-singular K_TT (duplicate embeddings) is
+    solved by least squares where their Cholesky would fail. The recursive update costs
+    O(N |T| d) per step (in blocks of ``_VIP_BLOCK`` rows), the non-recursive one O(|T|^2 d + |T|^3).
+    """
+
+    def __init__(self, embeddings: np.ndarray, length_scale: float = 0.4, noise: float = 1e-4,
+                 prior_mean: float = -1.0, recursive: bool = True, clip: float = 1e-6, name: str = "vip"):
+        e = _check_embeddings(embeddings, "VIP", unit_norm=True)
+        if not (length_scale > 0 and noise >= 0 and np.isfinite(prior_mean)):
+            raise InvalidArgumentError("VIP length scale must be > 0, noise >= 0 and the prior mean finite")
         self.name = name
-        self.embeddings = e / norms[:, None]
+        self.embeddings = e
         self.n_nodes = e.shape[0]
-        self.length_scale, self.noise, self.prior_mean, self.clip = length_scale, noise, prior_mean, clip
+        self.length_scale, self.noise, self.prior_mean, self.clip = (float(length_scale), float(noise),
+                                                                     float(prior_mean), float(clip))
+        self.recursive = bool(recursive)
+        # recursive: the posterior mean of every prompt (logit scale); otherwise the last fit's T, its
+        # weights (K_TT + noise I)^-1 (g - m0) and targets g
+        self.mean_: np.ndarray | None = np.full(self.n_nodes, self.prior_mean) if self.recursive else None
         self.train_ids_: np.ndarray | None = None
-        self.weights_: np.ndarray | None = None  # (K_TT + noise I)^-1 (g - prior_mean)
+        self.weights_: np.ndarray | None = None
+        self.targets_: np.ndarray | None = None
 
     def kernel(self, a_ids: np.ndarray, b_ids: np.ndarray) -> np.ndarray:
         ea, eb = self.embeddings[a_ids], self.embeddings[b_ids]
@@ -356,13 +397,24 @@ class VIP:
         sq = np.maximum(2.0 - 2.0 * (ea @ eb.T), 0.0)
         return np.exp(-sq / (2.0 * self.length_scale ** 2))
 
+    def _logit_mean(self, ids: np.ndarray) -> np.ndarray:
+        if self.recursive:
+            return self.mean_[ids]
+        if self.train_ids_ is None:
+            return np.full(ids.size, self.prior_mean)
+        f = self.prior_mean + self.kernel(ids, self.train_ids_) @ self.weights_
+        # a prompt of the training set has its own logit as posterior mean (GPR.fit: mean[train] = g_t)
+        pos = np.searchsorted(self.train_ids_, ids)
+        pos = np.minimum(pos, self.train_ids_.size - 1)
+        hit = self.train_ids_[pos] == ids
+        f[hit] = self.targets_[pos[hit]]
+        return f
+
     def predict(self, ids) -> np.ndarray:
         from scipy.special import expit
 
         ids = _check_ids(ids, self.n_nodes)
-        if self.train_ids_ is None:
-            return np.full(ids.size, expit(self.prior_mean))
-        return expit(self.prior_mean + self.kernel(ids, self.train_ids_) @ self.weights_)
+        return expit(self._logit_mean(ids))
 
     def update(self, ids, n, s) -> None:
         import scipy.linalg as sla
@@ -370,16 +422,21 @@ class VIP:
 
         ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
         if ids.size == 0:
-            return  # nothing observed: keep the previous step's training set
-        y = np.clip(s / n, self.clip, 1.0 - self.clip)
-        g = logit(y)
+            return  # nothing observed: the previous step's fit stays
+        g = logit(np.clip(s / n, self.clip, 1.0 - self.clip))
+        mu_t = self.mean_[ids] if self.recursive else np.full(ids.size, self.prior_mean)
         k = self.kernel(ids, ids) + self.noise * np.eye(ids.size)
         try:
-            w = sla.solve(k, g - self.prior_mean, assume_a="pos")
+            w = sla.solve(k, g - mu_t, assume_a="pos")
         except (np.linalg.LinAlgError, sla.LinAlgError):
             # near-duplicate embeddings make K_TT + 1e-4 I numerically singular: least squares instead
-            w = np.linalg.lstsq(k, g - self.prior_mean, rcond=None)[0]
-        self.train_ids_, self.weights_ = ids, w
+            w = np.linalg.lstsq(k, g - mu_t, rcond=None)[0]
+        if self.recursive:
+            for lo in range(0, self.n_nodes, _VIP_BLOCK):
+                rows = np.arange(lo, min(lo + _VIP_BLOCK, self.n_nodes))
+                self.mean_[rows] += self.kernel(rows, ids) @ w
+            self.mean_[ids] = g
+        self.train_ids_, self.weights_, self.targets_ = ids, w, g
 
 
 # ----------------------------------------------------------------------------------------------------
