@@ -12,6 +12,10 @@ peers' published ones (see docs / shared notes "peers"):
                        all-correct / all-wrong visits, p_e / p_h adapted each step.
 * ``VIP``              GP regression on logits of the previous step's rates, RBF kernel on embeddings, its
                        posterior mean carried from step to step (the authors' trainer).
+* ``RidgeReadout``     ridge read-out of the embedding fitted online on every outcome so far, blended with a
+                       seen prompt's own outcomes by evidence mixing (issue 33; ``core.readout``).
+* ``DOTS``             attention over the embeddings of the most recent observed prompts, calibrated linearly
+                       on them (Sun et al.'s adaptive difficulty prediction).
 * ``LabelPropagation`` harmonic function (Zhu et al. 2003) on the mutual-kNN graph W.
 * ``SampleBeforeRL`` / ``SampleBeforeStep`` (oracles, see ``OracleEstimator``).
 
@@ -42,8 +46,8 @@ from .harmonic import harmonic_solution
 
 __all__ = [
     "OnlineEstimator", "BeliefEstimator", "OracleEstimator", "aggregate_counts", "HistoryMean",
-    "DiscountedHistory", "MoPPS", "GRESO", "VIP", "LabelPropagation", "harmonic_solution", "SampleBeforeRL",
-    "SampleBeforeStep",
+    "DiscountedHistory", "MoPPS", "GRESO", "VIP", "RidgeReadout", "DOTS", "LabelPropagation", "harmonic_solution",
+    "SampleBeforeRL", "SampleBeforeStep",
 ]
 
 
@@ -434,6 +438,210 @@ class VIP:
                 self.mean_[rows] += self.kernel(rows, ids) @ w
             self.mean_[ids] = g
         self.train_ids_, self.weights_, self.targets_ = ids, w, g
+
+
+# ----------------------------------------------------------------------------------------------------
+# embedding read-outs: ridge (the project's own, issue 33) and DOTS's attention (Sun et al.)
+
+
+class RidgeReadout:
+    """The ridge read-out of the prompt embedding alone, fitted online (``core.readout``; issue 33).
+
+    Before each step the read-out is the ridge fit of every outcome so far: one row per prompt with
+    evidence, x_i = [1, e_i], target its observed rate S_i / C_i, weight 1, the intercept unpenalised and
+    the slopes by lambda. It is kept as the two sufficient statistics of ``core.readout`` (gram, moment),
+    updated row by row as a step changes its prompts' counts (``readout.changed_stats``: O(batch d^2) per
+    step, an O(d^3) solve per ridge strength, whatever N), never refitted from scratch.
+
+    m_i = clip(x_i . theta, 0, 1) is what the embedding says; an unseen prompt gets it (the global rate of
+    the outcomes so far, 0.5 before any, while no prompt has evidence). A seen prompt's own outcomes are
+    blended in by evidence mixing (``core.belief.mix_by_evidence``): p_i = (kappa m_i + S_i) / (kappa + C_i).
+
+    Both strengths are chosen online, prequentially, as the estimator chooses its own: before the counts
+    take a step's outcomes, each lambda of ``readout.RIDGE_GRID`` is charged the absolute errors of its
+    read-out on the step's prompts, and each kappa of ``belief.KAPPA_GRID`` those of the p it would have
+    given them (with the read-out at the lambda in use); p uses the lambda and the kappa with the smallest
+    sums (``readout.choose_ridge``: 10 before any error; ``belief.choose_prior_strength``: ties to the
+    smaller kappa). Every error is one per prompt and step, as ``evaluate`` scores.
+
+    The counts are raw, never forgotten (S_i, C_i sum every rollout of the prompt so far): a drifting
+    policy is followed only as far as new visits outweigh old ones. A point estimator (no belief spread,
+    no ``moments``), like VIP.
+    """
+
+    def __init__(self, embeddings: np.ndarray, name: str = "ridge"):
+        from . import belief, readout
+
+        e = _check_embeddings(embeddings, "the ridge read-out")
+        self.name = name
+        self.n_nodes = e.shape[0]
+        self.x = readout.features(e)
+        self.successes_ = np.zeros(self.n_nodes)
+        self.rollouts_ = np.zeros(self.n_nodes)
+        self.gram_, self.moment_ = readout.empty_stats(e.shape[1])
+        self.ridge_errors_ = np.zeros(readout.RIDGE_GRID.size)
+        self.kappa_errors_ = np.zeros(belief.KAPPA_GRID.size)
+        self._global = _GlobalMean()
+        self._theta: dict[float, np.ndarray | None] = {}  # ridge -> theta of the current statistics
+
+    @property
+    def ridge(self) -> float:
+        """The ridge strength in use (chosen online)."""
+        from . import readout
+
+        return readout.choose_ridge(self.ridge_errors_)
+
+    @property
+    def kappa(self) -> float:
+        """The evidence-mixing strength in use (chosen online)."""
+        from . import belief
+
+        return belief.choose_prior_strength(self.kappa_errors_)
+
+    def _readout(self, ids: np.ndarray, ridge: float) -> np.ndarray:
+        from . import readout
+
+        if ridge not in self._theta:
+            self._theta[ridge] = readout.solve(self.gram_, self.moment_, ridge)
+        return readout.predict(self._theta[ridge], self.x[ids], self._global.value)
+
+    def predict(self, ids) -> np.ndarray:
+        from .belief import mix_by_evidence
+
+        ids = _check_ids(ids, self.n_nodes)
+        m = self._readout(ids, self.ridge)
+        return mix_by_evidence(m, np.zeros(ids.size), self.successes_[ids], self.rollouts_[ids], self.kappa)[0]
+
+    def update(self, ids, n, s) -> None:
+        from . import belief, readout
+
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        if ids.size == 0:
+            return
+        rate = s / n
+        # prequential scores: what each strength would have predicted for these prompts before their outcomes
+        # (kappa's with the read-out predict used, at the ridge chosen before this step's errors)
+        m = self._readout(ids, self.ridge)
+        for j, lam in enumerate(readout.RIDGE_GRID):
+            self.ridge_errors_[j] += np.abs(self._readout(ids, float(lam)) - rate).sum()
+        c, sc = self.rollouts_[ids], self.successes_[ids]
+        for j, kappa in enumerate(belief.KAPPA_GRID):
+            self.kappa_errors_[j] += np.abs((kappa * m + sc) / (kappa + c) - rate).sum()
+        old = readout.rows_of(sc, c)
+        self.successes_[ids] += s
+        self.rollouts_[ids] += n
+        new = readout.rows_of(self.successes_[ids], self.rollouts_[ids])
+        self.gram_, self.moment_ = readout.changed_stats(self.gram_, self.moment_, self.x[ids], old, new)
+        self._global.add(n, s)
+        self._theta = {}
+
+
+# query rows whose attention scores DOTS forms at once (bounds its memory: block x reference set)
+_DOTS_BLOCK = 1024
+
+
+class DOTS:
+    """DOTS's adaptive difficulty prediction (Sun et al., "Improving Data Efficiency for LLM Reinforcement
+    Fine-tuning Through Difficulty-targeted Online Data Selection and Rollout Replay", NeurIPS 2025,
+    arXiv:2506.05316): a prompt's success rate as attention over the embeddings of a reference set of
+    prompts whose rates under the current policy are known.
+
+    Followed from the authors' code (github.com/ASTRAL-Group/data-efficient-llm-rl):
+
+    * the predictor (``rl_training/verl/verl/trainer/ppo/teacher_utils.py``, ``RegressionHead.forward``;
+      the same in ``adaptive_difficulty_prediction/model.py``): query and reference embeddings each go
+      through a projection LayerNorm -> Linear(s) -> LayerNorm, scores are the scaled dot products
+      q . r / sqrt(d), optionally kept to the ``top_k`` highest (masked to -inf otherwise), and the
+      prediction is sum_j softmax(score_j / tau)_j y_j over the reference set, tau = 1 at inference;
+    * the reference set (``ray_trainer_teacher_replay.py``, the data-selection block of ``fit``): a fresh
+      random draw of ``data.ref_size`` = 256 prompts each epoch, rolled out (8 rollouts) under the current
+      policy, labelled with their mean reward;
+    * the calibration (``TeacherModelWorker.predict``): a least-squares line y = a x + b fitted on the
+      reference prompts' own predictions (each reference prompt is among the queries and attends over the
+      reference set, itself included) against their labels, applied to every prediction.
+
+    What this replay can and cannot reproduce: there are no extra reference rollouts, so the reference set
+    is the ``ref_size`` most recently observed prompts (ties within a step in id order), labelled with
+    their latest visit's rate s / n, rebuilt after every step rather than every epoch. The projections and
+    DOTS's ``group_logit_temp`` head (an MLP of the reference labels' mean and spread setting a logit
+    temperature and bias) are trained offline on another pool's rollouts (the published checkpoint is for
+    Qwen2.5-Math-1.5B-Instruct embeddings of DeepScaleR); nothing to train them on exists here, so the
+    linear layers are the identity and the head is DOTS's own ``plain`` option: q = r = LayerNorm(e)
+    (no affine, eps 1e-5; the two LayerNorms of an identity projection compose to one), i.e. scores
+    sqrt(d) x the Pearson correlation of the two embeddings. The calibrated value is clipped to [0, 1]
+    (the authors' is not clipped; a probability here must be). ``calibrate=False`` drops the line.
+    Before any outcome: the constant 0.5. A point estimator (no ``moments``).
+
+    Cost per predict: O(|ids| x ref_size x d), in blocks of ``_DOTS_BLOCK`` queries; per update an
+    O(N) pass for the reference set and O(ref_size^2 d) for the calibration, whatever the number of
+    prompts observed.
+    """
+
+    LAYER_NORM_EPS = 1e-5
+
+    def __init__(self, embeddings: np.ndarray, ref_size: int = 256, tau: float = 1.0, top_k: int | None = None,
+                 calibrate: bool = True, name: str = "dots"):
+        e = _check_embeddings(embeddings, "DOTS")
+        if not isinstance(ref_size, (int, np.integer)) or ref_size < 1:
+            raise InvalidArgumentError(f"DOTS reference size must be a positive integer, got {ref_size!r}")
+        if not (isinstance(tau, (int, float)) and np.isfinite(tau) and tau > 0):
+            raise InvalidArgumentError(f"DOTS temperature must be a finite number > 0, got {tau!r}")
+        if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
+            raise InvalidArgumentError(f"DOTS top_k must be a positive integer or null, got {top_k!r}")
+        self.name = name
+        self.n_nodes, d = e.shape
+        self.ref_size, self.tau = int(ref_size), float(tau)
+        self.top_k = None if top_k is None else int(top_k)
+        self.calibrate = bool(calibrate)
+        centred = e - e.mean(axis=1, keepdims=True)
+        self.z = centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + self.LAYER_NORM_EPS)
+        self.scale = 1.0 / (np.sqrt(d) * self.tau)  # softmax(q . r / sqrt(d) / tau)
+        self.last_rate_ = np.full(self.n_nodes, np.nan)
+        self.last_step_ = np.full(self.n_nodes, -1, dtype=np.int64)
+        self._steps = 0
+        self.ref_ids_ = np.zeros(0, dtype=np.int64)
+        self.slope_, self.intercept_ = 1.0, 0.0
+
+    def attention(self, ids: np.ndarray, ref_ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """sum_j softmax(z_i . z_j / (sqrt(d) tau))_j values_j over ``ref_ids`` (its ``top_k`` best), per id."""
+        out = np.empty(ids.size)
+        zr = self.z[ref_ids]
+        k = self.top_k if self.top_k is not None and self.top_k < ref_ids.size else None
+        for lo in range(0, ids.size, _DOTS_BLOCK):
+            sc = (self.z[ids[lo:lo + _DOTS_BLOCK]] @ zr.T) * self.scale
+            if k is None:
+                v = np.broadcast_to(values, sc.shape)
+            else:
+                top = np.argpartition(-sc, k - 1, axis=1)[:, :k]
+                sc, v = np.take_along_axis(sc, top, axis=1), values[top]
+            w = np.exp(sc - sc.max(axis=1, keepdims=True))
+            out[lo:lo + _DOTS_BLOCK] = (w * v).sum(axis=1) / w.sum(axis=1)
+        return out
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        if self.ref_ids_.size == 0:
+            return np.full(ids.size, 0.5)
+        raw = self.attention(ids, self.ref_ids_, self.last_rate_[self.ref_ids_])
+        return np.clip(self.slope_ * raw + self.intercept_, 0.0, 1.0)
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        if ids.size == 0:
+            return
+        self._steps += 1
+        self.last_rate_[ids] = s / n
+        self.last_step_[ids] = self._steps
+        seen = np.flatnonzero(self.last_step_ >= 0)
+        order = np.lexsort((seen, -self.last_step_[seen]))  # newest step first, then id order
+        self.ref_ids_ = np.sort(seen[order[:self.ref_size]])
+        if self.calibrate:
+            y = self.last_rate_[self.ref_ids_]
+            x = self.attention(self.ref_ids_, self.ref_ids_, y)
+            # ordinary least squares of y on x (sklearn's LinearRegression; slope 0 when x is constant)
+            sxx = float(((x - x.mean()) ** 2).sum())
+            self.slope_ = float(((x - x.mean()) * (y - y.mean())).sum() / sxx) if sxx > 1e-12 else 0.0
+            self.intercept_ = float(y.mean() - self.slope_ * x.mean())
 
 
 # ----------------------------------------------------------------------------------------------------
