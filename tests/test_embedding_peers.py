@@ -192,3 +192,23 @@ def test_dots_refuses_bad_settings():
     for kw, msg in (({"ref_size": 0}, "reference size"), ({"tau": 0.0}, "temperature"), ({"top_k": 0}, "top_k")):
         with pytest.raises(InvalidArgumentError, match=msg):
             B.DOTS(e, **kw)
+
+
+def test_registry_skips_or_refuses_embedding_peers_without_embeddings():
+    import scipy.sparse as sp
+
+    from graphdiff_cli.methods import EMBEDDING_METHODS, build_methods, load_config, method_factories
+
+    assert EMBEDDING_METHODS == ("vip", "dots", "ridge")
+    cfg = load_config(None)
+    w = sp.csr_matrix((4, 4))
+    labels = np.zeros(4, dtype=np.int64)
+    got = method_factories(["history", "ridge", "dots", "vip"], cfg, w, labels, 1, None, 4)
+    assert list(got) == ["history"]
+    for key in EMBEDDING_METHODS:
+        with pytest.raises(InvalidArgumentError, match=f"method {key} needs prompt embeddings"):
+            build_methods([key], cfg, w, labels, 1, None, 4)
+    e = np.eye(4)
+    methods, described = build_methods(list(EMBEDDING_METHODS), cfg, w, labels, 1, e, 4)
+    assert [m.name for m in methods] == ["vip", "dots", "ridge"]
+    assert described["dots"]["ref_size"] == 256 and described["vip"]["recursive"] is True
