@@ -212,3 +212,57 @@ def test_registry_skips_or_refuses_embedding_peers_without_embeddings():
     methods, described = build_methods(list(EMBEDDING_METHODS), cfg, w, labels, 1, e, 4)
     assert [m.name for m in methods] == ["vip", "dots", "ridge"]
     assert described["dots"]["ref_size"] == 256 and described["vip"]["recursive"] is True
+
+
+@pytest.mark.slow  # embeds 64 real prompts with the bundled encoder: ~20 s on 2 cores
+@pytest.mark.shared_data
+def test_evaluate_with_the_embedding_peers_on_real_one_shot_prompts(shared_data, tmp_path):
+    """A real artifact: 64 One-Shot-RLVR prompts embedded, graphed and clustered by graphdiff, their first
+    five recorded visits as five steps; the report's ridge, DOTS and VIP figures are a direct replay's."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from graphdiff_cli.cli.app import app
+    from graphdiff_cli.core.replay import replay
+    from graphdiff_cli.io.readers import embedding_matrix, read_graph
+
+    def gd(*args):
+        res = CliRunner().invoke(app, [str(a) for a in args])
+        assert res.exit_code == 0, res.output
+        return res
+
+    src = shared_data / "oneshot_rlvr"
+    keep = {}
+    with open(src / "prompts.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            keep[row["index"]] = {"id": str(row["index"]), "prompt": row["problem"]}
+            if len(keep) == 64:
+                break
+    log = []
+    with open(src / "acc_history.jsonl", encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            if r["index"] in keep and r["visit"] < 5:
+                log.append({"step": r["visit"] + 1, "id": str(r["index"]), "n": r["n_rollouts"], "s": r["n_correct"]})
+    log.sort(key=lambda r: (r["step"], int(r["id"])))
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep.values()))
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    emb, graph, cl, out = (tmp_path / x for x in ("e.zarr", "g.zarr", "c.zarr", "report"))
+    gd("embed", tmp_path / "p.jsonl", "--out", emb)
+    gd("build-graph", emb, "--out", graph, "--k-nn", 8)
+    gd("cluster", graph, "--out", cl, "--states", 4)
+    res = gd("evaluate", "--log", tmp_path / "log.jsonl", "--graph", graph, "--clusters", cl, "--embeddings", emb,
+             "--out", out, "--methods", "history,vip,dots,ridge", "--device", "cpu", "--json")
+    assert json.loads(res.stdout)["methods"] == ["history", "vip", "dots", "ridge"]
+    doc = json.loads((out / "metrics.json").read_text())
+    g = read_graph(graph)
+    e = embedding_matrix(emb, g)
+    ids = g.index.nodes([r["id"] for r in log])
+    step, n, s = (np.array([r[k] for r in log]) for k in ("step", "n", "s"))
+    ref = replay(step, ids, n, s, [B.VIP(e), B.DOTS(e), B.RidgeReadout(e)])
+    for name in ("vip", "dots", "ridge"):
+        got = doc["metrics"]["methods"][name]["phases"]["full"]["all"]["mae"]
+        assert got == pytest.approx(float(np.mean(np.abs(ref.predictions[name] - ref.rate))), rel=1e-9)
+        assert 0.0 < got < 0.5
