@@ -1,8 +1,10 @@
 """The method registry: every estimator that ``evaluate``, the counterfactual replay and the benchmarks
 compare, built by key from one config.
 
-- ``METHOD_KEYS``: graphdiff, the peers (history, discounted history, MoPPS, GRESO, VIP, label
-  propagation) and the two oracles, in report order; ``parse_methods`` reads ``--methods``.
+- ``METHOD_KEYS``: graphdiff, the peers (history, discounted history, MoPPS, GRESO, the embedding peers
+  VIP, DOTS and the ridge read-out, label propagation) and the two oracles, in report order;
+  ``parse_methods`` reads ``--methods``. ``EMBEDDING_METHODS`` need prompt embeddings: without them
+  ``build_methods`` refuses them and ``method_factories`` leaves them out.
 - ``load_config``: the ``estimator`` section (graphdiff's settings, read by ``settings.config_layer`` as
   init reads it) and the peers' settings (``DEFAULT_CONFIG``; the workflow's ``evaluate.settings``) of a
   YAML/JSON file shaped like the Snakemake config.
@@ -22,10 +24,13 @@ import numpy as np
 from .errors import InvalidArgumentError
 
 # method keys accepted by --methods, in report order; oracles last
-METHOD_KEYS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "labelprop", "sbr", "sbs")
+METHOD_KEYS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "dots", "ridge", "labelprop", "sbr",
+               "sbs")
 ORACLE_KEYS = ("sbr", "sbs")
+# the methods that read the prompt embeddings (evaluate's --embeddings): skipped without them unless named
+EMBEDDING_METHODS = ("vip", "dots", "ridge")
 # the methods that can drive decisions in a counterfactual replay (no oracles)
-COUNTERFACTUAL_METHODS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "labelprop")
+COUNTERFACTUAL_METHODS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "dots", "ridge", "labelprop")
 # discounted history where it is not tuned on the log (hindsight): the peers' suggested start
 DISCOUNTED = {"lam": 0.9, "m": 1.0}
 
@@ -35,7 +40,14 @@ DEFAULT_CONFIG = {
         "discounted": {"lambdas": [1.0, 0.95, 0.9, 0.8, 0.7, 0.5], "m": [0.0, 0.5, 1.0, 2.0, 4.0]},
         "mopps": {"lambdas": [1.0, 0.5]},
         "greso": {"tau": 0.25},
-        "vip": {"length_scale": 0.4, "noise": 1e-4},
+        # VIP as the authors' trainer runs it (posterior mean carried from step to step), the prior mean of
+        # their benchmark and the peers note (their trainer: -5); recursive: false = the previous step only
+        "vip": {"length_scale": 0.4, "noise": 1e-4, "prior_mean": -1.0, "recursive": True},
+        # DOTS's inference settings: reference set of 256 (the most recent observed prompts here), softmax
+        # temperature 1, every reference prompt attended (top_k null), the least-squares calibration line
+        "dots": {"ref_size": 256, "tau": 1.0, "top_k": None, "calibrate": True},
+        # the ridge read-out: both its strengths (ridge, evidence mixing) are chosen online; nothing to set
+        "ridge": {},
         "oracles": {"probe": "resample", "seed": 0},
     },
 }
@@ -82,7 +94,7 @@ def load_config(path) -> dict:
     read as `graphdiff init --config` reads it (``settings.config_layer``: a preset and the settings that
     override it; a file of only those keys works too), and the peers' settings are the workflow's
     ``evaluate.settings``, or, in evaluate's older own shape, the ``evaluate`` section itself (its keys
-    discounted, mopps, greso, vip, oracles cannot be mistaken for the workflow's). They update
+    discounted, mopps, greso, vip, dots, ridge, oracles cannot be mistaken for the workflow's). They update
     ``DEFAULT_CONFIG``. Other top-level sections are ignored (one config file serves several commands);
     an unknown key inside these sections is refused in one line naming the file, so a typo cannot
     silently fall back to a default.
@@ -177,6 +189,13 @@ def tune_discounted(log: dict, n_nodes: int, lambdas, ms) -> tuple[dict, list[di
     return {"lam": best["lam"], "m": best["m"], "mae": best["mae"]}, rows
 
 
+def _flag(value, where: str) -> bool:
+    """A boolean setting, refused in one line when it is not one (YAML's "false" as text would be true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"{where} must be true or false, got {value!r}")
+    return bool(value)
+
+
 def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> tuple[list, dict]:
     """Instantiate the requested methods; returns (estimators, {name: description of its settings})."""
     from .core import baselines as B
@@ -190,6 +209,8 @@ def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> t
         described[m.name] = desc
 
     for key in keys:
+        if key in EMBEDDING_METHODS and embeddings is None:
+            raise InvalidArgumentError(f"method {key} needs prompt embeddings: pass --embeddings EMBED.zarr")
         if key == "graphdiff":
             add(GraphdiffMethod(Estimator(w, labels, k, settings=settings)),
                 {"method": "graphdiff", "preset": cfg.get("estimator_preset", "default"), "n_states": k,
@@ -206,8 +227,18 @@ def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> t
         elif key == "greso":
             add(B.GRESO(n_nodes, tau=float(ev["greso"]["tau"])), {"method": "GRESO", "tau": ev["greso"]["tau"]})
         elif key == "vip":
-            add(B.VIP(embeddings, length_scale=float(ev["vip"]["length_scale"]), noise=float(ev["vip"]["noise"])),
-                {"method": "VIP Gaussian process", **ev["vip"]})
+            v = ev["vip"]
+            add(B.VIP(embeddings, length_scale=float(v["length_scale"]), noise=float(v["noise"]),
+                      prior_mean=float(v["prior_mean"]), recursive=_flag(v["recursive"], "evaluate.vip.recursive")),
+                {"method": "VIP Gaussian process", **v})
+        elif key == "dots":
+            v = ev["dots"]
+            add(B.DOTS(embeddings, ref_size=v["ref_size"], tau=float(v["tau"]), top_k=v["top_k"],
+                       calibrate=_flag(v["calibrate"], "evaluate.dots.calibrate")),
+                {"method": "DOTS attention over the most recent observed prompts", **v})
+        elif key == "ridge":
+            add(B.RidgeReadout(embeddings),
+                {"method": "ridge read-out of the embedding, evidence mixing (strengths chosen online)"})
         elif key == "labelprop":
             add(B.LabelPropagation(w), {"method": "label propagation (harmonic function)"})
         elif key == "sbr":
@@ -220,14 +251,15 @@ def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> t
 
 
 def method_factories(keys, cfg, w, labels, k, embeddings, n_nodes) -> dict:
-    """{method name: zero-argument factory of a fresh estimator} for the given method keys (VIP is left
-    out without embeddings; discounted history at ``DISCOUNTED``, not tuned on the log)."""
+    """{method name: zero-argument factory of a fresh estimator} for the given method keys (the
+    ``EMBEDDING_METHODS`` are left out without embeddings; discounted history at ``DISCOUNTED``, not tuned
+    on the log)."""
     factories = {}
     for key in keys:
         if key not in COUNTERFACTUAL_METHODS:
             raise InvalidArgumentError(f"method {key!r} cannot drive decisions; choose from "
                                        f"{', '.join(COUNTERFACTUAL_METHODS)}")
-        if key == "vip" and embeddings is None:
+        if key in EMBEDDING_METHODS and embeddings is None:
             continue
         built, _ = build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)
         for idx, m in enumerate(built):

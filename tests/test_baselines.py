@@ -213,9 +213,10 @@ def _unit(x):
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def test_vip_on_three_points_matches_a_direct_gp_solve():
+@pytest.mark.parametrize("recursive", [True, False])
+def test_vip_on_three_points_matches_a_direct_gp_solve(recursive):
     e = _unit([[1, 0, 0], [0.8, 0.6, 0], [0, 1, 0], [0.6, 0, 0.8]])
-    v = VIP(e)
+    v = VIP(e, recursive=recursive)
     np.testing.assert_allclose(v.predict(a(0, 3)), expit(-1.0))  # step 1: constant sigmoid(-1)
     ids, n, s = a(0, 1, 2), a(8, 8, 8), a(8, 2, 0)
     v.update(ids, n, s)
@@ -224,19 +225,48 @@ def test_vip_on_three_points_matches_a_direct_gp_solve():
     sq = ((e[:, None, :] - e[None, :, :]) ** 2).sum(-1)
     k = np.exp(-sq / (2 * 0.4 ** 2))
     alpha = np.linalg.solve(k[np.ix_(ids, ids)] + 1e-4 * np.eye(3), g + 1)
-    want = expit(-1 + k[np.ix_([3, 0], ids)] @ alpha)
-    np.testing.assert_allclose(v.predict(a(3, 0)), want, rtol=1e-8)
-    # a training point is fitted almost exactly (noise 1e-4)
-    assert v.predict(a(1))[0] == pytest.approx(0.25, abs=1e-3)
+    np.testing.assert_allclose(v.predict(a(3)), expit(-1 + k[np.ix_([3], ids)] @ alpha), rtol=1e-8)
+    # a training prompt's posterior mean is its own logit (GPR.fit: mean[train_indices] = g_t)
+    np.testing.assert_allclose(v.predict(a(0, 1, 2)), y, rtol=1e-12)
 
 
-def test_vip_uses_only_the_previous_step():
+def _vip_reference(e, steps, prior=-1.0, ell=0.4):
+    """VIP's GPR.fit with reuse_mean=True, reuse_covariance=False, written out as its code has it."""
+    sq = ((e[:, None, :] - e[None, :, :]) ** 2).sum(-1)
+    cov = np.exp(-0.5 * sq / ell ** 2)
+    mean = np.zeros(e.shape[0]) + prior
+    for ids, acc in steps:
+        g = logit(np.clip(acc, 1e-6, 1 - 1e-6))
+        alpha = np.linalg.solve(cov[np.ix_(ids, ids)] + 1e-4 * np.eye(len(ids)), g - mean[ids])
+        mean = mean + cov[:, ids] @ alpha
+        mean[ids] = g
+    return expit(mean)
+
+
+def test_vip_recursive_matches_the_authors_update_over_several_steps():
+    rng = np.random.default_rng(3)
+    e = _unit(rng.standard_normal((40, 5)))
+    v = VIP(e, prior_mean=-5.0)
+    steps = []
+    for _ in range(4):
+        ids = np.sort(rng.choice(40, 9, replace=False))
+        s = rng.integers(0, 9, ids.size)
+        v.update(ids, np.full(ids.size, 8), s)
+        steps.append((ids, s / 8))
+    np.testing.assert_allclose(v.predict(np.arange(40)), _vip_reference(e, steps, prior=-5.0), rtol=1e-9)
+
+
+def test_vip_recursive_keeps_what_the_previous_step_forgets():
     e = _unit(np.eye(3))
-    v = VIP(e)
+    v = VIP(e, recursive=False)
     v.update(a(0), a(8), a(8))
     v.update(a(1), a(8), a(4))
     # orthogonal embeddings: k = exp(-2 / 0.32) ~ 0.002, so prompt 0 is back near the prior mean
     assert v.predict(a(0))[0] == pytest.approx(expit(-1.0), abs=0.01)
+    r = VIP(e)  # the authors' trainer: the posterior mean is carried, prompt 0 keeps its logit
+    r.update(a(0), a(8), a(8))
+    r.update(a(1), a(8), a(4))
+    assert r.predict(a(0, 1)) == pytest.approx([1 - 1e-6, 0.5], abs=1e-3)
 
 
 def test_vip_refuses_embeddings_that_are_not_unit_norm():

@@ -75,7 +75,8 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["report.md", "report.html", "metrics.json", "answer.png", "batch_mean.png", "mae_over_steps.png", "reliability.png"])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging leftovers
-    assert summary["methods"][:2] == ["graphdiff", "history"] and "vip" in summary["methods"]
+    assert summary["methods"][:2] == ["graphdiff", "history"]
+    assert {"vip", "dots", "ridge"} <= set(summary["methods"])
     assert summary["oracles"] == ["oracle-sbr", "oracle-sbs"]
     doc = json.loads((out / "metrics.json").read_text())  # strict JSON (NaN written as null)
     sim = world["sim"]
@@ -130,14 +131,56 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
     assert page.count('src="data:image/png;base64,') == 4 and "<table>" in page and "The answer first" in page
 
 
-def test_methods_subset_and_vip_needs_embeddings(world, tmp_path):
+def test_methods_subset_and_embedding_peers_need_embeddings(world, tmp_path):
     res = _eval(world, tmp_path / "r", "--methods", "history,mopps", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["methods"] == ["history", "mopps(lam=1)", "mopps(lam=0.5)"]
-    res = _eval(world, tmp_path / "r2", "--methods", "vip")
-    assert res.exit_code == 2 and "--embeddings" in res.output
+    for key in ("vip", "dots", "ridge"):  # named without embeddings: refused in one line, nothing written
+        res = _eval(world, tmp_path / f"r2{key}", "--methods", f"history,{key}")
+        assert res.exit_code == 2 and f"method {key} needs prompt embeddings" in res.output
+        assert not (tmp_path / f"r2{key}").exists()
     res = _eval(world, tmp_path / "r3", "--methods", "oracle")
     assert res.exit_code == 2 and "unknown method" in res.output
+
+
+def test_embedding_peers_in_the_report_and_the_decisions_replay(world, tmp_path):
+    """vip, dots and ridge: the report's figures are a direct replay's, and each drives the Decisions replay."""
+    from graphdiff_cli.io.readers import embedding_matrix, read_graph
+
+    d = world["dir"]
+    out = tmp_path / "r"
+    res = _eval(world, out, "--embeddings", d / "emb.zarr", "--methods", "history,vip,dots,ridge", "--counterfactual",
+                "--pool-factor", "1.5", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["methods"] == ["history", "vip", "dots", "ridge"]
+    doc = json.loads((out / "metrics.json").read_text())
+    e = embedding_matrix(d / "emb.zarr", read_graph(d / "graph.zarr"))
+    sim = world["sim"]
+    ref = replay(sim.step, sim.id, sim.n, sim.s, [B.VIP(e), B.DOTS(e), B.RidgeReadout(e)])
+    for name in ("vip", "dots", "ridge"):
+        assert doc["metrics"]["methods"][name]["phases"]["full"]["all"]["mae"] == pytest.approx(
+            float(np.mean(np.abs(ref.predictions[name] - ref.rate))), rel=1e-9)
+    assert doc["settings"]["dots"]["ref_size"] == 256 and doc["settings"]["vip"]["recursive"] is True
+    cf = doc["counterfactual"]
+    assert cf["methods"] == ["history", "vip", "dots", "ridge"]
+    for part in ("selection", "allocation"):
+        assert {"vip", "dots", "ridge"} <= {r["estimator"] for r in cf[part]["results"]}
+    md = (out / "report.md").read_text()
+    assert "| dots |" in md and "| ridge |" in md and "| target | ridge |" in md
+    # a setting of theirs comes from the config's evaluate.settings, checked like the others
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("evaluate:\n  settings:\n    dots: {ref_size: 16, top_k: 4}\n    vip: {recursive: false}\n")
+    res = _eval(world, tmp_path / "r2", "--embeddings", d / "emb.zarr", "--methods", "dots,vip", "--config", cfg,
+                "--no-counterfactual")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "r2" / "metrics.json").read_text())
+    ref = replay(sim.step, sim.id, sim.n, sim.s, [B.DOTS(e, ref_size=16, top_k=4), B.VIP(e, recursive=False)])
+    for name in ("dots", "vip"):
+        assert doc["metrics"]["methods"][name]["phases"]["full"]["all"]["mae"] == pytest.approx(
+            float(np.mean(np.abs(ref.predictions[name] - ref.rate))), rel=1e-9)
+    cfg.write_text("evaluate:\n  settings:\n    vip: {recursive: 'no'}\n")
+    res = _eval(world, tmp_path / "r3", "--embeddings", d / "emb.zarr", "--methods", "vip", "--config", cfg)
+    assert res.exit_code == 2 and "evaluate.vip.recursive must be true or false" in res.output
 
 
 def test_counterfactual_section_matches_the_stage_run_directly(world, tmp_path):

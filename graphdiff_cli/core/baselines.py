@@ -10,7 +10,12 @@ peers' published ones (see docs / shared notes "peers"):
                        beta <- lam beta + (1 - lam) + (n - s); p_i = alpha / (alpha + beta).
 * ``GRESO``            last visit's mean reward; skip probability 1 - max(p^z, 0.01) from trailing
                        all-correct / all-wrong visits, p_e / p_h adapted each step.
-* ``VIP``              GP regression on logits of the previous step's rates, RBF kernel on embeddings.
+* ``VIP``              GP regression on logits of the previous step's rates, RBF kernel on embeddings, its
+                       posterior mean carried from step to step (the authors' trainer).
+* ``RidgeReadout``     ridge read-out of the embedding fitted online on every outcome so far, blended with a
+                       seen prompt's own outcomes by evidence mixing (issue 33; ``core.readout``).
+* ``DOTS``             attention over the embeddings of the most recent observed prompts, calibrated linearly
+                       on them (Sun et al.'s adaptive difficulty prediction).
 * ``LabelPropagation`` harmonic function (Zhu et al. 2003) on the mutual-kNN graph W.
 * ``SampleBeforeRL`` / ``SampleBeforeStep`` (oracles, see ``OracleEstimator``).
 
@@ -30,7 +35,6 @@ handed outcomes of the batch it is predicting.
 
 from __future__ import annotations
 
-import threading
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -38,14 +42,12 @@ import scipy.sparse as sp
 
 from ..errors import DataError, InvalidArgumentError
 from . import beta as B
-from .graph import row_parallel_matvec
-
-_SOLVE_LOCK = threading.Lock()
+from .harmonic import harmonic_solution
 
 __all__ = [
     "OnlineEstimator", "BeliefEstimator", "OracleEstimator", "aggregate_counts", "HistoryMean",
-    "DiscountedHistory", "MoPPS", "GRESO", "VIP", "LabelPropagation", "harmonic_solution", "SampleBeforeRL",
-    "SampleBeforeStep",
+    "DiscountedHistory", "MoPPS", "GRESO", "VIP", "RidgeReadout", "DOTS", "LabelPropagation", "harmonic_solution",
+    "SampleBeforeRL", "SampleBeforeStep",
 ]
 
 
@@ -321,34 +323,74 @@ class GRESO:
                                      self.p_min, self.p_max))
 
 
-class VIP:
-    """VIP's Gaussian-process predictor (Nguyen et al.).
-
-    Unit-norm embeddings e_i, RBF kernel k(i, j) = exp(-||e_i - e_j||^2 / (2 * 0.4^2)). The training
-    set T is the previous step's prompts with targets g_j = logit(clip(y_j, 1e-6, 1 - 1e-6)), y_j the
-    observed success rate; p_i = sigmoid(-1 + K_iT (K_TT + 1e-4 I)^-1 (g + 1)). Before any step the
-    prediction is the constant sigmoid(-1) (the GP prior mean -1 on the logit scale).
-    """
-
-    def __init__(self, embeddings: np.ndarray, length_scale: float = 0.4, noise: float = 1e-4,
-                 prior_mean: float = -1.0, clip: float = 1e-6, name: str = "vip"):
-        e = np.asarray(embeddings, dtype=np.float64)
-        if e.ndim != 2 or e.shape[0] < 1:
-            raise DataError(f"VIP needs a 2-D array of prompt embeddings, got shape {e.shape}")
-        if not np.all(np.isfinite(e)):
-            raise DataError("VIP embeddings contain NaN or infinite values")
+def _check_embeddings(embeddings, who: str, unit_norm: bool = False) -> np.ndarray:
+    """A finite 2-D float64 array of prompt embeddings (rows unit-normalised where ``unit_norm``)."""
+    e = np.asarray(embeddings, dtype=np.float64)
+    if e.ndim != 2 or e.shape[0] < 1 or e.shape[1] < 1:
+        raise DataError(f"{who} needs a 2-D array of prompt embeddings, got shape {e.shape}")
+    if not np.all(np.isfinite(e)):
+        raise DataError(f"{who} embeddings contain NaN or infinite values")
+    if unit_norm:
         norms = np.linalg.norm(e, axis=1)
         if not np.allclose(norms, 1.0, atol=1e-3):
             i = int(np.argmax(np.abs(norms - 1.0)))
-            raise DataError(f"VIP needs unit-norm embeddings; row {i} has norm {norms[i]:.4f}")
-        if length_scale <= 0 or noise < 0:
-            raise InvalidArgumentError("VIP length scale must be > 0 and noise >= 0")
+            raise DataError(f"{who} needs unit-norm embeddings; row {i} has norm {norms[i]:.4f}")
+        e = e / norms[:, None]
+    return e
+
+
+# rows of the N x |T| kernel block VIP's recursive update forms at once (bounds its memory at large N)
+_VIP_BLOCK = 4096
+
+
+class VIP:
+    """VIP's Gaussian-process predictor (Nguyen et al., "Adaptive Rollout Allocation for Online
+    Reinforcement Learning with Verifiable Rewards", ICLR 2026, arXiv:2602.01601), as its code runs it.
+
+    Checked against the authors' code (github.com/HieuNT91/VIP; its head now holds only a README, the
+    earlier commits hold the code): ``src/vip/success_rate_prediction/gaussian_process.py`` (class ``GPR``)
+    driven by ``train/vip/vip_ray_trainer.py`` (``_init_gbr``, ``_compute_allocation``):
+
+    * unit-norm all-MiniLM-L6-v2 embeddings e_i, Euclidean distances, RBF kernel
+      k(i, j) = exp(-||e_i - e_j||^2 / (2 l^2)), l = 0.4;
+    * before each step the GP is fitted on the previous step's prompts T (the trainer's last logged step)
+      with targets g_j = logit(clip(y_j, 1e-6, 1 - 1e-6)), y_j the observed success rate:
+      alpha = (K_TT + 1e-4 I)^-1 (g - mu_T), then mu <- mu + K_.T alpha for every prompt, and mu_T <- g
+      (a trained prompt's posterior mean is its own logit, exactly);
+    * the trainer builds ``GPR(reuse_mean=True, reuse_covariance=False)``: mu is *kept* from step to step
+      (``recursive=True`` here), so the mean after step t is the prior of step t + 1 - a recursive update
+      in which a prompt keeps its last observed logit and every other prompt the kernel-smoothed residuals
+      of every step so far. ``recursive=False`` resets mu to the prior mean before each fit
+      (``reuse_mean=False``: GPR's default, the authors' first prediction benchmark and the peers note's
+      rule): p_i = sigmoid(m0 + K_iT (K_TT + 1e-4 I)^-1 (g - m0)), T = the previous step only;
+    * p_i = sigmoid(mu_i); before any step mu = m0 everywhere: the constant sigmoid(m0).
+
+    Departures, each a setting: the prior mean m0 = -1 (``prior_mean``; the authors' trainer passes -5,
+    their benchmark scripts -1 and -5: -1 is the peers note's value and the less extreme cold start); the
+    length scale 0.4 (``length_scale``; 0.4 is hard-coded in one version of ``GPR``, a later version
+    defaults to 0.27); the covariance is never updated (as in the trainer, ``reuse_covariance=False``),
+    so VIP has no belief spread here (no ``moments``). A near-singular K_TT (duplicate embeddings) is
+    solved by least squares where their Cholesky would fail. The recursive update costs
+    O(N |T| d) per step (in blocks of ``_VIP_BLOCK`` rows), the non-recursive one O(|T|^2 d + |T|^3).
+    """
+
+    def __init__(self, embeddings: np.ndarray, length_scale: float = 0.4, noise: float = 1e-4,
+                 prior_mean: float = -1.0, recursive: bool = True, clip: float = 1e-6, name: str = "vip"):
+        e = _check_embeddings(embeddings, "VIP", unit_norm=True)
+        if not (length_scale > 0 and noise >= 0 and np.isfinite(prior_mean)):
+            raise InvalidArgumentError("VIP length scale must be > 0, noise >= 0 and the prior mean finite")
         self.name = name
-        self.embeddings = e / norms[:, None]
+        self.embeddings = e
         self.n_nodes = e.shape[0]
-        self.length_scale, self.noise, self.prior_mean, self.clip = length_scale, noise, prior_mean, clip
+        self.length_scale, self.noise, self.prior_mean, self.clip = (float(length_scale), float(noise),
+                                                                     float(prior_mean), float(clip))
+        self.recursive = bool(recursive)
+        # recursive: the posterior mean of every prompt (logit scale); otherwise the last fit's T, its
+        # weights (K_TT + noise I)^-1 (g - m0) and targets g
+        self.mean_: np.ndarray | None = np.full(self.n_nodes, self.prior_mean) if self.recursive else None
         self.train_ids_: np.ndarray | None = None
-        self.weights_: np.ndarray | None = None  # (K_TT + noise I)^-1 (g - prior_mean)
+        self.weights_: np.ndarray | None = None
+        self.targets_: np.ndarray | None = None
 
     def kernel(self, a_ids: np.ndarray, b_ids: np.ndarray) -> np.ndarray:
         ea, eb = self.embeddings[a_ids], self.embeddings[b_ids]
@@ -356,13 +398,24 @@ class VIP:
         sq = np.maximum(2.0 - 2.0 * (ea @ eb.T), 0.0)
         return np.exp(-sq / (2.0 * self.length_scale ** 2))
 
+    def _logit_mean(self, ids: np.ndarray) -> np.ndarray:
+        if self.recursive:
+            return self.mean_[ids]
+        if self.train_ids_ is None:
+            return np.full(ids.size, self.prior_mean)
+        f = self.prior_mean + self.kernel(ids, self.train_ids_) @ self.weights_
+        # a prompt of the training set has its own logit as posterior mean (GPR.fit: mean[train] = g_t)
+        pos = np.searchsorted(self.train_ids_, ids)
+        pos = np.minimum(pos, self.train_ids_.size - 1)
+        hit = self.train_ids_[pos] == ids
+        f[hit] = self.targets_[pos[hit]]
+        return f
+
     def predict(self, ids) -> np.ndarray:
         from scipy.special import expit
 
         ids = _check_ids(ids, self.n_nodes)
-        if self.train_ids_ is None:
-            return np.full(ids.size, expit(self.prior_mean))
-        return expit(self.prior_mean + self.kernel(ids, self.train_ids_) @ self.weights_)
+        return expit(self._logit_mean(ids))
 
     def update(self, ids, n, s) -> None:
         import scipy.linalg as sla
@@ -370,90 +423,229 @@ class VIP:
 
         ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
         if ids.size == 0:
-            return  # nothing observed: keep the previous step's training set
-        y = np.clip(s / n, self.clip, 1.0 - self.clip)
-        g = logit(y)
+            return  # nothing observed: the previous step's fit stays
+        g = logit(np.clip(s / n, self.clip, 1.0 - self.clip))
+        mu_t = self.mean_[ids] if self.recursive else np.full(ids.size, self.prior_mean)
         k = self.kernel(ids, ids) + self.noise * np.eye(ids.size)
         try:
-            w = sla.solve(k, g - self.prior_mean, assume_a="pos")
+            w = sla.solve(k, g - mu_t, assume_a="pos")
         except (np.linalg.LinAlgError, sla.LinAlgError):
             # near-duplicate embeddings make K_TT + 1e-4 I numerically singular: least squares instead
-            w = np.linalg.lstsq(k, g - self.prior_mean, rcond=None)[0]
-        self.train_ids_, self.weights_ = ids, w
+            w = np.linalg.lstsq(k, g - mu_t, rcond=None)[0]
+        if self.recursive:
+            for lo in range(0, self.n_nodes, _VIP_BLOCK):
+                rows = np.arange(lo, min(lo + _VIP_BLOCK, self.n_nodes))
+                self.mean_[rows] += self.kernel(rows, ids) @ w
+            self.mean_[ids] = g
+        self.train_ids_, self.weights_, self.targets_ = ids, w, g
+
+
+# ----------------------------------------------------------------------------------------------------
+# embedding read-outs: ridge (the project's own, issue 33) and DOTS's attention (Sun et al.)
+
+
+class RidgeReadout:
+    """The ridge read-out of the prompt embedding alone, fitted online (``core.readout``; issue 33).
+
+    Before each step the read-out is the ridge fit of every outcome so far: one row per prompt with
+    evidence, x_i = [1, e_i], target its observed rate S_i / C_i, weight 1, the intercept unpenalised and
+    the slopes by lambda. It is kept as the two sufficient statistics of ``core.readout`` (gram, moment),
+    updated row by row as a step changes its prompts' counts (``readout.changed_stats``: O(batch d^2) per
+    step, an O(d^3) solve per ridge strength, whatever N), never refitted from scratch.
+
+    m_i = clip(x_i . theta, 0, 1) is what the embedding says; an unseen prompt gets it (the global rate of
+    the outcomes so far, 0.5 before any, while no prompt has evidence). A seen prompt's own outcomes are
+    blended in by evidence mixing (``core.belief.mix_by_evidence``): p_i = (kappa m_i + S_i) / (kappa + C_i).
+
+    Both strengths are chosen online, prequentially, as the estimator chooses its own: before the counts
+    take a step's outcomes, each lambda of ``readout.RIDGE_GRID`` is charged the absolute errors of its
+    read-out on the step's prompts, and each kappa of ``belief.KAPPA_GRID`` those of the p it would have
+    given them (with the read-out at the lambda in use); p uses the lambda and the kappa with the smallest
+    sums (``readout.choose_ridge``: 10 before any error; ``belief.choose_prior_strength``: ties to the
+    smaller kappa). Every error is one per prompt and step, as ``evaluate`` scores.
+
+    The counts are raw, never forgotten (S_i, C_i sum every rollout of the prompt so far): a drifting
+    policy is followed only as far as new visits outweigh old ones. A point estimator (no belief spread,
+    no ``moments``), like VIP.
+    """
+
+    def __init__(self, embeddings: np.ndarray, name: str = "ridge"):
+        from . import belief, readout
+
+        e = _check_embeddings(embeddings, "the ridge read-out")
+        self.name = name
+        self.n_nodes = e.shape[0]
+        self.x = readout.features(e)
+        self.successes_ = np.zeros(self.n_nodes)
+        self.rollouts_ = np.zeros(self.n_nodes)
+        self.gram_, self.moment_ = readout.empty_stats(e.shape[1])
+        self.ridge_errors_ = np.zeros(readout.RIDGE_GRID.size)
+        self.kappa_errors_ = np.zeros(belief.KAPPA_GRID.size)
+        self._global = _GlobalMean()
+        self._theta: dict[float, np.ndarray | None] = {}  # ridge -> theta of the current statistics
+
+    @property
+    def ridge(self) -> float:
+        """The ridge strength in use (chosen online)."""
+        from . import readout
+
+        return readout.choose_ridge(self.ridge_errors_)
+
+    @property
+    def kappa(self) -> float:
+        """The evidence-mixing strength in use (chosen online)."""
+        from . import belief
+
+        return belief.choose_prior_strength(self.kappa_errors_)
+
+    def _readout(self, ids: np.ndarray, ridge: float) -> np.ndarray:
+        from . import readout
+
+        if ridge not in self._theta:
+            self._theta[ridge] = readout.solve(self.gram_, self.moment_, ridge)
+        return readout.predict(self._theta[ridge], self.x[ids], self._global.value)
+
+    def predict(self, ids) -> np.ndarray:
+        from .belief import mix_by_evidence
+
+        ids = _check_ids(ids, self.n_nodes)
+        m = self._readout(ids, self.ridge)
+        return mix_by_evidence(m, np.zeros(ids.size), self.successes_[ids], self.rollouts_[ids], self.kappa)[0]
+
+    def update(self, ids, n, s) -> None:
+        from . import belief, readout
+
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        if ids.size == 0:
+            return
+        rate = s / n
+        # prequential scores: what each strength would have predicted for these prompts before their outcomes
+        # (kappa's with the read-out predict used, at the ridge chosen before this step's errors)
+        m = self._readout(ids, self.ridge)
+        for j, lam in enumerate(readout.RIDGE_GRID):
+            self.ridge_errors_[j] += np.abs(self._readout(ids, float(lam)) - rate).sum()
+        c, sc = self.rollouts_[ids], self.successes_[ids]
+        for j, kappa in enumerate(belief.KAPPA_GRID):
+            self.kappa_errors_[j] += np.abs((kappa * m + sc) / (kappa + c) - rate).sum()
+        old = readout.rows_of(sc, c)
+        self.successes_[ids] += s
+        self.rollouts_[ids] += n
+        new = readout.rows_of(self.successes_[ids], self.rollouts_[ids])
+        self.gram_, self.moment_ = readout.changed_stats(self.gram_, self.moment_, self.x[ids], old, new)
+        self._global.add(n, s)
+        self._theta = {}
+
+
+# query rows whose attention scores DOTS forms at once (bounds its memory: block x reference set)
+_DOTS_BLOCK = 1024
+
+
+class DOTS:
+    """DOTS's adaptive difficulty prediction (Sun et al., "Improving Data Efficiency for LLM Reinforcement
+    Fine-tuning Through Difficulty-targeted Online Data Selection and Rollout Replay", NeurIPS 2025,
+    arXiv:2506.05316): a prompt's success rate as attention over the embeddings of a reference set of
+    prompts whose rates under the current policy are known.
+
+    Followed from the authors' code (github.com/ASTRAL-Group/data-efficient-llm-rl):
+
+    * the predictor (``rl_training/verl/verl/trainer/ppo/teacher_utils.py``, ``RegressionHead.forward``;
+      the same in ``adaptive_difficulty_prediction/model.py``): query and reference embeddings each go
+      through a projection LayerNorm -> Linear(s) -> LayerNorm, scores are the scaled dot products
+      q . r / sqrt(d), optionally kept to the ``top_k`` highest (masked to -inf otherwise), and the
+      prediction is sum_j softmax(score_j / tau)_j y_j over the reference set, tau = 1 at inference;
+    * the reference set (``ray_trainer_teacher_replay.py``, the data-selection block of ``fit``): a fresh
+      random draw of ``data.ref_size`` = 256 prompts each epoch, rolled out (8 rollouts) under the current
+      policy, labelled with their mean reward;
+    * the calibration (``TeacherModelWorker.predict``): a least-squares line y = a x + b fitted on the
+      reference prompts' own predictions (each reference prompt is among the queries and attends over the
+      reference set, itself included) against their labels, applied to every prediction.
+
+    What this replay can and cannot reproduce: there are no extra reference rollouts, so the reference set
+    is the ``ref_size`` most recently observed prompts (ties within a step in id order), labelled with
+    their latest visit's rate s / n, rebuilt after every step rather than every epoch. The projections and
+    DOTS's ``group_logit_temp`` head (an MLP of the reference labels' mean and spread setting a logit
+    temperature and bias) are trained offline on another pool's rollouts (the published checkpoint is for
+    Qwen2.5-Math-1.5B-Instruct embeddings of DeepScaleR); nothing to train them on exists here, so the
+    linear layers are the identity and the head is DOTS's own ``plain`` option: q = r = LayerNorm(e)
+    (no affine, eps 1e-5; the two LayerNorms of an identity projection compose to one), i.e. scores
+    sqrt(d) x the Pearson correlation of the two embeddings. The calibrated value is clipped to [0, 1]
+    (the authors' is not clipped; a probability here must be). ``calibrate=False`` drops the line.
+    Before any outcome: the constant 0.5. A point estimator (no ``moments``).
+
+    Cost per predict: O(|ids| x ref_size x d), in blocks of ``_DOTS_BLOCK`` queries; per update an
+    O(N) pass for the reference set and O(ref_size^2 d) for the calibration, whatever the number of
+    prompts observed.
+    """
+
+    LAYER_NORM_EPS = 1e-5
+
+    def __init__(self, embeddings: np.ndarray, ref_size: int = 256, tau: float = 1.0, top_k: int | None = None,
+                 calibrate: bool = True, name: str = "dots"):
+        e = _check_embeddings(embeddings, "DOTS")
+        if not isinstance(ref_size, (int, np.integer)) or ref_size < 1:
+            raise InvalidArgumentError(f"DOTS reference size must be a positive integer, got {ref_size!r}")
+        if not (isinstance(tau, (int, float)) and np.isfinite(tau) and tau > 0):
+            raise InvalidArgumentError(f"DOTS temperature must be a finite number > 0, got {tau!r}")
+        if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
+            raise InvalidArgumentError(f"DOTS top_k must be a positive integer or null, got {top_k!r}")
+        self.name = name
+        self.n_nodes, d = e.shape
+        self.ref_size, self.tau = int(ref_size), float(tau)
+        self.top_k = None if top_k is None else int(top_k)
+        self.calibrate = bool(calibrate)
+        centred = e - e.mean(axis=1, keepdims=True)
+        self.z = centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + self.LAYER_NORM_EPS)
+        self.scale = 1.0 / (np.sqrt(d) * self.tau)  # softmax(q . r / sqrt(d) / tau)
+        self.last_rate_ = np.full(self.n_nodes, np.nan)
+        self.last_step_ = np.full(self.n_nodes, -1, dtype=np.int64)
+        self._steps = 0
+        self.ref_ids_ = np.zeros(0, dtype=np.int64)
+        self.slope_, self.intercept_ = 1.0, 0.0
+
+    def attention(self, ids: np.ndarray, ref_ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """sum_j softmax(z_i . z_j / (sqrt(d) tau))_j values_j over ``ref_ids`` (its ``top_k`` best), per id."""
+        out = np.empty(ids.size)
+        zr = self.z[ref_ids]
+        k = self.top_k if self.top_k is not None and self.top_k < ref_ids.size else None
+        for lo in range(0, ids.size, _DOTS_BLOCK):
+            sc = (self.z[ids[lo:lo + _DOTS_BLOCK]] @ zr.T) * self.scale
+            if k is None:
+                v = np.broadcast_to(values, sc.shape)
+            else:
+                top = np.argpartition(-sc, k - 1, axis=1)[:, :k]
+                sc, v = np.take_along_axis(sc, top, axis=1), values[top]
+            w = np.exp(sc - sc.max(axis=1, keepdims=True))
+            out[lo:lo + _DOTS_BLOCK] = (w * v).sum(axis=1) / w.sum(axis=1)
+        return out
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        if self.ref_ids_.size == 0:
+            return np.full(ids.size, 0.5)
+        raw = self.attention(ids, self.ref_ids_, self.last_rate_[self.ref_ids_])
+        return np.clip(self.slope_ * raw + self.intercept_, 0.0, 1.0)
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        if ids.size == 0:
+            return
+        self._steps += 1
+        self.last_rate_[ids] = s / n
+        self.last_step_[ids] = self._steps
+        seen = np.flatnonzero(self.last_step_ >= 0)
+        order = np.lexsort((seen, -self.last_step_[seen]))  # newest step first, then id order
+        self.ref_ids_ = np.sort(seen[order[:self.ref_size]])
+        if self.calibrate:
+            y = self.last_rate_[self.ref_ids_]
+            x = self.attention(self.ref_ids_, self.ref_ids_, y)
+            # ordinary least squares of y on x (sklearn's LinearRegression; slope 0 when x is constant)
+            sxx = float(((x - x.mean()) ** 2).sum())
+            self.slope_ = float(((x - x.mean()) * (y - y.mean())).sum() / sxx) if sxx > 1e-12 else 0.0
+            self.intercept_ = float(y.mean() - self.slope_ * x.mean())
 
 
 # ----------------------------------------------------------------------------------------------------
 # label propagation
-
-
-def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray, fill: float,
-                      components: np.ndarray | None = None, x0: np.ndarray | None = None,
-                      rtol: float = 1e-12) -> np.ndarray:
-    """The harmonic function of Zhu, Ghahramani & Lafferty (2003) on graph W.
-
-    Labeled nodes L keep ``values``; the unlabeled nodes U solve (D_UU - W_UU) f_U = W_UL f_L, i.e. each
-    is the W-weighted average of its neighbours. Unlabeled nodes in a connected component with no
-    labeled node (isolated nodes included) have no harmonic value and get ``fill``. On the remaining
-    nodes D_UU - W_UU is a symmetric, irreducibly diagonally dominant M-matrix per block, hence
-    positive definite: it is solved by Jacobi-preconditioned conjugate gradients to relative residual
-    ``rtol``, warm-started from ``x0`` (a full-length previous solution) when given. A direct sparse
-    factorization is no option here: kNN graphs of embeddings have little locality and fill in badly
-    (minutes per solve at N = 7,500). Solved values are clipped to [min, max] of ``values`` (the maximum
-    principle), which only removes round-off.
-    """
-    from scipy.sparse.csgraph import connected_components
-    from scipy.sparse.linalg import LinearOperator, cg, spsolve
-    from threadpoolctl import threadpool_limits
-
-    n = w.shape[0]
-    f = np.full(n, float(fill))
-    labeled = np.asarray(labeled, dtype=np.int64)
-    values = np.asarray(values, dtype=np.float64)
-    f[labeled] = values
-    if labeled.size == 0:
-        return f
-    if components is None:
-        components = connected_components(w, directed=False)[1]
-    is_lab = np.zeros(n, dtype=bool)
-    is_lab[labeled] = True
-    comp_has_label = np.zeros(components.max() + 1, dtype=bool)
-    comp_has_label[components[labeled]] = True
-    solve = np.flatnonzero(~is_lab & comp_has_label[components])
-    if solve.size == 0:
-        return f
-    # (D_UU - W_UU) applied through W itself, masked to U: no sub-matrix is sliced out of W, which at
-    # 10^5 prompts cost more than the solve (the estimator solves once per step, warm-started)
-    mask = np.zeros(n)
-    mask[solve] = 1.0
-    degree = np.asarray(w.sum(axis=1), dtype=np.float64).ravel()
-    boundary = np.zeros(n)
-    boundary[labeled] = values
-    product = row_parallel_matvec(w)
-    rhs = mask * product(boundary)
-
-    def lap(x):
-        x = mask * x
-        return mask * (degree * x - product(x))
-
-    inv_deg = np.where(mask > 0, 1.0 / np.where(degree > 0, degree, 1.0), 0.0)
-    op = LinearOperator((n, n), matvec=lap, dtype=np.float64)
-    pre = LinearOperator((n, n), matvec=lambda x: inv_deg * x, dtype=np.float64)
-    start = None if x0 is None else mask * np.asarray(x0, dtype=np.float64)
-    # CG's dot products call OpenBLAS, whose threads then spin for a while and take the cores the threaded
-    # product with W needs (22 instead of 13 ms per product on two cores); vectors this short gain nothing
-    # from BLAS threads. The limit is process-wide, so solves from several threads take turns (each uses
-    # every core already): entered and left by one thread at a time, the saved setting is always restored.
-    with _SOLVE_LOCK, threadpool_limits(limits=1, user_api="blas"):
-        full, info = cg(op, rhs, x0=start, rtol=rtol, atol=0.0, maxiter=20 * solve.size + 100, M=pre)
-    sol = full[solve]
-    if info != 0:  # not converged (should not happen for an SPD system): fall back to the exact solve
-        w_u = w[solve]
-        lap_uu = (sp.diags(degree[solve]) - w_u[:, solve]).tocsc()
-        sol = spsolve(lap_uu, w_u[:, labeled] @ values)
-    # a harmonic function lies between its boundary values; clip away round-off only
-    lo, hi = float(values.min()), float(values.max())
-    f[solve] = np.clip(sol, lo, hi)
-    return f
 
 
 class LabelPropagation:

@@ -140,9 +140,9 @@ def harmonic_field(w, successes: np.ndarray, rollouts: np.ndarray, fill: float, 
                    x0: np.ndarray | None = None) -> np.ndarray:
     """Label propagation's values f on every prompt: prompts with evidence keep their own (forgotten)
     rate S / C, every other prompt gets the harmonic value (the W-weighted mean of its neighbours'), and a
-    component without evidence gets ``fill`` (Zhu, Ghahramani & Lafferty 2003; ``baselines.harmonic_solution``).
+    component without evidence gets ``fill`` (Zhu, Ghahramani & Lafferty 2003; ``harmonic.harmonic_solution``).
     Warm-started from ``x0`` (the previous step's field), solved to a relative residual of ``FIELD_RTOL``."""
-    from .baselines import harmonic_solution
+    from .harmonic import harmonic_solution
 
     seen = np.flatnonzero(np.asarray(rollouts) > 0)
     values = np.asarray(successes, dtype=np.float64)[seen] / np.asarray(rollouts, dtype=np.float64)[seen]

@@ -1,10 +1,10 @@
 """Stage: offline counterfactual replay of selection and allocation (``core.counterfactual``) on a log.
 
 Inputs are the ones ``graphdiff evaluate`` reads (a log of rows step, id, n, s; the graph and clusters
-artifacts; embeddings for VIP), read with the same readers. Every method except the oracles of the
+artifacts; embeddings for VIP, DOTS and the ridge read-out), read with the same readers. Every method except the oracles of the
 estimation replay takes part: graphdiff, per-prompt history, discounted history (lambda = 0.9, m = 1,
 the peers' suggested start; not tuned on the log, which would be hindsight), MoPPS (lambda 1 and 0.5),
-GRESO, VIP (when embeddings are given) and label propagation. The result dict (also written as JSON
+GRESO, VIP, DOTS and the ridge read-out (when embeddings are given) and label propagation. The result dict (also written as JSON
 to ``out`` when given, atomically) carries the note that the policy's response to the choice is out of
 reach offline.
 """

@@ -1,7 +1,7 @@
 """Stage behind ``graphdiff evaluate``: is graphdiff better than what I use now, on my own log?
 
 Read a training log (rows step, id, n, s; string ids matched to the graph's ``ids``), the graph,
-clusters and (for VIP) embeddings artifacts (``io.readers``); replay the log through graphdiff and the
+clusters and (for VIP, DOTS and the ridge read-out) embeddings artifacts (``io.readers``); replay the log through graphdiff and the
 peers' estimators (``methods``) with no look-ahead (``core.replay``); score them (``core.metrics``);
 optionally replay decisions (``stages.counterfactual``); write a report folder (report.md,
 metrics.json, plots) atomically (``io.staging``).
@@ -113,8 +113,8 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     from ..core.metrics import evaluate_replay
     from ..core.replay import replay
     from ..io.readers import embedding_matrix, read_clusters, read_graph, read_log
-    from ..methods import (COUNTERFACTUAL_METHODS, build_methods, load_config, parse_methods, tune_discounted,
-                           with_device)
+    from ..methods import (COUNTERFACTUAL_METHODS, EMBEDDING_METHODS, build_methods, load_config, parse_methods,
+                           tune_discounted, with_device)
     from .report import to_jsonable, write_report
 
     t0 = time.perf_counter()
@@ -129,10 +129,13 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
         check_int(seed, "--seed", 0)  # numpy seeds are >= 0
         if explore is not None:
             check_explore(explore)  # before the replays, not after them
-    if "vip" in keys and embeddings is None:
-        if any("vip" in str(m).lower() for m in (methods or [])):  # asked for by name
-            raise InvalidArgumentError("method vip needs prompt embeddings: pass --embeddings EMBED.zarr")
-        keys.remove("vip")
+    if embeddings is None:
+        named = {k.strip().lower() for m in (methods or []) for k in str(m).split(",")}
+        for key in EMBEDDING_METHODS:
+            if key in keys:
+                if key in named:  # asked for by name, not through "all"
+                    raise InvalidArgumentError(f"method {key} needs prompt embeddings: pass --embeddings EMBED.zarr")
+                keys.remove(key)
     if out.exists() and not out.is_dir():
         raise InvalidArgumentError(f"--out {out} exists and is not a folder")
 

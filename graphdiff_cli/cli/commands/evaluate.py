@@ -18,14 +18,16 @@ def evaluate(
     clusters: Path = typer.Option(..., "--clusters", help="Clusters artifact (from cluster)."),
     out: Path = typer.Option(..., "--out", "-o", help="Report folder to write (replaced atomically)."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Embeddings artifact; needed by the "
-                                              "VIP baseline, which is skipped without it."),
+                                              "embedding peers (vip, dots, ridge), which are skipped without "
+                                              "it unless named in --methods (then refused)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON config shaped like the Snakemake "
                                           "config (that file works): section 'estimator' (graphdiff's settings, "
                                           "read as init --config reads it) and 'evaluate.settings' (baseline "
                                           "settings)."),
     methods: Optional[List[str]] = typer.Option(None, "--methods", help="Methods to compare, comma-separated "
                                                 "or repeated: graphdiff, history, discounted, mopps, greso, vip, "
-                                                "labelprop, sbr, sbs (oracles), or all (default)."),
+                                                "dots, ridge, labelprop, sbr, sbs (oracles), or all "
+                                                "(default)."),
     device: Optional[str] = typer.Option(None, "--device", help="graphdiff's device: auto, cpu, cuda "
                                          "(overrides the config)."),
     counterfactual: Optional[bool] = typer.Option(None, "--counterfactual/--no-counterfactual", help="Replay "
