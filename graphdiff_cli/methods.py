@@ -212,7 +212,7 @@ def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> t
         if key in EMBEDDING_METHODS and embeddings is None:
             raise InvalidArgumentError(f"method {key} needs prompt embeddings: pass --embeddings EMBED.zarr")
         if key == "graphdiff":
-            add(GraphdiffMethod(Estimator(w, labels, k, settings=settings)),
+            add(GraphdiffMethod(Estimator(w, labels, k, embeddings=embeddings, settings=settings)),
                 {"method": "graphdiff", "preset": cfg.get("estimator_preset", "default"), "n_states": k,
                  **settings.as_dict()})
         elif key == "history":

@@ -170,11 +170,21 @@ class OnlineChoices:
         no_u = np.zeros(rows.size)
         counts = [None] if self.time_counts is None else [(tc[0], tc[1]) for tc in self.time_counts]
         for i, states in enumerate(est._states_estimates(rows, p_model, counts)):  # one neighbourhood read
-            for j, wt in enumerate(self.weights):
-                graph = states if propagated is None else (1.0 - wt) * states + wt * propagated
-                for r, wr in enumerate(self.readouts):
-                    m = graph if readout is None else (1.0 - wr) * graph + wr * readout
-                    out[i, j, r] = [np.abs(est._mix(rows, m, no_u, k, counts[i])[0] - rate).sum()
+            # every (weight, read-out weight) candidate of the graph's estimate at once: W x R x rows
+            wt = self.weights[:, None, None]
+            graph = states[None, None] if propagated is None else (1.0 - wt) * states + wt * propagated
+            wr = self.readouts[None, :, None]
+            m = np.broadcast_to(graph, (self.weights.size, self.readouts.size, rows.size)) if readout is None \
+                else (1.0 - wr) * graph + wr * readout
+            if est.settings.mixing == "evidence":  # p = (kappa m + S) / (kappa + C), every kappa at once
+                sd, rd = (est.successes_decayed_, est.rollouts_decayed_) if counts[i] is None else counts[i]
+                k = self.kappas[:, None]
+                p = (k * m[:, :, None, :] + sd[rows]) / (k + rd[rows])
+                out[i] = np.abs(p - rate).sum(axis=-1)
+                continue
+            for j in range(self.weights.size):
+                for r in range(self.readouts.size):
+                    out[i, j, r] = [np.abs(est._mix(rows, m[j, r], no_u, k, counts[i])[0] - rate).sum()
                                     for k in self.kappas]
         return out
 
