@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from graphdiff_cli.core import readout as ro
 from graphdiff_cli.core.graph import exact_knn, extend_mutual_knn, mutual_knn_graph, normalize_rows
 from graphdiff_cli.core.spectral import label_new_nodes
 from graphdiff_cli.errors import DataError, InvalidArgumentError
@@ -267,6 +268,34 @@ def test_extend_gives_the_graph_of_a_rebuild(state):
     assert len(rows) == 40 and rows[-8]["n_seen"] == 8 and rows[-8]["id"] == new_rows[0]["id"]
     status = json.loads(_gd("status", "--state", s, "--json").stdout)
     assert status["joined"] == {"0": 40} and status["n_prompts"] == 40 and status["n_applied"] == 1
+
+
+def test_the_readout_lives_in_the_state_and_grows_with_extend(split_state, tmp_path):
+    """init keeps the embeddings the graph was built from when the read-out is on (and says so); extend adds the
+    new prompts' rows, so the read-out predicts them at once; the paper preset keeps none."""
+    from graphdiff_cli import State
+    from graphdiff_cli.io.readers import embedding_matrix, read_graph
+
+    root, old_rows, new_rows = split_state
+    s = tmp_path / "R"
+    res = json.loads(_gd("init", "--graph", root / "old_g.zarr", "--clusters", root / "old_c.zarr", "--out", s,
+                         "--readout", "1", "--readout-ridge", "10", "--json").stdout)
+    assert res["readout"]["on"] and res["readout"]["dim"] == 384 and res["readout"]["bytes"] == 32 * 384 * 4
+    want = embedding_matrix(root / "old_emb.zarr", read_graph(root / "old_g.zarr")).astype(np.float32)
+    np.testing.assert_array_equal(State.open(s).estimator().embeddings, want)
+    write_jsonl(tmp_path / "o1.jsonl", [{"id": r["id"], "n": 8, "s": i % 9} for i, r in enumerate(old_rows[:12])])
+    _gd("update", "--state", s, "--step", 1, "--outcomes", tmp_path / "o1.jsonl")
+    _gd("extend", "--state", s, "--prompts", root / "new.jsonl")
+    est = State.open(s).estimator()
+    assert est.n_nodes == 40 and est.embeddings.shape == (40, 384) and est.readout_ == 1.0
+    everything = embedding_matrix(root / "all_emb.zarr", read_graph(root / "all_g.zarr"))
+    np.testing.assert_allclose(est.embeddings[32:], everything[32:], atol=1e-6)  # all.jsonl: old rows, then new
+    theta = ro.solve(est.readout_gram_, est.readout_moment_, 10.0)
+    np.testing.assert_allclose(est.predict(np.arange(32, 40)), ro.predict(theta, ro.features(est.embeddings[32:]), 0.5),
+                               atol=1e-9)
+    paper = json.loads(_gd("init", "--graph", root / "old_g.zarr", "--clusters", root / "old_c.zarr", "--out",
+                           tmp_path / "P", "--preset", "paper", "--json").stdout)
+    assert not paper["readout"]["on"] and State.open(tmp_path / "P").estimator().embeddings is None
 
 
 def test_extend_refusals_change_nothing(state, tmp_path):
