@@ -176,7 +176,8 @@ PRESET_HELP = ("Named settings: default (the paper's model with the measured imp
 PRESETS: dict[str, EstimatorSettings] = {
     "default": EstimatorSettings(schedule="residual", mixing="evidence", prior_strength="auto",
                                  belief_strength="auto", prompt_forgetting=0.85, state_prior="observed",
-                                 neighbor_smoothing=4.0, label_propagation="auto", time_forgetting="auto"),
+                                 neighbor_smoothing=4.0, label_propagation="auto", time_forgetting="auto",
+                                 readout="auto"),
     "paper": EstimatorSettings(),
 }
 DEFAULT_PRESET = "default"

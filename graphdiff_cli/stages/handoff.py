@@ -76,7 +76,7 @@ def readout_embeddings(graph, embeddings, settings) -> tuple:
     from ..io.readers import embedding_matrix
 
     if settings.readout is None:
-        return None, {"on": False, "why": "readout is off (null)"}
+        return None, {"on": False, "why": "the setting readout is null"}
     path = embeddings if embeddings is not None else graph.art.attr("embeddings_path")
     if path is None or not Path(path).exists():
         why = (f"the embeddings the graph was built from are not at {path}" if path else

@@ -10,6 +10,7 @@ rule grid_point:
         graph=f"{ART}/graph/k{{k_nn}}.zarr",
         clusters=f"{ART}/clusters/k{{k_nn}}_K{{states}}_s{{seed}}.zarr",
         config=f"{ART}/configs/evaluate_b{{beta}}_g{{gamma}}_w{{window}}.yaml",
+        embeddings=EMBEDDINGS,  # graphdiff's read-out of the embedding (setting readout), as in the report
     output:
         directory(f"{ART}/grid/k{{k_nn}}_K{{states}}_s{{seed}}/b{{beta}}_g{{gamma}}_w{{window}}"),
     log:
@@ -23,7 +24,8 @@ rule grid_point:
         **gpu_resources("evaluate"),
     shell:
         "OMP_NUM_THREADS={threads} {params.gd} evaluate --log {input.log:q} --graph {input.graph:q} "
-        "--clusters {input.clusters:q} --config {input.config:q} --methods graphdiff --no-counterfactual --out {output:q} 2> {log:q}"
+        "--clusters {input.clusters:q} --config {input.config:q} --embeddings {input.embeddings:q} --methods graphdiff "
+        "--no-counterfactual --out {output:q} 2> {log:q}"
 
 
 rule grid_baselines:

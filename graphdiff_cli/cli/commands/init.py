@@ -23,8 +23,9 @@ def init(
                                           "evaluate's config, or a file of only that section's keys; flags "
                                           "override it."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="The embeddings artifact the graph was "
-                                              "built from, for graphdiff extend (default: where build-graph read "
-                                              "them; checked by content hash)."),
+                                              "built from, for graphdiff extend and the read-out of the "
+                                              "embedding, which the STATE then keeps (default: where build-graph "
+                                              "read them; checked by content hash)."),
     keep: KeepOption = None,
     keep_every: KeepEveryOption = None,
     settings_flags: dict = None,
@@ -40,4 +41,10 @@ def init(
                          keep_every=keep_every, **settings_flags).created
     emit(res, f"STATE {res['state']} at step 0: {res['n_prompts']} prompts, K = {res['states']} states, "
               f"{res['edges']} edges (keeps the last {res['keep']} states"
-              + (f" and every {res['keep_every']}th)" if res["keep_every"] else ")"))
+              + (f" and every {res['keep_every']}th)" if res["keep_every"] else ")") + "; " + _readout_line(res["readout"]))
+
+
+def _readout_line(readout: dict) -> str:
+    if readout["on"]:
+        return f"read-out of the embedding on ({readout['dim']}-d, {readout['bytes'] / 2**20:.0f} MB kept in the STATE)"
+    return f"read-out of the embedding off: {readout['why']}"
