@@ -46,7 +46,7 @@ def __getattr__(name):  # PEP 562: the facade on first use
         from .settings import EstimatorSettings
 
         return EstimatorSettings
-    if name in ("load_graph", "load_clusters", "prompt_index"):
+    if name in ("load_graph", "load_clusters", "load_embeddings", "prompt_index"):
         from .io import lookup
 
         return getattr(lookup, name)
@@ -59,6 +59,7 @@ __all__ = [
     "EstimatorSettings",
     "load_graph",
     "load_clusters",
+    "load_embeddings",
     "prompt_index",
     "GraphdiffError",
     "InvalidArgumentError",

@@ -166,17 +166,25 @@ def propagated_estimate(w_rows, degree: np.ndarray, field_nb: np.ndarray, fill: 
 TIME_GRID = np.array([1.0, 0.97, 0.9])
 
 
+# summed errors closer than this (relative) are a tie: before the first outcome every candidate predicts the
+# global rate, up to rounding (differences of ~1e-8 of the sum on the real log)
+TIE_RTOL = 1e-6
+
+
 def choose_mix(errors, start=None) -> tuple[int, ...]:
     """The indices, one per axis, with the smallest summed prequential absolute error; ``errors`` has one
     axis per choice made online (the estimator's joint choice: TIME_GRID, PROPAGATION_GRID, the read-out's
     weights, the kappas in play; an axis of one value where that choice is fixed). Before any error:
-    ``start`` (default: the first value of every axis); ties go to the first of each axis, as for kappa alone."""
+    ``start`` (default: the first value of every axis), and after: ``start`` as long as it ties the smallest
+    error (the first step, before which every candidate predicted the same, leaves all tied: the start stays
+    until the outcomes tell the candidates apart); other ties go to the first of each axis, as for kappa alone."""
     errors = np.asarray(errors, dtype=np.float64)
     if errors.ndim < 1:
         raise ValueError(f"expected an error array with one axis per choice, got shape {errors.shape}")
-    if not errors.any():
-        start = (0,) * errors.ndim if start is None else tuple(int(x) for x in start)
-        if len(start) != errors.ndim:
-            raise ValueError(f"start {start} has {len(start)} indices for {errors.ndim} axes")
+    start = (0,) * errors.ndim if start is None else tuple(int(x) for x in start)
+    if len(start) != errors.ndim:
+        raise ValueError(f"start {start} has {len(start)} indices for {errors.ndim} axes")
+    best = float(errors.min())
+    if errors[start] <= best * (1.0 + TIE_RTOL) + 1e-12:
         return start
     return tuple(int(x) for x in np.unravel_index(int(np.argmin(errors)), errors.shape))

@@ -1,5 +1,5 @@
-"""Public helpers for in-process users (``graphdiff_cli.load_graph``, ``graphdiff_cli.prompt_index``): a STATE's
-or an artifact's prompts and graph, read and checked as every graphdiff command reads them."""
+"""Public helpers for in-process users (``graphdiff_cli.load_graph``, ``load_clusters``, ``load_embeddings``,
+``prompt_index``): a STATE's or an artifact's prompts, graph, clusters and embeddings, read and checked as every graphdiff command reads them."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def load_clusters(path, graph=None):
     have been made from it: provenance and ids are checked."""
     c = read_clusters(path, read_graph(graph) if graph is not None else None)
     return c.labels, c.k
+
+
+def load_embeddings(path, graph):
+    """The unit embeddings (N x d, float32) of an embeddings artifact in the node order of ``graph`` (the graph
+    artifact built from them: provenance and ids are checked), what ``Estimator(..., embeddings=E)`` takes for
+    the read-out of the embedding."""
+    from .readers import embedding_matrix
+
+    return embedding_matrix(path, read_graph(graph)).astype("float32")
 
 
 def prompt_index(path) -> IdIndex:
