@@ -84,6 +84,18 @@ def predict(theta: np.ndarray | None, x: np.ndarray, fill: float) -> np.ndarray:
     return np.clip(x @ theta, 0.0, 1.0)
 
 
+def predict_embeddings(theta: np.ndarray | None, embeddings: np.ndarray, fill: float,
+                       block: int = 65536) -> np.ndarray:
+    """``predict`` of the features of these embeddings, a block of rows at a time (no N x (d + 1) float64
+    copy: what predicting every prompt of a large pool needs)."""
+    if theta is None:
+        return np.full(embeddings.shape[0], float(fill))
+    out = np.empty(embeddings.shape[0])
+    for i in range(0, embeddings.shape[0], block):
+        out[i:i + block] = theta[0] + np.asarray(embeddings[i:i + block], dtype=np.float64) @ theta[1:]
+    return np.clip(out, 0.0, 1.0, out=out)
+
+
 def choose_ridge(errors) -> float:
     """The ``RIDGE_GRID`` value whose read-out had the smallest summed prequential absolute error (before any
     error: the middle one, 10)."""

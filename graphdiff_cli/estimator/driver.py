@@ -511,14 +511,15 @@ class Estimator:
     def _readout_estimates(self, rows: np.ndarray, ridges) -> list[np.ndarray]:
         """The read-out of the embedding for ``rows`` under each ridge strength (``core.readout``): before any
         outcome, the observed global rate."""
-        x = ro.features(self._embeddings[rows])
+        n = self.n_nodes
+        emb = self._embeddings if rows.size == n and np.array_equal(rows, np.arange(n)) else self._embeddings[rows]
         fill = lp.global_rate(self.global_counts_)
         out = []
         for ridge in ridges:
             ridge = float(ridge)
             if ridge not in self._theta:
                 self._theta[ridge] = ro.solve(self.readout_gram_, self.readout_moment_, ridge)
-            out.append(ro.predict(self._theta[ridge], x, fill))
+            out.append(ro.predict_embeddings(self._theta[ridge], emb, fill))
         return out
 
     def _readout_stats(self, old: tuple, new: tuple, rows: np.ndarray, rebuild: bool) -> tuple:
