@@ -277,8 +277,8 @@ def trajectory(args) -> None:
         t1 = time.perf_counter()
         skills = None if str(args.skill_groups).lower() == "none" else args.skill_groups
         gen = simulate_rates(args.out / "trajectory_prompts.jsonl", args.out / "trajectory_log.jsonl", args.rates,
-                             batch_size=args.batch, rollouts=args.rollouts, seed=args.seed, epochs=args.epochs,
-                             skill_groups=skills)
+                             prompts=args.prompts, batch_size=args.batch, rollouts=args.rollouts, seed=args.seed,
+                             epochs=args.epochs, skill_groups=skills)
         gen["seconds"] = time.perf_counter() - t1
         args.log = args.out / "trajectory_log.jsonl"
         log(f"generated {gen['rows']:,} rows, {gen['steps']} steps in {gen['seconds']:.1f} s: mean p "
@@ -373,6 +373,8 @@ def main() -> None:
             p.add_argument("--skill-groups", default=None, help="clusters artifact of the skill groups, or 'none' "
                            "(default: RUN/skills/*.zarr)")
             p.add_argument("--epochs", type=int, default=3)
+            p.add_argument("--prompts", type=int, default=None, help="train on a seeded subset of this many "
+                           "problems (the graph keeps the whole pool; default: all)")
             p.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if args.command == "trajectory" and args.log is None and args.skill_groups is None:
