@@ -27,13 +27,27 @@ def simulate(
     epochs: int = typer.Option(3, "--epochs", help="With --math and no --steps: passes over the prompts."),
     shift: list[str] = typer.Option([], "--shift", help="STEP:TOPIC:DELTA: from STEP on, the policy's ability on "
                                     "TOPIC moves by DELTA logits (+ a jump, - a decay); repeatable."),
+    rates: Optional[Path] = typer.Option(None, "--rates", help="Real starting rates: rows id, n, s (e.g. DeepScaleR's "
+                                         "problems.jsonl); --epochs passes of --batch-size (256) prompts, each "
+                                         "prompt's logit drifting by its skill's speed (core/rate_drift.py)."),
+    skill_groups: Optional[Path] = typer.Option(None, "--skill-groups", help="With --rates: a clusters artifact "
+                                                "whose labels are the skill groups sharing a drift speed "
+                                                "(default: none shared)."),
+    drift_mean: Optional[float] = typer.Option(None, "--drift-mean", help="With --rates: the mean prompt's logit "
+                                               "gain over the run (default 1.0)."),
+    drift_skill_sd: Optional[float] = typer.Option(None, "--drift-skill-sd", help="With --rates: sd of the skill "
+                                                   "groups' gains (default 0.75)."),
+    drift_item_sd: Optional[float] = typer.Option(None, "--drift-item-sd", help="With --rates: sd of prompts' gains "
+                                                  "inside a group (default 0.5)."),
 ):
-    """Simulate a policy that improves unevenly across topics; outcomes are Binomial(n, p_true)."""
+    """Simulate a policy that improves unevenly across topics (or, with --rates, from real starting rates);
+    outcomes are Binomial(n, p_true)."""
     from ...stages.simulate import simulate as run_simulate
 
     res = run_simulate(out_prompts, out_log, prompts=prompts, steps=steps, batch_size=batch_size,
                        rollouts=rollouts, seed=seed, math=math, epochs=epochs,
-                       shifts=shift)
+                       shifts=shift, rates=rates, skill_groups=skill_groups, drift_mean=drift_mean,
+                       drift_skill_sd=drift_skill_sd, drift_item_sd=drift_item_sd)
     mr = res["mean_rate"]
     last = "–" if mr["last_third"] is None else f"{mr['last_third']:.3f}"
     emit(res, f"{res['prompts']:,} prompts, {res['steps']} steps, {res['rows']:,} rows (mean success "
