@@ -283,6 +283,7 @@ def test_the_readout_lives_in_the_state_and_grows_with_extend(split_state, tmp_p
     assert res["readout"]["on"] and res["readout"]["dim"] == 384 and res["readout"]["bytes"] == 32 * 384 * 4
     want = embedding_matrix(root / "old_emb.zarr", read_graph(root / "old_g.zarr")).astype(np.float32)
     np.testing.assert_array_equal(State.open(s).estimator().embeddings, want)
+    assert json.loads(_gd("status", "--state", s, "--json").stdout)["readout_on"] is True
     write_jsonl(tmp_path / "o1.jsonl", [{"id": r["id"], "n": 8, "s": i % 9} for i, r in enumerate(old_rows[:12])])
     _gd("update", "--state", s, "--step", 1, "--outcomes", tmp_path / "o1.jsonl")
     _gd("extend", "--state", s, "--prompts", root / "new.jsonl")

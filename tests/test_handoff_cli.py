@@ -67,6 +67,7 @@ def test_every_command_prints_one_json_object(state, inputs, tmp_path):
     assert st["config"]["beta"] == 2.0 and st["keep"] == 2
     # the preset the STATE's settings are (a STATE stores them whole), and which of them are inert under it
     assert st["preset"] == "default" and st["overrides"] == {} and {"gamma", "tol"} <= set(st["inert"])
+    assert st["readout_on"] is False  # readout auto, but this graph names no embeddings artifact (no read-out)
     rb = gd_json("rollback", "--state", state, "--to", 0)
     assert rb == {**rb, "step": 0, "previous_step": 1, "removed": [1], "next_step": 1}
     # the global --json before the command name works as well

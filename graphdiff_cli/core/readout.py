@@ -26,6 +26,8 @@ RIDGE_GRID = np.array([1.0, 10.0, 100.0])
 # without a read-out, and lagged on the cold start: docs/results.md, "A read-out of the embedding")
 READOUT_GRID = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 READOUT_START = 0.5
+# summed errors closer than this (relative) are a tie (as core.belief.TIE_RTOL)
+TIE_RTOL = 1e-6
 
 
 def features(embeddings: np.ndarray) -> np.ndarray:
@@ -97,11 +99,13 @@ def predict_embeddings(theta: np.ndarray | None, embeddings: np.ndarray, fill: f
 
 
 def choose_ridge(errors) -> float:
-    """The ``RIDGE_GRID`` value whose read-out had the smallest summed prequential absolute error (before any
-    error: the middle one, 10)."""
+    """The ``RIDGE_GRID`` value whose read-out had the smallest summed prequential absolute error; the middle
+    one, 10, before any error and while it ties the smallest (within ``TIE_RTOL``: after the first step every
+    strength predicted the global rate)."""
     errors = np.asarray(errors, dtype=np.float64)
     if errors.shape != RIDGE_GRID.shape:
         raise ValueError(f"expected {RIDGE_GRID.size} errors, got shape {errors.shape}")
-    if not errors.any():
+    best = float(errors.min())
+    if errors[1] <= best * (1.0 + TIE_RTOL) + 1e-12:
         return float(RIDGE_GRID[1])
     return float(RIDGE_GRID[int(np.argmin(errors))])

@@ -172,7 +172,8 @@ class Estimator:
     @property
     def kappa_(self) -> float:
         """The prior strength in use: the configured number, or the prequential choice ("auto"; chosen
-        together with label propagation's weight and the time forgetting when either is "auto" too)."""
+        together with label propagation's weight, the time forgetting and the read-out's weight when any is "auto"
+        too)."""
         return self.choices.kappa
 
     @property
@@ -206,8 +207,8 @@ class Estimator:
 
     @property
     def mix_errors_(self) -> np.ndarray:
-        """The joint choice (label_propagation or time_forgetting "auto"): the summed absolute error of every
-        (time forgetting, propagation weight, kappa) in play (empty when not in play)."""
+        """The joint choice (label_propagation, time_forgetting or readout "auto"): the summed absolute error of
+        every (time forgetting, propagation weight, read-out weight, kappa) in play (empty when not in play)."""
         return self.choices.board["mix_errors"]
 
     @property
@@ -532,8 +533,8 @@ class Estimator:
                                     ro.rows_of(old[0][rows], old[1][rows]), ro.rows_of(new[0][rows], new[1][rows]))
         gram, moment = ro.empty_stats(self._embeddings.shape[1])
         seen = np.flatnonzero(new[1] > 0)
-        for i in range(0, seen.size, 65536):
-            part = seen[i:i + 65536]
+        for i in range(0, seen.size, 8192):  # 8,192 x (d + 1) float64 at a time (25 MB at d = 384)
+            part = seen[i:i + 8192]
             g, m = ro.stats_of(ro.features(self._embeddings[part]), *ro.rows_of(new[0][part], new[1][part]))
             gram, moment = gram + g, moment + m
         return gram, moment

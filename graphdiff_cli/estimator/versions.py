@@ -80,7 +80,10 @@ def _v6_to_v7(state: dict) -> dict:
 
 def _v7_to_v8(state: dict) -> dict:
     """Version 8 added the read-out of the embedding: no read-out before it (its statistics and board empty),
-    and a read-out axis of one value (weight 0) in the joint choice's errors."""
+    and a read-out axis of one value (weight 0) in the joint choice's errors. One exception to "predicts what
+    the older graphdiff predicted", from the tie rule that came with it (``core.belief.choose_mix``): a state
+    whose joint choice is still all tied (saved after its first step) now keeps the start weights where the
+    older code took the first candidate of each axis."""
     mix = np.asarray(state["mix_errors"], dtype=np.float64)
     if mix.ndim == 3:
         mix = mix[:, :, None, :]

@@ -310,11 +310,12 @@ METRIC_PREFIX = "graphdiff/"
 
 def settings_in_use(est) -> dict[str, float]:
     """The estimator's settings as they act after its last step, online choices included: kappa (prior
-    strength), nu (belief strength), label propagation's weight, the prompts' time forgetting; a setting
-    that is off is left out."""
+    strength), nu (belief strength), label propagation's weight, the prompts' time forgetting, the read-out's
+    weight and ridge strength; a setting that is off is left out."""
     out = {}
     for key, attr in (("kappa", "kappa_"), ("nu", "nu_"), ("propagation", "propagation_"),
-                      ("time_forgetting", "time_forgetting_")):
+                      ("time_forgetting", "time_forgetting_"), ("readout", "readout_"),
+                      ("readout_ridge", "readout_ridge_")):
         value = getattr(est, attr, None)
         if value is not None:
             out[key] = float(value)

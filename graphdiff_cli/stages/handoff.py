@@ -326,9 +326,14 @@ def status(state, *, last: int = 10) -> dict:
     steps, counts = np.unique(joined, return_counts=True)
     from ..settings import from_dict, inert_settings, preset_of
 
-    preset, overrides = preset_of(config)
-    inert = sorted(inert_settings(from_dict({k: v for k, v in config.items() if k != "n_states"})))
+    settings = from_dict({k: v for k, v in config.items() if k != "n_states"})
+    # every setting as it acts (a STATE written before a setting existed has it at the field's value, e.g. no
+    # read-out), so that preset_of names what differs from the preset
+    preset, overrides = preset_of({"n_states": config["n_states"], **settings.as_dict()})
+    inert = sorted(inert_settings(settings))
+    readout_on = settings.readout is not None and "embeddings" in m_art.names
     return {"command": "status", "preset": preset, "overrides": overrides, "inert": inert, "state": str(sd.root),
+            "readout_on": readout_on,
             "step": step, "revision": rev, "current": rel,
             "n_prompts": len(ids), "active": len(ids) - retired, "retired": retired,
             "joined": {str(int(t)): int(c) for t, c in zip(steps, counts)},
