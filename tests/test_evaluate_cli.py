@@ -92,7 +92,11 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
     from graphdiff_cli import Estimator
     from graphdiff_cli.methods import GraphdiffMethod
 
-    gd = GraphdiffMethod(Estimator(world["w"], world["labels"], K, device="cpu"))
+    # evaluate was given the embeddings: graphdiff's read-out of them is on (readout auto), here too
+    from graphdiff_cli import load_embeddings
+
+    x = load_embeddings(world["dir"] / "emb.zarr", graph=world["dir"] / "graph.zarr")
+    gd = GraphdiffMethod(Estimator(world["w"], world["labels"], K, embeddings=x, device="cpu"))
     ref_gd = replay(sim.step, sim.id, sim.n, sim.s, [gd])
     assert doc["metrics"]["methods"]["graphdiff"]["phases"]["full"]["all"]["mae"] == pytest.approx(
         float(np.mean(np.abs(ref_gd.predictions["graphdiff"] - ref_gd.rate))), rel=1e-5)
