@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .belief import TIE_RTOL  # summed errors closer than this (relative) are a tie, as in the joint choice
+
 # the ridge strengths chosen among online (the measurements: 10 ranked best on the cold start of a
 # 29k-problem pool and 100 on the real One-Shot log; 1 had the lowest absolute error at 30% revealed)
 RIDGE_GRID = np.array([1.0, 10.0, 100.0])
@@ -26,8 +28,6 @@ RIDGE_GRID = np.array([1.0, 10.0, 100.0])
 # without a read-out, and lagged on the cold start: docs/results.md, "A read-out of the embedding")
 READOUT_GRID = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 READOUT_START = 0.5
-# summed errors closer than this (relative) are a tie (as core.belief.TIE_RTOL)
-TIE_RTOL = 1e-6
 
 
 def features(embeddings: np.ndarray) -> np.ndarray:

@@ -41,14 +41,7 @@ def simulate(out_prompts, out_log, *, prompts: int | None = None, steps: int | N
     else:
         from ..io.tables import read_rows
 
-        rows = [row for _, row in read_rows(math)]
-        if not rows:
-            raise DataError(f"{math}: no rows")
-        if prompts is not None:
-            if prompts < 1 or prompts > len(rows):
-                raise InvalidArgumentError(f"--prompts must lie in [1, {len(rows)}] for {math}, got {prompts}")
-            keep = np.sort(np.random.default_rng(seed).choice(len(rows), size=prompts, replace=False))
-            rows = [rows[i] for i in keep]
+        rows = _subset([row for _, row in read_rows(math)], prompts, seed, math)
         sim = S.simulate_math(rows, epochs=epochs, batch_size=256 if batch_size is None else batch_size,
                               rollouts=rollouts, seed=seed, steps=steps, shifts=shifts)
     write_rows(out_prompts, [{k: p[k] for k in ("id", "prompt", "topic", "level")} for p in sim.prompts],
@@ -64,6 +57,18 @@ def simulate(out_prompts, out_log, *, prompts: int | None = None, steps: int | N
             "topics": sim.topics, "params": sim.params,
             "mean_rate": {"first_third": float(rate[first].mean()), "last_third": float(rate[~first].mean())
                           if (~first).any() else None}}
+
+
+def _subset(rows: list, prompts: int | None, seed: int, source) -> list:
+    """All ``rows`` of ``source``, or a seeded subset of ``prompts`` of them in file order (--prompts)."""
+    if not rows:
+        raise DataError(f"{source}: no rows")
+    if prompts is None:
+        return rows
+    if prompts < 1 or prompts > len(rows):
+        raise InvalidArgumentError(f"--prompts must lie in [1, {len(rows)}] for {source}, got {prompts}")
+    keep = np.sort(np.random.default_rng(seed).choice(len(rows), size=prompts, replace=False))
+    return [rows[i] for i in keep]
 
 
 def simulate_rates(out_prompts, out_log, rates, *, prompts: int | None = None, steps: int | None = None,
@@ -90,13 +95,7 @@ def simulate_rates(out_prompts, out_log, rates, *, prompts: int | None = None, s
             if name not in row:
                 raise DataError(f"{rates}:{line}: no {name!r} field (a rates row needs {id_field}, n, s)")
         rows.append(row)
-    if not rows:
-        raise DataError(f"{rates}: no rows")
-    if prompts is not None:
-        if prompts < 1 or prompts > len(rows):
-            raise InvalidArgumentError(f"--prompts must lie in [1, {len(rows)}] for {rates}, got {prompts}")
-        keep = np.sort(np.random.default_rng(seed).choice(len(rows), size=prompts, replace=False))
-        rows = [rows[i] for i in keep]
+    rows = _subset(rows, prompts, seed, rates)
     ids = [str(r[id_field]) for r in rows]
     try:
         n = np.array([int(r["n"]) for r in rows], dtype=np.int64)
