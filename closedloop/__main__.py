@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from graphdiff_cli.errors import GraphdiffError, StateError
+from graphdiff_cli.errors import GraphdiffError, InvalidArgumentError, StateError
 
 
 def _write_jsonl(path: Path, rows) -> None:
@@ -137,6 +137,18 @@ def cmd_sft(a) -> None:
     print(json.dumps({k: v for k, v in summary.items() if k not in ("loss_log", "heldout_acc_by_cell")}))
 
 
+def _device(name: str) -> str:
+    if name == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if name == "cuda":
+        raise InvalidArgumentError("--device cuda: no GPU is visible to torch (use --device cpu or auto)")
+    return "cpu"
+
+
 def cmd_run(a) -> None:
     from .loop import RunConfig, run
 
@@ -148,7 +160,7 @@ def cmd_run(a) -> None:
                     group_size=a.group_size, pool_factor=a.pool_factor, max_rounds=a.max_rounds,
                     oracle_samples=a.oracle_samples,
                     alloc_group=a.group_size // 2, learning_rate=a.lr, eval_every=a.eval_every,
-                    eval_samples=a.eval_samples, threads=a.threads)
+                    eval_samples=a.eval_samples, threads=a.threads, device=_device(a.device))
     factory = None
     if a.state:
         from graphdiff_cli.estimator import Estimator
@@ -226,6 +238,9 @@ def main(argv=None) -> None:
     r.add_argument("--eval-samples", type=int, default=4,
                    help="also the held-out mean pass rate over this many sampled completions (0 = greedy only)")
     r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
+                   help="where the policy runs (training, rollouts, evaluation, the oracle's measurement); auto: "
+                        "cuda when a GPU is visible, else cpu")
     r.set_defaults(fn=cmd_run)
 
     rp = sub.add_parser("report", help="aggregate runs: table, sign test, plots")

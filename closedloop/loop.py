@@ -65,6 +65,7 @@ class RunConfig:
     eval_every: int = 5
     eval_samples: int = 4            # also the held-out mean pass rate over this many samples at temperature 1
     threads: int = 1
+    device: str = "cpu"              # where the policy trains, generates, is evaluated and measured ("cuda": a GPU)
     extra: dict = field(default_factory=dict)
 
     def trainer_group(self) -> int:
@@ -111,6 +112,8 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     from graphdiff_cli.integrations.trl import GraphdiffTRL
 
     model, tok = load_policy(policy_dir)
+    if cfg.device != "cpu":
+        model.to(cfg.device)  # TRL (accelerate) keeps it there; generation follows the model's device
     live = {"trainer": None, "calls": 0}  # the trainer, once built: its model is the current policy
     oracle_cost = {"candidates": 0, "completions": 0, "seconds": 0.0}
 
@@ -190,7 +193,7 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
                       gradient_accumulation_steps=1, num_generations=g, max_completion_length=cfg.max_completion_length,
                       max_steps=cfg.steps, learning_rate=cfg.learning_rate, lr_scheduler_type="constant",
                       warmup_steps=0, beta=0.0, temperature=cfg.temperature, logging_steps=1, report_to=[],
-                      save_strategy="no", use_cpu=True, seed=cfg.seed, data_seed=cfg.seed,
+                      save_strategy="no", use_cpu=cfg.device == "cpu", seed=cfg.seed, data_seed=cfg.seed,
                       dataloader_num_workers=0, disable_tqdm=True, bf16=False, fp16=False)
     trainer = GRPOTrainer(model=model, processing_class=tok, args=args, train_dataset=ds, reward_funcs=[reward_fn])
     live["trainer"] = trainer

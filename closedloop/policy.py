@@ -97,7 +97,7 @@ def supervised_warmup(model, tok, rows, steps: int, batch_size: int = 64, lr: fl
 
 
 def generate(model, tok, prompts: list[str], num_samples: int = 1, greedy: bool = True, max_new_tokens: int = 8,
-             batch_size: int = 512, temperature: float = 1.0, seed: int = 0) -> list[list[str]]:
+             batch_size: int | None = None, temperature: float = 1.0, seed: int = 0) -> list[list[str]]:
     """Completions (decoded, specials dropped) for each prompt: ``num_samples`` each."""
     import torch
 
@@ -105,17 +105,19 @@ def generate(model, tok, prompts: list[str], num_samples: int = 1, greedy: bool 
     was_training = model.training
     model.eval()
     flat = [p for p in prompts for _ in range(num_samples)]
+    if batch_size is None:  # a GPU takes a whole measurement at once; a CPU core works best on a few hundred
+        batch_size = 8192 if model.device.type == "cuda" else 512
     texts: list[str] = []
     # the caller's RNG (GRPO's sampling) is left as it was: evaluation draws from a forked one
     with torch.random.fork_rng(), torch.no_grad():
         torch.manual_seed(seed)
         for i in range(0, len(flat), batch_size):
             chunk = flat[i:i + batch_size]
-            enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=not greedy,
                                  temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-            texts += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            texts += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:].cpu(), skip_special_tokens=True)
     if was_training:
         model.train()
     for j in range(len(prompts)):
