@@ -1,0 +1,101 @@
+"""Run many closed-loop runs (scheduler x seed) of one regime in parallel, without Snakemake.
+
+For a machine with many cores and no Snakemake (or a regime search that tries candidates before one is
+written into configs/closedloop.yaml): each run is ``python -m closedloop run`` with one thread, ``--jobs``
+at a time, in the order given (every seed of the first scheduler first: a run cut short by a time limit
+leaves whole arms of the first schedulers). Data and the SFT policy come from the ``data`` and ``sft``
+stages. The report stage reads the runs folder as it reads the workflow's.
+
+    python bench/closedloop_batch.py --data artifacts/rs/c4/data --policy artifacts/rs/c4/policy \\
+        --runs artifacts/rs/c4/runs --schedulers uniform,ds,oracle-ds,oracle-thompson --seeds 0-5 \\
+        --steps 80 --jobs 16
+    python -m closedloop report --runs artifacts/rs/c4/runs --out artifacts/rs/c4/report
+
+Prints one JSON line per finished run (scheduler, seed, wall seconds, exit code) and a summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def seeds_of(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            out += list(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--policy", required=True)
+    p.add_argument("--state", default=None, help="graphdiff STATE at step 0 (the gd-* arms)")
+    p.add_argument("--runs", required=True)
+    p.add_argument("--schedulers", required=True)
+    p.add_argument("--seeds", default="0-5")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--batch-prompts", type=int, default=32)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--pool-factor", type=float, default=4.0)
+    p.add_argument("--max-rounds", type=int, default=8)
+    p.add_argument("--oracle-samples", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--eval-samples", type=int, default=4)
+    p.add_argument("--test-limit", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    a = p.parse_args(argv)
+    names = [s for s in a.schedulers.split(",") if s]
+    jobs = [(s, seed) for s in names for seed in seeds_of(a.seeds)]
+    runs = Path(a.runs)
+
+    def one(job):
+        s, seed = job
+        out = runs / s / f"s{seed}"
+        if (out / "summary.json").exists():
+            return {"scheduler": s, "seed": seed, "seconds": 0.0, "rc": 0, "cached": True}
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "closedloop", "run", "--data", a.data, "--policy", a.policy,
+               "--scheduler", s, "--seed", str(seed), "--out", str(out), "--steps", str(a.steps),
+               "--batch-prompts", str(a.batch_prompts), "--group-size", str(a.group_size),
+               "--pool-factor", str(a.pool_factor), "--max-rounds", str(a.max_rounds),
+               "--oracle-samples", str(a.oracle_samples), "--lr", str(a.lr), "--eval-every", str(a.eval_every),
+               "--eval-samples", str(a.eval_samples), "--test-limit", str(a.test_limit), "--threads", "1",
+               "--device", a.device]
+        if a.state and s.startswith("gd-"):
+            cmd += ["--state", a.state]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        t0 = time.perf_counter()
+        with (out / "run.log").open("w") as log:
+            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        return {"scheduler": s, "seed": seed, "seconds": round(time.perf_counter() - t0, 1), "rc": rc}
+
+    t0 = time.perf_counter()
+    failed = 0
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        for fut in as_completed([pool.submit(one, j) for j in jobs]):
+            r = fut.result()
+            failed += r["rc"] != 0
+            print(json.dumps(r), flush=True)
+    print(json.dumps({"runs": len(jobs), "failed": failed, "wall_seconds": round(time.perf_counter() - t0, 1),
+                      "jobs": a.jobs}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
