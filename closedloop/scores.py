@@ -1,7 +1,12 @@
 """The scores issue 29 asks of the closed loop, from parsed runs (pure functions, no file I/O).
 
-* ``rollouts_to`` - cumulative rollouts at the first held-out evaluation reaching a level (None: never);
+* ``curve`` - a run's held-out learning curve against cumulative rollouts, by default its isotonic fit
+  (non-decreasing): every score below reads the fitted curve, so one noisy evaluation moves none alone;
+* ``rollouts_to`` - cumulative rollouts at which the curve first reaches a level (None: never);
 * ``saving_vs_ds`` - per seed, DS's rollouts to its own final accuracy / the scheduler's rollouts to it;
+* ``saving_along_ds`` - the same at DS's accuracy after 1/4, 1/2, 3/4 of its steps (the final one is censored
+  for a scheduler trained for DS's steps: it cannot pass DS's last value after its own last step);
+* ``equal_steps_vs_ds`` - the DS family at equal steps: DS's rollouts / the scheduler's, final accuracy difference;
 * ``oracle_share`` - per rule and estimator, the share of the oracle's gain it recovers,
   (estimator - baseline) / (oracle - baseline), in accuracy at equal rollouts and in rollouts saved to the
   baseline's final accuracy (baseline: the rule without an estimator - uniform, or plain DS for the pre-filter);
@@ -23,40 +28,104 @@ Z_MDD = 1.959964 + 0.841621  # two-sided 5% test, 80% power
 MIN_SEEDS = 6  # the issue's power requirement: a regime check is decided on at least this many paired seeds
 
 
-def curve(rows, key: str = "heldout_acc"):
+def curve(rows, key: str = "heldout_acc", smooth: bool = True):
+    """(cumulative rollouts, ``key``) at each held-out evaluation. ``smooth``: the values are the isotonic
+    (non-decreasing) least-squares fit to the evaluations (``scipy.optimize.isotonic_regression``), the
+    estimate of a learning curve that one noisy evaluation cannot move alone: a single evaluation that
+    happens to land high no longer counts as "reached", and a final value is the mean of the trailing
+    evaluations the fit pools. The same fit for every scheduler; ``smooth=False`` gives the raw evaluations."""
     ev = [r for r in rows if key in r]
-    return np.array([r["cum_rollouts"] for r in ev], float), np.array([r[key] for r in ev], float)
+    x = np.array([r["cum_rollouts"] for r in ev], float)
+    y = np.array([r[key] for r in ev], float)
+    if smooth and y.size > 1:
+        from scipy.optimize import isotonic_regression
+
+        y = np.asarray(isotonic_regression(y, increasing=True).x, dtype=float)
+    return x, y
 
 
-def rollouts_to(rows, level: float, key: str = "heldout_acc") -> float | None:
-    """Cumulative rollouts at the first evaluation after step 0 whose ``key`` >= ``level`` (None: never)."""
-    ro, acc = curve(rows, key)
+def rollouts_to(rows, level: float, key: str = "heldout_acc", smooth: bool = True) -> float | None:
+    """Cumulative rollouts at which ``key`` first reaches ``level`` after step 0 (None: never). Smoothed:
+    linear interpolation between the fitted curve's last point below ``level`` and its first at or above it;
+    raw: the first evaluation at or above it."""
+    ro, acc = curve(rows, key, smooth)
     hit = np.flatnonzero((acc >= level - 1e-12) & (ro > 0))
-    return float(ro[hit[0]]) if hit.size else None
+    if not hit.size:
+        return None
+    j = int(hit[0])
+    if not smooth or j == 0 or acc[j - 1] >= level - 1e-12:
+        return float(ro[j])
+    f = (level - acc[j - 1]) / (acc[j] - acc[j - 1])
+    return float(ro[j - 1] + f * (ro[j] - ro[j - 1]))
 
 
-def acc_at(rows, budget: float, key: str = "heldout_acc") -> float:
-    ro, acc = curve(rows, key)
+def acc_at(rows, budget: float, key: str = "heldout_acc", smooth: bool = True) -> float:
+    ro, acc = curve(rows, key, smooth)
     return float(np.interp(budget, ro, acc))
 
 
-def final(rows, key: str = "heldout_acc") -> float:
-    return float(curve(rows, key)[1][-1])
+def final(rows, key: str = "heldout_acc", smooth: bool = True) -> float:
+    return float(curve(rows, key, smooth)[1][-1])
 
 
-def saving_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds") -> dict[int, float | None]:
+def saving_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds", smooth: bool = True) -> dict[int, float | None]:
     """Per seed: DS's rollouts to its final ``key`` / ``name``'s rollouts to it (> 1: fewer rollouts than DS;
     0.0 where ``name`` never reached it, so that a seed that never gets there counts as no saving)."""
     out = {}
     for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
-        level = final(runs[ds][seed], key)
-        if level <= curve(runs[ds][seed], key)[1][0] + 1e-12:  # DS did not improve: reaching it means nothing
+        level = final(runs[ds][seed], key, smooth)
+        if level <= curve(runs[ds][seed], key, smooth)[1][0] + 1e-12:  # DS did not improve: reaching it means nothing
             out[seed] = None
             continue
-        own = rollouts_to(runs[ds][seed], level, key)
-        r = rollouts_to(runs[name][seed], level, key)
+        own = rollouts_to(runs[ds][seed], level, key, smooth)
+        r = rollouts_to(runs[name][seed], level, key, smooth)
         out[seed] = None if not own else (0.0 if r is None else own / r)
     return out
+
+
+def ds_checkpoint_levels(rows, fractions, key: str = "heldout_acc") -> list[tuple[float, float | None]]:
+    """(fraction, DS's fitted ``key`` at the evaluation nearest that fraction of its steps) for each fraction."""
+    ev = [r for r in rows if key in r]
+    steps = np.array([r["step"] for r in ev], float)
+    _, acc = curve(rows, key)
+    out = []
+    for f in fractions:
+        j = int(np.argmin(np.abs(steps - f * steps[-1])))
+        out.append((float(f), float(acc[j]) if steps[j] > 0 else None))
+    return out
+
+
+def saving_along_ds(runs, name: str, fractions=(0.25, 0.5, 0.75, 1.0), key: str = "heldout_acc",
+                    ds: str = "ds") -> dict[float, dict[int, float | None]]:
+    """Per fraction f and seed: DS's rollouts to its own (fitted) accuracy after f of its steps / ``name``'s
+    rollouts to it (0.0: never reached). f = 1 is ``saving_vs_ds``. A scheduler trained for as many steps as
+    DS cannot pass DS's final accuracy after its own last step, so at f = 1 a pre-filter that merely ties
+    DS counts 0 in about half the seeds (a censored reading); the earlier fractions are not censored that
+    way as long as the scheduler keeps pace with DS."""
+    out: dict[float, dict[int, float | None]] = {float(f): {} for f in fractions}
+    for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
+        d, x = runs[ds][seed], runs[name][seed]
+        start = curve(d, key)[1][0]
+        for f, level in ds_checkpoint_levels(d, fractions, key):
+            if level is None or level <= start + 1e-12:
+                out[f][seed] = None
+                continue
+            own, r = rollouts_to(d, level, key), rollouts_to(x, level, key)
+            out[f][seed] = None if not own else (0.0 if r is None else own / r)
+    return out
+
+
+def equal_steps_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds") -> list[dict]:
+    """Per seed, the DS family's comparison at equal training steps (how GRESO and MoPPS report it: both
+    trained for the same steps): DS's total rollouts / ``name``'s, ``name``'s fitted final ``key`` minus DS's,
+    and whether ``name``'s curve reached DS's fitted final value."""
+    rows = []
+    for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
+        d, x = runs[ds][seed], runs[name][seed]
+        rows.append({"seed": seed, "rollout_ratio": d[-1]["cum_rollouts"] / max(1, x[-1]["cum_rollouts"]),
+                     "final_difference": final(x, key) - final(d, key),
+                     "reached": rollouts_to(x, final(d, key), key) is not None})
+    return rows
 
 
 def oracle_share(runs, baseline: str, estimator: str, oracle: str, key: str = "heldout_acc") -> dict:

@@ -336,3 +336,88 @@ def test_scores_against_ds_and_the_oracle():
     zv = scores.zero_variance_share([{"step": t, "prompts": 4, "all_correct": t - 1, "all_wrong": 1} for t in (1, 2)],
                                     window=2)
     assert zv == [{"steps": "1-2", "all_correct": 1 / 8, "all_wrong": 2 / 8}]
+
+
+def test_rollouts_to_reads_the_isotonic_fit_not_one_lucky_evaluation():
+    """One evaluation that lands high by noise does not count as reaching a level on the fitted curve (it does
+    on the raw one); a crossing between evaluations is interpolated on the fitted curve."""
+    from closedloop import scores
+
+    def rows(accs, per_eval):
+        return [{"step": 5 * i, "cum_rollouts": i * per_eval, "heldout_acc": a} for i, a in enumerate(accs)]
+
+    lucky = rows([0.40, 0.62, 0.45, 0.50, 0.60], 1000)
+    x, y = scores.curve(lucky)
+    assert np.all(np.diff(y) >= 0) and y[1] == pytest.approx((0.62 + 0.45 + 0.50) / 3)
+    assert scores.rollouts_to(lucky, 0.6, smooth=False) == 1000.0  # the raw first evaluation at or above
+    assert scores.rollouts_to(lucky, 0.6) == pytest.approx(4000.0)  # the fit reaches 0.6 only at the end
+    # between the fit's 0.4 at 0 and 0.5233 at 1000: 0.5 is crossed at 1000 x 0.1 / 0.1233
+    assert scores.rollouts_to(lucky, 0.5) == pytest.approx(1000 * 0.1 / (y[1] - 0.4))
+    ds = rows([0.40, 0.55, 0.50, 0.60, 0.60], 2000)  # fitted final 0.6, first reached at 6,000
+    assert scores.final(ds) == pytest.approx(0.6) and scores.rollouts_to(ds, 0.6) == pytest.approx(6000.0)
+    runs = {"ds": {s: ds for s in range(6)}, "lucky": {s: lucky for s in range(6)}}
+    assert list(scores.saving_vs_ds(runs, "lucky").values()) == pytest.approx([1.5] * 6)
+    assert list(scores.saving_vs_ds(runs, "lucky", smooth=False).values()) == pytest.approx([6.0] * 6)
+
+
+def test_the_ds_family_at_equal_steps_and_along_ds_curve():
+    """An arm that keeps DS's pace with 0.6x its rollouts saves 1/0.6 at DS's earlier accuracies but ends level
+    with DS, so at DS's final value the saving is censored; equal steps read the ratio and the difference."""
+    from closedloop import scores
+
+    accs = [0.40, 0.45, 0.50, 0.55, 0.60]
+
+    def rows(acc, per_step):
+        return [{"step": 10 * i, "cum_rollouts": 10 * i * per_step, "heldout_acc": a} for i, a in enumerate(acc)]
+
+    runs = {"ds": {s: rows(accs, 1000) for s in range(6)},
+            "pace": {s: rows(accs, 600) for s in range(6)},
+            "short": {s: rows([a - 0.01 if i else a for i, a in enumerate(accs)], 600) for s in range(6)}}
+    along = scores.saving_along_ds(runs, "pace")
+    assert sorted(along) == [0.25, 0.5, 0.75, 1.0]
+    for f in (0.25, 0.5, 0.75, 1.0):  # level with DS all the way: reaches each level at 0.6x the rollouts
+        assert list(along[f].values()) == pytest.approx([1000 / 600] * 6)
+    short = scores.saving_along_ds(runs, "short")
+    assert list(short[1.0].values()) == [0.0] * 6  # 0.01 below DS at the end: never reaches its final value
+    assert 1.0 < short[0.5][0] < 1000 / 600  # DS's mid-run accuracy is reached, a little later than by "pace"
+    eq = scores.equal_steps_vs_ds(runs, "short")
+    assert [r["rollout_ratio"] for r in eq] == pytest.approx([1000 / 600] * 6)
+    assert [r["final_difference"] for r in eq] == pytest.approx([-0.01] * 6)
+    assert not any(r["reached"] for r in eq) and all(r["reached"] for r in scores.equal_steps_vs_ds(runs, "pace"))
+    assert scores.ds_checkpoint_levels(runs["ds"][0], (0.25, 0.5, 1.0)) == [(0.25, 0.45), (0.5, 0.5), (1.0, 0.6)]
+
+
+def test_device_choice_is_refused_in_one_line_without_a_gpu():
+    """``--device auto`` runs on the CPU where torch sees no GPU; ``--device cuda`` there is a one-line error."""
+    torch = pytest.importorskip("torch")
+    from closedloop.__main__ import _device
+    from graphdiff_cli.errors import InvalidArgumentError
+
+    assert _device("cpu") == "cpu"
+    if torch.cuda.is_available():
+        assert _device("auto") == _device("cuda") == "cuda"
+        return
+    assert _device("auto") == "cpu"
+    with pytest.raises(InvalidArgumentError, match="no GPU"):
+        _device("cuda")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (none visible to torch)")
+def test_an_oracle_ds_run_on_the_gpu(tmp_path):
+    """The policy trains, generates, is evaluated and measured by the oracle on the GPU: two real TRL steps of
+    the oracle-fed pre-filtered DS with the same bookkeeping as on the CPU."""
+    pytest.importorskip("trl")
+    from closedloop.loop import RunConfig, run
+    from closedloop.policy import build_model, build_tokenizer, save_policy, supervised_warmup
+
+    train, test, sft = tasks.make_splits(train_per_cell=4, test_per_cell=1, sft_per_cell=4, seed=2)
+    tok = build_tokenizer(tasks.alphabet(train + test + sft))
+    model = build_model(tok, hidden=32, layers=1, heads=2, intermediate=64, seed=0)
+    supervised_warmup(model, tok, sft, steps=3, batch_size=16)
+    save_policy(model, tok, tmp_path / "policy")
+    cfg = RunConfig(scheduler="oracle-ds", seed=0, steps=2, batch_prompts=B, group_size=G, eval_every=2,
+                    max_completion_length=6, max_rounds=3, device="cuda")
+    summary = run(cfg, train, test, tmp_path / "policy", tmp_path / "run", log=lambda *a: None)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["steps"] == 2 and summary["rollouts"] == rows[-1]["cum_rollouts"] > 0
+    assert summary["oracle"]["completions"] == 32 * summary["oracle"]["candidates"] > 0
