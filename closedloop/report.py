@@ -219,10 +219,9 @@ def _plot_metric(runs, out: Path, key: str) -> list[str]:
             continue
         fig, axes = plt.subplots(1, len(comps), figsize=(5.2 * len(comps), 4), squeeze=False, sharey=True)
         for ax, (title, base, native, gdname, oracle) in zip(axes[0], comps):
-            for name, color, ls in ((native, "tab:blue", "-"), (gdname, "tab:red", "-"), (oracle, "black", "-."),
-                                    (base, "gray", "--"), ("ds", "tab:green", ":")):
-                if name == "ds" and base == "ds":
-                    continue
+            lines = ((native, "tab:blue", "-"), (gdname, "tab:red", "-"), (oracle, "black", "-."),
+                     (base, "gray", "--"), ("ds", "tab:green", ":"))
+            for name, color, ls in lines[:4] if base == "ds" else lines:  # DS once, as the pre-filter's baseline
                 if name not in runs:
                     continue
                 cs = [curve(r, key) for r in runs[name].values()]

@@ -1,9 +1,10 @@
-# Closed-loop benchmark (issue 14): real GRPO runs (TRL GRPOTrainer, tiny policy, CPU) where each scheduler
+# Closed-loop benchmark (issues 14, 29): real GRPO runs (TRL GRPOTrainer, tiny policy; CPU, or a GPU with
+# train.device auto/cuda, which 16 jobs at a time share) where each scheduler
 # picks the prompts with its native estimator or with graphdiff; seeds paired. Stages call
 # `python -m closedloop` (the package closedloop/ at the repository root; data -> graph -> sft per seed ->
 # run per scheduler x seed -> report).
 #
-#   .venv/bin/snakemake --cores 2 closedloop --configfile configs/closedloop.yaml
+#   .venv/bin/snakemake --cores 16 closedloop --configfile configs/closedloop.yaml
 #
 # Settings: the config's `closedloop` section (workflow/schemas/config.schema.yaml: every key, its type,
 # default and meaning), passed to each stage as flags.
@@ -106,7 +107,7 @@ rule closedloop_run:
         "--steps {params.t[steps]} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
         "--pool-factor {params.t[pool_factor]} --max-rounds {params.t[max_rounds]} --oracle-samples {params.t[oracle_samples]} --lr {params.t[lr]} "
         "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} "
-        "--eval-samples {params.t[eval_samples]} --threads {threads} > {log:q} 2>&1"
+        "--eval-samples {params.t[eval_samples]} --threads {threads} --device {params.t[device]} > {log:q} 2>&1"
 
 
 rule closedloop_report:
