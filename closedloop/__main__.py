@@ -7,7 +7,7 @@
                                               --scheduler gd-thompson --seed 0 --out artifacts/closedloop/runs/gd-thompson/s0
     python -m closedloop report --runs artifacts/closedloop/runs --out artifacts/closedloop/report
 
-Run from the repository root (or with it on PYTHONPATH). The whole grid: ``snakemake --cores 2
+Run from the repository root (or with it on PYTHONPATH). The whole grid: ``snakemake --cores 16
 closedloop --configfile configs/closedloop.yaml`` (targets before ``--configfile``, which takes every
 word after it) (workflow/rules/closedloop.smk), whose `closedloop:`
 section (workflow/schemas/config.schema.yaml) gives every stage its flags. Errors (``graphdiff_cli.errors``,
