@@ -63,9 +63,14 @@ def main(argv=None) -> int:
     names = [s for s in a.schedulers.split(",") if s]
     jobs = [(s, seed) for s in names for seed in seeds_of(a.seeds)]
     runs = Path(a.runs)
+    gpus = 0
+    if a.device != "cpu":
+        import torch
+
+        gpus = torch.cuda.device_count()
 
     def one(job):
-        s, seed = job
+        k, (s, seed) = job
         out = runs / s / f"s{seed}"
         if (out / "summary.json").exists():
             return {"scheduler": s, "seed": seed, "seconds": 0.0, "rc": 0, "cached": True}
@@ -80,6 +85,8 @@ def main(argv=None) -> int:
         if a.state and s.startswith("gd-"):
             cmd += ["--state", a.state]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        if gpus > 1:  # one GPU per run, round robin (a run sees one device, as closedloop run requires)
+            env["CUDA_VISIBLE_DEVICES"] = str(k % gpus)
         t0 = time.perf_counter()
         with (out / "run.log").open("w") as log:
             rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
@@ -88,7 +95,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     failed = 0
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        for fut in as_completed([pool.submit(one, j) for j in jobs]):
+        for fut in as_completed([pool.submit(one, j) for j in enumerate(jobs)]):
             r = fut.result()
             failed += r["rc"] != 0
             print(json.dumps(r), flush=True)

@@ -7,7 +7,7 @@
                                               --scheduler gd-thompson --seed 0 --out artifacts/closedloop/runs/gd-thompson/s0
     python -m closedloop report --runs artifacts/closedloop/runs --out artifacts/closedloop/report
 
-Run from the repository root (or with it on PYTHONPATH). The whole grid: ``snakemake --cores 16
+Run from the repository root (or with it on PYTHONPATH). The whole grid: ``snakemake --cores all
 closedloop --configfile configs/closedloop.yaml`` (targets before ``--configfile``, which takes every
 word after it) (workflow/rules/closedloop.smk), whose `closedloop:`
 section (workflow/schemas/config.schema.yaml) gives every stage its flags. Errors (``graphdiff_cli.errors``,
@@ -143,6 +143,9 @@ def _device(name: str) -> str:
     import torch
 
     if torch.cuda.is_available():
+        if torch.cuda.device_count() > 1:  # TRL's Trainer would wrap the model in DataParallel and scale the batch
+            raise InvalidArgumentError(f"--device {name}: {torch.cuda.device_count()} GPUs are visible; give each run "
+                                       "one (CUDA_VISIBLE_DEVICES=i), as bench/closedloop_batch.py does")
         return "cuda"
     if name == "cuda":
         raise InvalidArgumentError("--device cuda: no GPU is visible to torch (use --device cpu or auto)")

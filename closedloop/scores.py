@@ -24,17 +24,21 @@ import re
 
 import numpy as np
 
+from graphdiff_cli.errors import InvalidArgumentError
+
 Z_MDD = 1.959964 + 0.841621  # two-sided 5% test, 80% power
 MIN_SEEDS = 6  # the issue's power requirement: a regime check is decided on at least this many paired seeds
 
 
 def curve(rows, key: str = "heldout_acc", smooth: bool = True):
-    """(cumulative rollouts, ``key``) at each held-out evaluation. ``smooth``: the values are the isotonic
-    (non-decreasing) least-squares fit to the evaluations (``scipy.optimize.isotonic_regression``), the
-    estimate of a learning curve that one noisy evaluation cannot move alone: a single evaluation that
-    happens to land high no longer counts as "reached", and a final value is the mean of the trailing
-    evaluations the fit pools. The same fit for every scheduler; ``smooth=False`` gives the raw evaluations."""
-    ev = [r for r in rows if key in r]
+    """(cumulative rollouts, ``key``) at each held-out evaluation (rows without the key, or with None or NaN
+    in it, are not evaluations). ``smooth``: the values are the isotonic (non-decreasing) least-squares fit
+    to the evaluations (``scipy.optimize.isotonic_regression``), the estimate of a learning curve in which an
+    evaluation that lands high by noise early on is pooled with the later, lower ones, so it no longer counts
+    as "reached". The fit does not pull a high *last* evaluation down (pooling only merges points that fall
+    below an earlier one), so a final value is the last evaluation, or the mean of the trailing evaluations
+    that fall below it. The same fit for every scheduler; ``smooth=False`` gives the raw evaluations."""
+    ev = [r for r in rows if r.get(key) is not None and np.isfinite(float(r[key]))]
     x = np.array([r["cum_rollouts"] for r in ev], float)
     y = np.array([r[key] for r in ev], float)
     if smooth and y.size > 1:
@@ -42,6 +46,12 @@ def curve(rows, key: str = "heldout_acc", smooth: bool = True):
 
         y = np.asarray(isotonic_regression(y, increasing=True).x, dtype=float)
     return x, y
+
+
+def start(rows, key: str = "heldout_acc") -> float | None:
+    """The raw evaluation at step 0 (the warm start), which no fit moves (None: not evaluated)."""
+    ev = [r for r in rows if r.get("step") == 0 and r.get(key) is not None]
+    return float(ev[0][key]) if ev else None
 
 
 def rollouts_to(rows, level: float, key: str = "heldout_acc", smooth: bool = True) -> float | None:
@@ -55,7 +65,7 @@ def rollouts_to(rows, level: float, key: str = "heldout_acc", smooth: bool = Tru
     j = int(hit[0])
     if not smooth or j == 0 or acc[j - 1] >= level - 1e-12:
         return float(ro[j])
-    f = (level - acc[j - 1]) / (acc[j] - acc[j - 1])
+    f = min(1.0, max(0.0, (level - acc[j - 1]) / (acc[j] - acc[j - 1])))
     return float(ro[j - 1] + f * (ro[j] - ro[j - 1]))
 
 
@@ -74,7 +84,8 @@ def saving_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds", smoo
     out = {}
     for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
         level = final(runs[ds][seed], key, smooth)
-        if level <= curve(runs[ds][seed], key, smooth)[1][0] + 1e-12:  # DS did not improve: reaching it means nothing
+        s0 = start(runs[ds][seed], key)
+        if s0 is None or level <= s0 + 1e-12:  # DS did not rise above its raw start: reaching it means nothing
             out[seed] = None
             continue
         own = rollouts_to(runs[ds][seed], level, key, smooth)
@@ -85,10 +96,12 @@ def saving_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds", smoo
 
 def ds_checkpoint_levels(rows, fractions, key: str = "heldout_acc") -> list[tuple[float, float | None]]:
     """(fraction, DS's fitted ``key`` at the evaluation nearest that fraction of its steps) for each fraction."""
-    ev = [r for r in rows if key in r]
+    ev = [r for r in rows if r.get(key) is not None and np.isfinite(float(r[key]))]
     steps = np.array([r["step"] for r in ev], float)
     _, acc = curve(rows, key)
     out = []
+    if not steps.size:
+        return [(float(f), None) for f in fractions]
     for f in fractions:
         j = int(np.argmin(np.abs(steps - f * steps[-1])))
         out.append((float(f), float(acc[j]) if steps[j] > 0 else None))
@@ -105,9 +118,9 @@ def saving_along_ds(runs, name: str, fractions=(0.25, 0.5, 0.75, 1.0), key: str 
     out: dict[float, dict[int, float | None]] = {float(f): {} for f in fractions}
     for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
         d, x = runs[ds][seed], runs[name][seed]
-        start = curve(d, key)[1][0]
+        s0 = start(d, key)
         for f, level in ds_checkpoint_levels(d, fractions, key):
-            if level is None or level <= start + 1e-12:
+            if level is None or s0 is None or level <= s0 + 1e-12:
                 out[f][seed] = None
                 continue
             own, r = rollouts_to(d, level, key), rollouts_to(x, level, key)
@@ -122,6 +135,9 @@ def equal_steps_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds")
     rows = []
     for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
         d, x = runs[ds][seed], runs[name][seed]
+        if d[-1]["step"] != x[-1]["step"]:
+            raise InvalidArgumentError(f"{name} seed {seed} ran {x[-1]['step']} steps and {ds} {d[-1]['step']}: "
+                                       "an equal-steps comparison needs runs of the same length")
         rows.append({"seed": seed, "rollout_ratio": d[-1]["cum_rollouts"] / max(1, x[-1]["cum_rollouts"]),
                      "final_difference": final(x, key) - final(d, key),
                      "reached": rollouts_to(x, final(d, key), key) is not None})

@@ -421,3 +421,57 @@ def test_an_oracle_ds_run_on_the_gpu(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert summary["steps"] == 2 and summary["rollouts"] == rows[-1]["cum_rollouts"] > 0
     assert summary["oracle"]["completions"] == 32 * summary["oracle"]["candidates"] > 0
+
+
+def test_scores_guard_falling_ds_unequal_steps_and_unfinished_runs(tmp_path):
+    """DS that ends below its raw start gives no saving (the fit's pooled start cannot make it "improved"); a
+    non-monotone DS curve is read through its fit along the way; runs of unequal length are not compared at
+    equal steps; a run without summary.json (cut short) is not read."""
+    from closedloop import scores
+    from closedloop.report import load_runs
+    from graphdiff_cli.errors import InvalidArgumentError
+
+    def rows(acc, per_eval, every=10):
+        return [{"step": every * i, "cum_rollouts": i * per_eval, "heldout_acc": a} for i, a in enumerate(acc)]
+
+    falling = rows([0.50, 0.45, 0.44, 0.46, 0.47], 1000)
+    assert scores.curve(falling)[1][0] < 0.50 and scores.start(falling) == 0.50
+    runs = {"ds": {0: falling}, "arm": {0: rows([0.50, 0.5, 0.5, 0.5, 0.5], 500)}}
+    assert scores.saving_vs_ds(runs, "arm") == {0: None}
+    assert all(v == {0: None} for v in scores.saving_along_ds(runs, "arm").values())
+    # DS with a lucky mid-run evaluation: its 1/2 level is the fitted (pooled) value, not the lucky one
+    lucky = rows([0.40, 0.50, 0.62, 0.55, 0.60], 1000)
+    assert scores.ds_checkpoint_levels(lucky, (0.5,)) == [(0.5, pytest.approx((0.62 + 0.55) / 2))]
+    arm = rows([0.40, 0.50, 0.585, 0.60, 0.62], 600)
+    along = scores.saving_along_ds({"ds": {0: lucky}, "arm": {0: arm}}, "arm", fractions=(0.5,))
+    own = 1000 + 1000 * (0.585 - 0.50) / (0.585 - 0.50)  # DS's fit: 0.50 at 1000, 0.585 at 2000
+    assert along[0.5][0] == pytest.approx(own / 1200.0)  # the arm reaches 0.585 at its third evaluation
+    with pytest.raises(InvalidArgumentError, match="same length"):
+        scores.equal_steps_vs_ds({"ds": {0: lucky}, "arm": {0: rows([0.4, 0.5], 600)}}, "arm")
+    # unfinished runs are skipped by the report's reader
+    for name, done in (("ds", True), ("arm", False)):
+        d = tmp_path / name / "s0"
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lucky))
+        if done:
+            (d / "summary.json").write_text("{}")
+    assert set(load_runs(tmp_path)) == {"ds"}
+
+
+def test_batch_runner_reuses_finished_runs_and_reads_seed_ranges(tmp_path):
+    """bench/closedloop_batch.py: "0-2,5" is seeds 0, 1, 2, 5; a run folder holding summary.json is not run again."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import closedloop_batch as cb
+    finally:
+        sys.path.pop(0)
+    assert cb.seeds_of("0-2,5") == [0, 1, 2, 5]
+    done = tmp_path / "runs" / "uniform" / "s0"
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text("{}")
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / "closedloop_batch.py"), "--data", str(tmp_path),
+                          "--policy", str(tmp_path), "--runs", str(tmp_path / "runs"), "--schedulers", "uniform",
+                          "--seeds", "0", "--jobs", "1"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    assert lines[0]["cached"] is True and lines[-1] == {**lines[-1], "runs": 1, "failed": 0}

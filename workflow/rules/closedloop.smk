@@ -4,7 +4,7 @@
 # `python -m closedloop` (the package closedloop/ at the repository root; data -> graph -> sft per seed ->
 # run per scheduler x seed -> report).
 #
-#   .venv/bin/snakemake --cores 16 closedloop --configfile configs/closedloop.yaml
+#   .venv/bin/snakemake --cores all closedloop --configfile configs/closedloop.yaml
 #
 # Settings: the config's `closedloop` section (workflow/schemas/config.schema.yaml: every key, its type,
 # default and meaning), passed to each stage as flags.
