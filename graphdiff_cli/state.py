@@ -236,16 +236,18 @@ class State:
     # -- the handoff ---------------------------------------------------------------------------------
 
     def update(self, step: int, outcomes, *, success_threshold: float | None = None,
-               lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
+               lock_timeout: float = DEFAULT_LOCK_TIMEOUT, id_field: str = "id",
+               progress: Progress = no_progress) -> dict:
         """Apply training step ``step`` (= current + 1). ``outcomes``: a JSONL/CSV/Parquet file of rows
         ``id, n, s`` (or ``id, reward``), or those rows as dicts, written first to ``outcomes_dir`` so the
         log names a file as for every step. A step applied twice, a gap or a bad row changes nothing.
         ``success_threshold``: None (only 0/1 rewards accepted) or the reward from which a rollout succeeds;
-        the result's ``warnings`` says when a chosen threshold put every reward of the step on one side."""
+        the result's ``warnings`` says when a chosen threshold put every reward of the step on one side.
+        ``id_field``: the file's column holding the prompt id (a dotted path reads a nested field)."""
         if not isinstance(outcomes, (str, Path)):
             outcomes = self._write_outcomes(step, outcomes)
         return handoff.update(self, step, outcomes, success_threshold=success_threshold,
-                              lock_timeout=lock_timeout, progress=progress)
+                              lock_timeout=lock_timeout, id_field=id_field, progress=progress)
 
     def _write_outcomes(self, step, rows) -> Path:
         """``rows`` as ``outcomes_dir/step_T-<content hash>.jsonl``, written atomically. The name carries the
@@ -290,10 +292,12 @@ class State:
         "n_seen", "p_zero_variance": arrays}."""
         return handoff.estimates(self, ids, group_size=group_size)
 
-    def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8,
+    def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8, id_field: str = "id",
                 progress: Progress = no_progress) -> dict:
-        """Write every candidate's (or ``ids_file``'s) estimates at the current version to ``out``, atomically."""
-        return handoff.predict(self, out, ids_file=ids_file, fmt=fmt, group_size=group_size, progress=progress)
+        """Write every candidate's (or ``ids_file``'s, its ids read from ``id_field``) estimates at the current
+        version to ``out``, atomically."""
+        return handoff.predict(self, out, ids_file=ids_file, fmt=fmt, group_size=group_size, id_field=id_field,
+                               progress=progress)
 
     def select(self, candidates, batch_size: int, strategy: str = decide.DEFAULT_SELECT_STRATEGY, out=None,
                **kwargs) -> dict:

@@ -372,3 +372,24 @@ def test_a_verdict_needs_enough_units_and_the_cost_names_the_cheaper_buy():
     metrics["methods"]["history"] = method(0.2, 0.0006)  # every cheaper baseline clearly worse
     metrics["methods"]["labelprop"] = method(0.2, 0.035)
     assert "the cost buys accuracy" in _cost_line(h, metrics)
+
+
+def test_progress_is_one_labelled_count_per_phase_with_an_eta(world, tmp_path, monkeypatch):
+    """evaluate's progress in a log: each phase (the replay, the counterfactual's selection and allocation) under
+    its own label with its own count and an ETA, not one unlabelled count that restarts (3/34 ... 34/34 ... 1/8)."""
+    from graphdiff_cli.cli import common
+
+    monkeypatch.setattr(common, "PROGRESS_LOG_SECONDS", 0.0)
+    res = _eval(world, tmp_path / "r", "--methods", "history,mopps", "--counterfactual", "--pool-factor", "1.5")
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stderr.splitlines() if "/" in ln.split(":")[-1].split(",")[0]]
+    labels = list(dict.fromkeys(ln.split(":")[0] for ln in lines))
+    assert labels == ["replaying the log (3 methods, steps)", "counterfactual selection (estimator x rule runs)",
+                      "counterfactual allocation (estimators)"], lines
+    for label in labels:
+        mine = [ln for ln in lines if ln.startswith(label + ":")]
+        counts = [ln.split(": ")[1].split()[0].rstrip(",") for ln in mine]
+        total = counts[-1].split("/")[1]
+        assert counts[-1] == f"{total}/{total}" and all(c.endswith((f"/{total}", "/?")) for c in counts), mine
+        assert "ETA" not in mine[-1]  # done
+    assert any(", ETA " in ln for ln in lines if ln.startswith("replaying the log"))

@@ -441,3 +441,57 @@ def test_no_help_text_is_cut_when_piped():
     for name in names:
         res = runner.invoke(app, [name, "--help"])
         assert res.exit_code == 0 and "…" not in res.stdout, name
+
+
+def test_id_field_for_update_predict_and_select(state, inputs, tmp_path):
+    """update, predict, select (and allocate) read the id where embed does: --id-field names a column or a dotted
+    path into nested fields (a verl parquet's extra_info.index), by the same reader; a re-send with the same
+    --id-field is the no-op, a plain id list with --id-field and a file without that field are refused in one line."""
+    import pyarrow as pa
+
+    folder, ids = inputs
+    rows = step_rows(ids, 1)
+    nested = tmp_path / "o1.parquet"
+    pq.write_table(pa.table({"extra_info": [{"index": r["id"], "split": "train"} for r in rows],
+                             "n": [r["n"] for r in rows], "s": [r["s"] for r in rows]}), nested)
+    res = gd("update", "--state", state, "--step", 1, "--outcomes", nested, "--json", code=1)
+    err = json.loads(res.stdout)
+    assert err["kind"] == "bad-input" and "missing column 'id'" in err["error"] and "--id-field" in err["error"]
+    res = gd_json("update", "--state", state, "--step", 1, "--outcomes", nested, "--id-field", "extra_info.index")
+    assert res["step"] == 1 and res["prompts"] == len(rows) and res["successes"] == sum(r["s"] for r in rows)
+    assert res["id_field"] == "extra_info.index"
+    again = gd_json("update", "--state", state, "--step", 1, "--outcomes", nested, "--id-field", "extra_info.index")
+    assert again["noop"] is True
+    # a flat column of another name, in JSONL
+    flat = tmp_path / "o2.jsonl"
+    flat.write_text("".join(json.dumps({"prompt_id": r["id"], "n": r["n"], "s": r["s"]}) + "\n"
+                            for r in step_rows(ids, 2)))
+    assert gd_json("update", "--state", state, "--step", 2, "--outcomes", flat, "--id-field", "prompt_id")["step"] == 2
+
+    pool = ids[3:15]
+    cand = tmp_path / "cand.jsonl"
+    cand.write_text("".join(json.dumps({"extra_info": {"index": i}, "prompt": "x"}) + "\n" for i in pool))
+    res = gd_json("select", "--state", state, "--candidates", cand, "-B", 4, "--id-field", "extra_info.index",
+                  "--out", tmp_path / "chosen.txt")
+    assert res["pool"] == len(pool) and set(res["ids"]) <= set(pool)
+    txt = tmp_path / "cand.txt"
+    txt.write_text("\n".join(pool) + "\n")
+    same = gd_json("select", "--state", state, "--candidates", txt, "-B", 4, "--out", tmp_path / "chosen2.txt")
+    assert same["ids"] == res["ids"]  # the same pool however its ids are read
+    res = gd_json("predict", "--state", state, "--ids", cand, "--id-field", "extra_info.index",
+                  "--out", tmp_path / "pred.jsonl")
+    assert res["rows"] == len(pool)
+    assert [json.loads(x)["id"] for x in (tmp_path / "pred.jsonl").read_text().splitlines()] == pool
+    res = gd_json("allocate", "--state", state, "--ids", cand, "--id-field", "extra_info.index", "--budget", 96,
+                  "--strategy", "uniform", "--out", tmp_path / "alloc.jsonl")
+    assert sorted(res["counts_by_id"]) == sorted(pool)
+
+    # refusals, one line each
+    res = gd("select", "--state", state, "--candidates", txt, "-B", 4, "--id-field", "extra_info.index",
+             "--out", tmp_path / "c3.txt", code=2)
+    assert "plain list of ids" in res.stderr and res.stderr.count("\n") == 1
+    res = gd("predict", "--state", state, "--ids", cand, "--id-field", "extra_info.idx",
+             "--out", tmp_path / "p2.jsonl", code=1)
+    assert "cand.jsonl:1: no 'extra_info.idx' field" in res.stderr and res.stderr.count("\n") == 1
+    res = gd("predict", "--state", state, "--id-field", "a..b", "--out", tmp_path / "p3.jsonl", code=2)
+    assert "--id-field" in res.stderr and res.stderr.count("\n") == 1

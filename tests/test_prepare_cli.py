@@ -25,7 +25,7 @@ from graphdiff_cli.cli.app import app
 from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph, normalize_rows
 from graphdiff_cli.core.spectral import spectral_clustering
 from graphdiff_cli.io.artifacts import hash_arrays, hash_file, read_artifact
-from graphdiff_cli.stages.prepare import auto_states, shard_rows
+from graphdiff_cli.stages.prepare import auto_k_nn, auto_states, shard_rows
 
 GRAPHDIFF = Path(sys.executable).parent / "graphdiff"
 runner = CliRunner()
@@ -245,6 +245,36 @@ def test_log_progress_reports_every_phase_of_one_callback(capsys):
 
 def test_auto_states_rule():
     assert [auto_states(n) for n in (2, 49, 50, 75, 1000, 8000, 8025, 10**6)] == [2, 2, 2, 3, 40, 320, 320, 320]
+
+
+def test_build_graph_chooses_k_nn_from_n(tmp_path):
+    """Without --k-nn, build-graph takes k_nn = min(80, max(10, N // 10)) (the paper's 80 from 800 prompts on, a
+    tenth of a smaller set) and says so; --k-nn still wins. (It was 80 for any N: 60 prompts got a nearly complete
+    graph.)"""
+    from graphdiff_cli.io.artifacts import write_artifact
+
+    assert [auto_k_nn(n) for n in (2, 50, 150, 250, 799, 800, 3000, 29095, 10**6)] == \
+        [10, 10, 15, 25, 79, 80, 80, 80, 80]
+    rng = np.random.default_rng(0)
+    x = normalize_rows(rng.standard_normal((250, 12))).astype(np.float32)
+    emb = write_artifact(tmp_path / "emb.zarr", "embeddings",
+                         {"ids": np.asarray([f"p{i}" for i in range(250)], dtype=object), "embeddings": x})
+    res = gd_json("build-graph", emb, "--out", tmp_path / "g.zarr")
+    g = read_artifact(tmp_path / "g.zarr", "graph")
+    assert res["k_nn"] == res["k"] == 25 == g.params["k_nn"] == g.attr("k")
+    assert res["k_nn_rule"] == g.attr("k_nn_rule") == "k_nn = min(80, max(10, N // 10)) = 25 for N = 250"
+    assert g.array("knn_indices").shape == (250, 25)
+    text = gd("build-graph", emb, "--out", tmp_path / "g2.zarr").stderr
+    assert "k_nn = min(80, max(10, N // 10)) = 25 for N = 250 (--k-nn sets it)" in text
+    assert "graph of 250 prompts at k = 25," in text
+    res = gd_json("build-graph", emb, "--out", tmp_path / "g3.zarr", "--k-nn", 12)
+    assert res["k_nn"] == res["k"] == 12 and res["k_nn_rule"] is None
+    assert read_artifact(tmp_path / "g3.zarr", "graph").attr("k_nn_rule") is None
+    # tiny sets: k = min(k_nn, N - 1) as before
+    small = write_artifact(tmp_path / "e5.zarr", "embeddings",
+                           {"ids": np.asarray([f"p{i}" for i in range(5)], dtype=object), "embeddings": x[:5]})
+    res = gd_json("build-graph", small, "--out", tmp_path / "g5.zarr")
+    assert res["k_nn"] == 10 and res["k"] == 4
 
 
 def test_cluster_help_documents_auto():

@@ -114,55 +114,93 @@ def _progress_seconds(default: float = 30.0) -> float:
 PROGRESS_LOG_SECONDS = _progress_seconds()
 
 
-def _log_lines(description: str, interval: float):
-    """A progress callback for a log file: a plain line (``embedding prompts: 2048/7500 (27%), 41 s``) once
-    ``interval`` seconds have passed and then at most every ``interval`` seconds, and the last one when the
-    work is done if any was printed before. A command that takes less than ``interval`` prints none: a
-    trainer's `update` and `predict` keep their one summary line (or their one error line)."""
-    import time
+def _eta(elapsed: float, done, total) -> str:
+    """", ETA 1 min 5 s" from the rate so far, or "" before the first unit of work is done."""
+    if not total or not done or done >= total:
+        return ""
+    left = int(round(elapsed / done * (total - done)))
+    return f", ETA {left // 60} min {left % 60} s" if left >= 60 else f", ETA {left} s"
 
-    start = time.monotonic()
-    state = {"last": start, "printed": interval <= 0, "finished": False, "total": None}
 
-    def update(done, total=None):
-        now = time.monotonic()
+class _LogLines:
+    """A progress callback for a log file: a plain line (``embedding prompts: 2048/7500 (27%), 41 s, ETA 1 min
+    50 s``) once ``interval`` seconds have passed and then at most every ``interval`` seconds, and the last one
+    when the work is done if any was printed before. A command that takes less than ``interval`` prints none: a
+    trainer's `update` and `predict` keep their one summary line (or their one error line). ``phase(label)``
+    (``stages.progress.phase``) starts a new labelled count with its own clock and ETA (evaluate: the replay,
+    then the counterfactual's selection and allocation)."""
+
+    def __init__(self, description: str, interval: float):
+        import time
+
+        self._clock = time.monotonic
+        self.description, self.interval = description, interval
+        self.start = self.last = self._clock()
+        self.printed, self.finished, self.total = interval <= 0, False, None
+
+    def phase(self, label: str) -> None:
+        self.description, self.start, self.finished, self.total = label, self._clock(), False, None
+
+    def __call__(self, done, total=None):
+        now = self._clock()
         finished = total is not None and done >= total
-        if total != state["total"] or not finished:  # a new phase reuses the callback (evaluate: replay, then
-            state["finished"], state["total"] = False, total  # the counterfactual): report it as well
-        if state["finished"]:
+        if total != self.total or not finished:  # a new count on the same callback (without phase): report it too
+            self.finished, self.total = False, total
+        if self.finished:
             return
-        if not (now - state["last"] >= interval or (finished and state["printed"])):
+        if not (now - self.last >= self.interval or (finished and self.printed)):
             return
-        state["last"], state["printed"], state["finished"] = now, True, finished
+        self.last, self.printed, self.finished = now, True, finished
         share = f" ({100.0 * done / total:.0f}%)" if total else ""
-        sys.stderr.write(f"{description}: {done}/{total if total is not None else '?'}{share}, "
-                         f"{now - start:.0f} s\n")
+        sys.stderr.write(f"{self.description}: {done}/{total if total is not None else '?'}{share}, "
+                         f"{now - self.start:.0f} s{_eta(now - self.start, done, total)}\n")
         sys.stderr.flush()
 
-    return update
+
+def _log_lines(description: str, interval: float) -> _LogLines:
+    return _LogLines(description, interval)
+
+
+class _RichPhases:
+    """The terminal's progress callback: one rich line per label (``phase``), each with its own count, elapsed
+    time and ETA; a finished label's line stays (full) above the next one."""
+
+    def __init__(self, bar, description: str):
+        self.bar, self.task = bar, bar.add_task(description, total=None)
+        self.used = False
+
+    def phase(self, label: str) -> None:
+        if not self.used:  # nothing counted under the first label yet: rename it
+            self.bar.update(self.task, description=label)
+            return
+        t = self.bar.tasks[-1]
+        if t.total is not None:
+            self.bar.update(self.task, completed=t.total)
+        self.bar.stop_task(self.task)
+        self.task, self.used = self.bar.add_task(label, total=None), False
+
+    def __call__(self, done, total=None):
+        self.used = self.used or bool(done) or total is not None
+        self.bar.update(self.task, completed=done, total=total)
 
 
 @contextlib.contextmanager
 def progress(description: str):
     """Yield a callback ``update(done, total)`` for a stage's progress: a rich progress bar on a terminal,
     plain lines at most every ``GRAPHDIFF_PROGRESS_SECONDS`` (30) when stderr is a file or a pipe, nothing
-    with -q or --json. Stages receive the callback and never import rich."""
+    with -q or --json; each with an ETA once a unit of work is done, and ``phase(label)`` (called through
+    ``stages.progress.phase``) starts a new labelled line. Stages receive the callback and never import rich."""
     if OUT.quiet or OUT.json:
         yield lambda done, total=None: None
         return
     if not sys.stderr.isatty():
         yield _log_lines(description, PROGRESS_LOG_SECONDS)
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=stderr_console(), transient=True) as bar:
-        task = bar.add_task(description, total=None)
-
-        def update(done, total=None):
-            bar.update(task, completed=done, total=total)
-
-        yield update
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(), transient=True) as bar:
+        yield _RichPhases(bar, description)
 
 
 MAX_ERROR_CHARS = 600  # an error line echoes user input (ids, paths, values): cut beyond this

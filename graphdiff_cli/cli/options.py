@@ -14,7 +14,7 @@ from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.outcomes import DEFAULT_SUCCESS_THRESHOLD
 from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY
 
-__all__ = ["complete_from", "StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
+__all__ = ["complete_from", "IdFieldOption", "StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
            "KeepEveryOption", "DEFAULT_GROUP_SIZE", "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
 
 def complete_from(values):
@@ -38,3 +38,5 @@ KeepOption = Annotated[Optional[int], typer.Option("--keep", help="How many of t
 KeepEveryOption = Annotated[Optional[int], typer.Option("--keep-every", help="Also keep every step that is a "
                                                         "multiple of this (set it to your checkpoint interval, or "
                                                         f"a divisor of it; 0: none; default {DEFAULT_KEEP_EVERY}).")]
+IdFieldOption = Annotated[str, typer.Option("--id-field", help="Column holding the prompt id; a dotted path reads "
+                                             "a nested field (extra_info.index in a verl parquet).")]

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
-from .tables import as_float, as_id, as_int, detect_format, read_file_once, read_rows
+from .tables import ID_FIELD_HINT, as_float, as_int, check_id_field, detect_format, field_value, read_file_once, read_rows, row_id
 
 COUNT_COLUMNS = ("id", "n", "s")
 MAX_COUNT = 1_000_000  # rollouts of one prompt in one step: far above any real group (a sum of tokens or rewards is not)
@@ -89,9 +89,11 @@ def _has(row: dict) -> str:
     return f"it has {names}" if names else "it has no columns"
 
 
-def _schema_of(path: Path, line_no: int, row: dict) -> str:
-    if "id" not in row:
-        raise DataError(f"{path}:{line_no}: missing column 'id' (outcomes need id, n, s or id, reward; {_has(row)})")
+def _schema_of(path: Path, line_no: int, row: dict, id_field: str = "id") -> str:
+    if not field_value(row, id_field)[0]:
+        hint = f"; {ID_FIELD_HINT}" if id_field == "id" else ""
+        raise DataError(f"{path}:{line_no}: missing column {id_field!r} (outcomes need {id_field}, n, s or "
+                        f"{id_field}, reward; {_has(row)}){hint}")
     if "n" in row or "s" in row:
         return "counts"
     if "reward" in row:
@@ -121,10 +123,10 @@ def threshold_warning(rewards_low: float, rewards_high: float, count: int, thres
     return None
 
 
-def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float | None, strict: bool
-               ) -> tuple[str, int, int, float | None]:
+def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float | None, strict: bool,
+               id_field: str = "id") -> tuple[str, int, int, float | None]:
     """(id, n, s, reward or None) of one checked row (``strict``: numbers must not be strings)."""
-    pid = as_id(row["id"], path, line_no, "id")
+    pid = row_id(row, id_field, path, line_no)
     if schema == "rollouts":
         reward = _reward(row["reward"], path, line_no, strict)
         if threshold is None:
@@ -146,10 +148,13 @@ def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float | No
     return pid, n, s, None
 
 
-def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESHOLD, fmt: str | None = None) -> Outcomes:
-    """Parse and check a whole outcomes file (see the module docstring for the contract)."""
+def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESHOLD, fmt: str | None = None,
+                  id_field: str = "id") -> Outcomes:
+    """Parse and check a whole outcomes file (see the module docstring for the contract). ``id_field``: the
+    column holding the prompt id, or a dotted path into nested fields (``extra_info.index``)."""
     path = Path(path)
     threshold = check_threshold(success_threshold)
+    id_field = check_id_field(id_field)
     if not path.is_file():
         raise DataError(f"{path}: no such outcomes file")
     fmt = detect_format(path, fmt)
@@ -167,14 +172,15 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
     low, high = math.inf, -math.inf
     for line_no, row in read_rows(path, fmt, data):
         if schema is None:
-            schema = _schema_of(path, 1 if fmt == "csv" else line_no, row)
+            schema = _schema_of(path, 1 if fmt == "csv" else line_no, row, id_field)
         columns = COUNT_COLUMNS if schema == "counts" else ROLLOUT_COLUMNS
-        for c in columns:
+        for c in columns[1:]:  # the id: row_id, which reads dotted paths too
             if c not in row:  # CSV: the header (line 1) lacks it
                 raise DataError(f"{path}:{1 if fmt == 'csv' else line_no}: missing column {c!r} ({schema} rows need "
-                                f"{', '.join(columns)}; {_has(row)})")
+                                f"{', '.join((id_field, *columns[1:]))}; {_has(row)})")
         try:
-            pid, n, s, reward = _parse_row(path, line_no, row, schema, threshold, strict=fmt != "csv")
+            pid, n, s, reward = _parse_row(path, line_no, row, schema, threshold, strict=fmt != "csv",
+                                           id_field=id_field)
         except DataError:
             raise
         except (TypeError, ValueError, OverflowError) as exc:  # a cell the shared parsers do not foresee

@@ -72,22 +72,26 @@ class IdIndex:
         return out
 
 
-def read_id_file(path, *, unique: bool = True, data: bytes | None = None) -> list[tuple[int, str]]:
-    """(line, id) pairs of an ids file: a table with an ``id`` column (.jsonl/.csv/.tsv/.parquet) or
+def read_id_file(path, *, unique: bool = True, data: bytes | None = None,
+                 id_field: str = "id") -> list[tuple[int, str]]:
+    """(line, id) pairs of an ids file: a table with an ``id`` column (.jsonl/.csv/.tsv/.parquet; ``id_field``
+    names another column or a dotted path into nested fields, ``tables.row_id``) or
     plain text with one id per line, each exactly as written: only its line end (\\n or \\r\\n) is dropped (and a
     UTF-8 byte order mark before the first), empty lines are skipped. With ``unique``, a repeated id is refused
     with both lines. ``data``: the file's bytes, already read (``tables.read_file_once``)."""
-    from .tables import as_id, read_rows
+    from .tables import check_id_field, read_rows, row_id
 
     path = Path(path)
+    id_field = check_id_field(id_field)
     if data is None and not path.is_file():
         raise DataError(f"{path}: no such ids file")
     pairs: list[tuple[int, str]] = []
     if path.suffix.lower() in SUFFIX_FORMATS:
         for line_no, row in read_rows(path, data=data):
-            if "id" not in row:
-                raise DataError(f"{path}:{line_no}: no 'id' column")
-            pairs.append((line_no, as_id(row["id"], path, line_no, "id")))
+            pairs.append((line_no, row_id(row, id_field, path, line_no)))
+    elif id_field != "id":
+        raise InvalidArgumentError(f"{path}: --id-field {id_field} names a column, but this is a plain list of ids "
+                                   "(one per line); give a .jsonl/.csv/.parquet table or leave --id-field out")
     else:
         try:
             text = (path.read_bytes() if data is None else data).decode("utf-8-sig")
@@ -108,20 +112,21 @@ def read_id_file(path, *, unique: bool = True, data: bytes | None = None) -> lis
     return pairs
 
 
-def id_file_nodes(path, index: IdIndex, *, unique: bool = True, data: bytes | None = None) -> tuple[list[str],
-                                                                                                  np.ndarray]:
+def id_file_nodes(path, index: IdIndex, *, unique: bool = True, data: bytes | None = None,
+                  id_field: str = "id") -> tuple[list[str], np.ndarray]:
     """(ids, node indices) of an ids file (``read_id_file``), unknown ids refused with their line."""
-    pairs = read_id_file(path, unique=unique, data=data)
+    pairs = read_id_file(path, unique=unique, data=data, id_field=id_field)
     nodes = index.nodes((pid for _, pid in pairs), where=lambda j: f"{path}:{pairs[j][0]}")
     return [pid for _, pid in pairs], nodes
 
 
-def id_nodes(source, index: IdIndex, *, unique: bool = True, data: bytes | None = None) -> tuple[list[str],
-                                                                                            np.ndarray, str]:
-    """(ids, node indices, where) of ``source``: an ids file (``id_file_nodes``) or a list of ids given in
-    memory, checked alike (none at all, with ``unique`` a repeat, and an unknown id refused in one line)."""
+def id_nodes(source, index: IdIndex, *, unique: bool = True, data: bytes | None = None,
+             id_field: str = "id") -> tuple[list[str], np.ndarray, str]:
+    """(ids, node indices, where) of ``source``: an ids file (``id_file_nodes``; ``id_field``: where a table
+    holds the id) or a list of ids given in memory, checked alike (none at all, with ``unique`` a repeat, and
+    an unknown id refused in one line)."""
     if isinstance(source, (str, Path)):
-        return (*id_file_nodes(source, index, unique=unique, data=data), str(source))
+        return (*id_file_nodes(source, index, unique=unique, data=data, id_field=id_field), str(source))
     ids = [str(x) for x in source]
     if not ids:
         raise DataError("no ids given")

@@ -283,6 +283,29 @@ def field_value(row: dict, field: str) -> tuple[bool, object]:
     return True, value
 
 
+DEFAULT_ID_FIELD = "id"
+ID_FIELD_HINT = "use --id-field to name the id column, e.g. extra_info.index for a verl parquet"
+
+
+def row_id(row: dict, id_field: str, path, line_no: int) -> str:
+    """The prompt id of a table row: its ``id_field`` (a column, or a dotted path into nested fields:
+    ``field_value``) as ``as_id`` reads it; a row without that field is refused with its line. The one reader of
+    ids in prompts, ids and outcomes files (``embed``/``extend``'s and ``select``/``predict``/``update``'s
+    ``--id-field``)."""
+    found, value = field_value(row, id_field)
+    if not found:
+        raise DataError(f"{path}:{line_no}: no {id_field!r} field ({ID_FIELD_HINT})")
+    return as_id(value, path, line_no, id_field)
+
+
+def check_id_field(id_field) -> str:
+    """``--id-field`` as given: a non-empty column name or dotted path."""
+    if not isinstance(id_field, str) or not id_field.strip() or any(not p for p in id_field.split(".")):
+        raise InvalidArgumentError(f"--id-field must name a column or a dotted path such as extra_info.index, "
+                                   f"got {id_field!r}")
+    return id_field
+
+
 def _content_text(content, where: str) -> str:
     if isinstance(content, str):
         return content
@@ -331,14 +354,10 @@ def read_prompts(path, id_field: str = "id", text_field: str = "prompt", fmt: st
     texts: list[str] = []
     first_line: dict[str, int] = {}
     for line_no, row in read_rows(path, fmt, data):
-        found, raw_id = field_value(row, id_field)
-        if not found:
-            raise DataError(f"{path}:{line_no}: no {id_field!r} field (use --id-field to name the id column, "
-                            "e.g. extra_info.index for a verl parquet)")
+        pid = row_id(row, id_field, path, line_no)
         found, text = field_value(row, text_field)
         if not found:
             raise DataError(f"{path}:{line_no}: no {text_field!r} field (use --text-field to name the text column)")
-        pid = as_id(raw_id, path, line_no, id_field)
         text = prompt_text(text, f"{path}:{line_no}", text_field, messages)
         if not text.strip():
             raise DataError(f"{path}:{line_no}: {text_field} is empty")

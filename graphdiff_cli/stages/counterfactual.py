@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 
-from .progress import Progress, no_progress
+from .progress import Progress, no_progress, phase
 
 
 
@@ -36,11 +36,15 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
     factories = method_factories(keys, cfg, w, labels, k, emb, n_nodes)
     res: dict = {"note": OUT_OF_REACH, "methods": list(factories)}
     if strategies:
+        phase(progress, "counterfactual selection (estimator x rule runs)")
+        progress(0, None)
         res["selection"] = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
                                             strategies=strategies, batch_size=batch_size, pool_factor=pool_factor,
                                             seed=seed, target_explore=target_explore, n_nodes=n_nodes,
                                             progress=progress)
     if allocation:
+        phase(progress, "counterfactual allocation (estimators)")
+        progress(0, None)
         res["allocation"] = allocation_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
                                               strategies=allocation, budget_per_prompt=budget_per_prompt,
                                               min_count=min_count, max_count=max_count, n_nodes=n_nodes,

@@ -56,14 +56,14 @@ def _json_float(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _candidates(state, pool) -> tuple[list[str], np.ndarray, int, str]:
-    """(ids, node indices, how many were retired, where) of the candidates of ``pool`` (an ids file or a list of
-    ids) that are not retired (graphdiff retire), at the version of the estimator ``state.estimator()`` last
-    returned (callers take it first)."""
+def _candidates(state, pool, id_field: str = "id") -> tuple[list[str], np.ndarray, int, str]:
+    """(ids, node indices, how many were retired, where) of the candidates of ``pool`` (an ids file, a table's
+    ids read from its ``id_field``, or a list of ids) that are not retired (graphdiff retire), at the version of
+    the estimator ``state.estimator()`` last returned (callers take it first)."""
     from ..io.readers import id_nodes
     from .handoff import active_rows
 
-    ids, rows, where = id_nodes(pool, state.resident_index)
+    ids, rows, where = id_nodes(pool, state.resident_index, id_field=id_field)
     keep = active_rows(rows, state.retired)
     if keep.all():
         return ids, rows, 0, where
@@ -74,10 +74,12 @@ def _candidates(state, pool) -> tuple[list[str], np.ndarray, int, str]:
 
 def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed: int = 0, target: float = 0.5,
            explore: float = dec.TARGET_EXPLORE, group_size: int = 8, fmt: str | None = None,
-           progress: Progress = no_progress) -> dict:
+           id_field: str = "id", progress: Progress = no_progress) -> dict:
     """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) of a ``State`` by
-    ``strategy``; written to ``out`` when given (the result's ``ids`` are the choice, best first)."""
+    ``strategy``; written to ``out`` when given (the result's ``ids`` are the choice, best first).
+    ``id_field``: where a table of candidates holds the id (a column or a dotted path)."""
     from ..core.beta import check_group_size
+    from ..io.tables import check_id_field
 
     t0 = time.perf_counter()
     dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
@@ -85,12 +87,13 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
     explore = dec.check_explore(explore)
     group_size = check_group_size(group_size, "--group-size")
     seed = dec.check_int(seed, "--seed", 0)  # numpy seeds are >= 0
+    id_field = check_id_field(id_field)
     fmt = _check_out(out, fmt)
     sd = state.dir
     progress(0, 3)
     dec.check_int(batch_size, "--batch-size", 1)
     est = state.estimator()
-    ids, rows, skipped, where = _candidates(state, candidates)
+    ids, rows, skipped, where = _candidates(state, candidates, id_field)
     if batch_size > rows.size:
         raise InvalidArgumentError(f"--batch-size {batch_size} is larger than the pool of {rows.size} "
                                    f"candidates in {where}" + (f" ({skipped} more are retired)" if skipped else ""))
@@ -121,12 +124,16 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
 # ----------------------------------------------------------------------------------------- allocate
 
 def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int = 2, max_count: int = 32,
-             vip_gamma: float = 0.0, fmt: str | None = None, progress: Progress = no_progress) -> dict:
+             vip_gamma: float = 0.0, fmt: str | None = None, id_field: str = "id",
+             progress: Progress = no_progress) -> dict:
     """Split ``budget`` rollouts over the prompts ``ids`` (an ids file or a list of ids) of a ``State`` by
-    ``strategy``; id, n per prompt written to ``out`` when given (the result's ``counts_by_id``)."""
+    ``strategy``; id, n per prompt written to ``out`` when given (the result's ``counts_by_id``).
+    ``id_field``: where a table of ids holds the id (a column or a dotted path)."""
+    from ..io.tables import check_id_field
 
     t0 = time.perf_counter()
     dec.check_strategy(strategy, dec.ALLOCATE_STRATEGIES, "allocation")
+    id_field = check_id_field(id_field)
     fmt = _check_out(out, fmt)
     if fmt == "txt":
         raise InvalidArgumentError(f"{out}: an allocation needs a table (.jsonl, .csv or .parquet) for its "
@@ -136,7 +143,7 @@ def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int
     if strategy == "vip" and min_count < 2:
         raise InvalidArgumentError(f"the vip strategy needs --min >= 2, got --min {min_count}")
     est = state.estimator()
-    ids, rows, skipped, _where = _candidates(state, ids)
+    ids, rows, skipped, _where = _candidates(state, ids, id_field)
     dec.check_budget(rows.size, budget, min_count, max_count)
     progress(1, 3)
     p = np.asarray(est.predict(rows), dtype=np.float64)

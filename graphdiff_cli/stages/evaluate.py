@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
-from .progress import Progress, no_progress
+from .progress import Progress, no_progress, phase
 
 
 
@@ -151,6 +151,7 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
         ev = cfg["evaluate"]["discounted"]
         tuned, grid = tune_discounted(lg, n_nodes, ev["lambdas"], ev["m"])
     ests, described = build_methods(keys, cfg, w, labels, k, emb, n_nodes, tuned)
+    phase(progress, f"replaying the log ({len(ests)} methods, steps)")
     progress(0, None)
     res = replay(lg["step"], lg["id"], lg["n"], lg["s"], ests, n_nodes=n_nodes, progress=progress)
     metrics = evaluate_replay(res)
@@ -169,7 +170,6 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     if counterfactual or (counterfactual is None and cf_methods):
         from .counterfactual import run_counterfactual
 
-        progress(0, None)
         try:
             decisions = run_counterfactual(lg, cfg, w, labels, k, emb, n_nodes, methods=cf_methods,
                                            batch_size=int(np.median(sizes)), pool_factor=pool_factor, seed=seed,

@@ -127,9 +127,11 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
 
 # ------------------------------------------------------------------------------------------- update
 
-def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float | None, t0: float) -> dict | None:
+def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float | None, t0: float,
+                     id_field: str = "id") -> dict | None:
     """The no-op result when ``step`` is the last applied step and was applied from these very outcomes (same
-    bytes, same threshold): a trainer's retry after a crash or a signal that came after the commit. Else None."""
+    bytes, same threshold, same id field): a trainer's retry after a crash or a signal that came after the
+    commit. Else None."""
     if step != cur or step < 1 or not Path(outcomes).is_file():
         return None
     entry = next((e for e in reversed(sd.log_entries(upto=sd.current_version()))
@@ -138,7 +140,8 @@ def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float
         digest = hash_file(outcomes)
     except FileNotFoundError:  # deleted since is_file: not these outcomes again
         return None
-    if entry is None or entry.get("outcomes_hash") != digest or entry.get("success_threshold") != success_threshold:
+    if (entry is None or entry.get("outcomes_hash") != digest or entry.get("success_threshold") != success_threshold
+            or entry.get("id_field", "id") != id_field):
         return None
     return {"command": "update", "state": str(sd.root), "step": step, "noop": True,
             **{k: entry.get(k) for k in ("outcomes", "outcomes_hash", "schema", "rows", "prompts", "rollouts",
@@ -176,22 +179,25 @@ def step_refusal(root, step: int, cur: int) -> StateError:
 
 
 def update(state, step: int, outcomes, *, success_threshold: float | None = None,
-           lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
+           lock_timeout: float = DEFAULT_LOCK_TIMEOUT, id_field: str = "id", progress: Progress = no_progress) -> dict:
     """Apply training step ``step`` (= current + 1) of a ``State`` with the outcomes file; see docs/handoff.md.
+    ``id_field``: the outcomes' column holding the prompt id (a dotted path reads a nested field).
 
     Everything is checked before the lock is taken and again under it; the estimator is updated and the
     step committed inside ``state.transaction()``, so a refusal or a crash changes nothing."""
     from ..io.outcomes import check_threshold, read_outcomes
+    from ..io.tables import check_id_field
 
     t0 = time.perf_counter()
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise InvalidArgumentError(f"--step must be an integer >= 1 (step 0 is init), got {step!r}")
     success_threshold = check_threshold(success_threshold)
+    id_field = check_id_field(id_field)
     check_lock_timeout(lock_timeout)
     sd = state.dir
     cur = sd.current_step
     if step != cur + 1:  # fail fast, before parsing; checked again under the lock
-        noop = _already_applied(sd, step, cur, outcomes, success_threshold, t0)
+        noop = _already_applied(sd, step, cur, outcomes, success_threshold, t0, id_field)
         if noop is not None:
             return noop
         raise step_refusal(sd.root, step, cur)
@@ -200,7 +206,7 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
     t1 = time.perf_counter()
     index = state.index
     t_model = time.perf_counter() - t1
-    parsed = read_outcomes(outcomes, success_threshold=success_threshold)
+    parsed = read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field)
     nodes = parsed.node_indices(index)
     outcomes_hash = parsed.hash  # of the bytes parsed: a file replaced while it was read is never mislabelled
     t_parse = time.perf_counter()
@@ -209,7 +215,7 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
         t_locked = time.perf_counter()
         cur = sd.current_step
         if step != cur + 1:  # another writer moved on while we waited
-            noop = _already_applied(sd, step, cur, outcomes, success_threshold, t0)
+            noop = _already_applied(sd, step, cur, outcomes, success_threshold, t0, id_field)
             if noop is not None:
                 return noop
             raise step_refusal(sd.root, step, cur)
@@ -231,7 +237,8 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
         entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": outcomes_hash,
                  "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
                  "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
-                 "success_threshold": success_threshold, "iterations": stats["iterations"],
+                 "success_threshold": success_threshold, **({"id_field": id_field} if id_field != "id" else {}),
+                 "iterations": stats["iterations"],
                  "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
                  "inference_s": round(t_infer - t_load, 4)}
         pruned = txn.commit_step(entry)
@@ -252,15 +259,16 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
 
 # ------------------------------------------------------------------------------------------ predict
 
-def candidate_rows(state, ids=None, *, ids_file=None) -> tuple[list[str], np.ndarray]:
+def candidate_rows(state, ids=None, *, ids_file=None, id_field: str = "id") -> tuple[list[str], np.ndarray]:
     """(ids, node indices) at the version of the estimator ``state.estimator()`` last returned (call it first:
     the two are one snapshot even if another writer moves the STATE meanwhile): the prompts ``ids`` (a list)
-    or of ``ids_file``, retired or not, else every candidate (retired prompts left out)."""
+    or of ``ids_file`` (a table's ids read from ``id_field``), retired or not, else every candidate (retired
+    prompts left out)."""
     from ..io.readers import id_nodes
 
     index, retired = state.resident_index, state.retired
     if ids_file is not None or ids is not None:
-        return id_nodes(ids_file if ids_file is not None else ids, index, unique=False)[:2]
+        return id_nodes(ids_file if ids_file is not None else ids, index, unique=False, id_field=id_field)[:2]
     rows = np.arange(len(index), dtype=np.int64)[active_rows(np.arange(len(index)), retired)]
     return ([index.ids[r] for r in rows] if retired.size else list(index.ids)), rows
 
@@ -276,21 +284,22 @@ def estimates(state, ids=None, *, group_size: int = 8) -> dict:
     return {"id": ids, **{c: np.asarray(res[c]) for c in PREDICT_COLUMNS[1:]}}
 
 
-def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8,
+def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8, id_field: str = "id",
             progress: Progress = no_progress) -> dict:
     """Write every candidate's (or ``ids_file``'s) estimates at a ``State``'s current version to ``out``,
     atomically."""
     from ..core.beta import check_group_size
-    from ..io.tables import detect_format, write_rows
+    from ..io.tables import check_id_field, detect_format, write_rows
 
     t0 = time.perf_counter()
     group_size = check_group_size(group_size, "--group-size")
+    id_field = check_id_field(id_field)
     fmt = detect_format(out, fmt)
     progress(0, 3)
     t_import = _import_torch()
     t1 = time.perf_counter()
     est = state.estimator()
-    ids, rows = candidate_rows(state, ids_file=ids_file)
+    ids, rows = candidate_rows(state, ids_file=ids_file, id_field=id_field)
     t_load = time.perf_counter()
     progress(1, 3)
     res = est.estimates(rows, group_size=group_size)

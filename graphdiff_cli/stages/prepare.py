@@ -32,7 +32,23 @@ from .progress import Progress, no_progress
 
 AUTO_STATES_MAX = 320
 AUTO_STATES_PER = 25  # "auto" K: one latent state per ~25 prompts, at least 2, at most 320
+AUTO_KNN_MAX = 80  # the paper's k_nn; build-graph's fixed default before auto_k_nn
+AUTO_KNN_MIN = 10
+AUTO_KNN_SHARE = 10  # a prompt's list holds at most ~1/10 of the set
 
+
+def auto_k_nn(n: int) -> int:
+    """build-graph's k_nn when --k-nn is not given: min(80, max(10, N // 10)); the search then uses
+    k = min(k_nn, N - 1). 80 (the paper's) from 800 prompts on; below, a tenth of the set, so a small set's
+    graph is not nearly complete. Why not smaller at a few thousand prompts: docs/results.md, "build-graph's
+    default k" (fewer neighbours left more prompts isolated and predicted first visits worse on the real log)."""
+    return int(min(AUTO_KNN_MAX, max(AUTO_KNN_MIN, n // AUTO_KNN_SHARE)))
+
+
+def auto_k_nn_rule(n: int) -> str:
+    """The rule in words, with its value at ``n`` (build-graph prints it)."""
+    return (f"k_nn = min({AUTO_KNN_MAX}, max({AUTO_KNN_MIN}, N // {AUTO_KNN_SHARE})) = {auto_k_nn(n)} "
+            f"for N = {n:,}")
 
 
 def ids_for_hash(ids: Sequence[str]) -> np.ndarray:
@@ -275,13 +291,13 @@ def merge_embeddings(shards: Sequence, out, progress: Progress = no_progress) ->
 
 # ------------------------------------------------------------------------------------------- graph
 
-def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index: str = "exact",
+def build_graph(embeddings, out, *, k_nn: int | None = None, device: str = "auto", index: str = "exact",
                 nprobe: int | None = None, ef_search: int | None = None, recall_sample: int = 1000,
                 progress: Progress = no_progress) -> dict:
     """The mutual-kNN sample graph W of Section 3.3 as a "graph" artifact.
 
     W_ij = c_ij if j in N_k(i), i in N_k(j) and c_ij > 0, else 0, with c_ij = phi_i . phi_j and
-    k = min(k_nn, N - 1); the search asks for k + 1 hits and drops self. ``index`` "exact" (the
+    k = min(k_nn, N - 1); the search asks for k + 1 hits and drops self. ``k_nn`` None: ``auto_k_nn(N)``. ``index`` "exact" (the
     paper's) or an approximate faiss index ("hnsw", "ivf"; backends.knn), whose recall against exact
     search is measured on ``recall_sample`` random prompts and stamped in the artifact.
     """
@@ -291,8 +307,8 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index:
 
     t0 = time.perf_counter()
     out = Path(out)
-    if k_nn < 1:
-        raise InvalidArgumentError(f"--k-nn must be >= 1, got {k_nn}")
+    if k_nn is not None and (isinstance(k_nn, bool) or not isinstance(k_nn, (int, np.integer)) or k_nn < 1):
+        raise InvalidArgumentError(f"--k-nn must be an integer >= 1 (or left out: chosen from N), got {k_nn!r}")
     check_device_name(device)
     if index not in INDEXES:
         raise InvalidArgumentError(f"--index must be one of {', '.join(INDEXES)}, got {index!r}")
@@ -312,6 +328,9 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index:
     if n < 2:
         raise DataError(f"{embeddings}: a graph needs at least 2 prompts, this artifact has {n}")
     x = normalize_rows(x)  # idempotent on stored rows; guards against hand-made artifacts
+    rule = None
+    if k_nn is None:
+        k_nn, rule = auto_k_nn(n), auto_k_nn_rule(n)
     k = min(k_nn, n - 1)
     ts = time.perf_counter()
     res = knn_search(x, k + 1, device=device, progress=progress, index=index, nprobe=nprobe, ef_search=ef_search)
@@ -330,7 +349,7 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index:
     if res.params:
         params["index_params"] = res.params
     # where the embeddings were (graphdiff init records it for graphdiff extend, which checks the hash)
-    attrs = {"summary": asdict(summary), "k": int(k), "search_backend": res.backend,
+    attrs = {"summary": asdict(summary), "k": int(k), "k_nn_rule": rule, "search_backend": res.backend,
              "embeddings_path": str(Path(embeddings).resolve())}
     if recall is not None:
         attrs["recall"] = recall
@@ -338,7 +357,7 @@ def build_graph(embeddings, out, *, k_nn: int = 80, device: str = "auto", index:
                    content_hash=content_hash, attrs=attrs)
     t_end = time.perf_counter()
     return {"command": "build-graph", "embeddings": str(embeddings), "out": str(out), "n_prompts": n,
-            "dim": int(x.shape[1]), "k_nn": int(k_nn), "k": int(k), "device": res.device,
+            "dim": int(x.shape[1]), "k_nn": int(k_nn), "k_nn_rule": rule, "k": int(k), "device": res.device,
             "search_backend": res.backend, "index": index, "index_params": res.params, "recall": recall,
             "summary": asdict(summary), "content_hash": content_hash,
             "timings": {"search_s": t_search, "total_s": t_end - t0}}

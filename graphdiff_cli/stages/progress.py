@@ -14,3 +14,11 @@ Progress = Callable[[int, Optional[int]], None]
 def no_progress(done=None, total=None) -> None:
     """The progress listener that ignores every report."""
     return None
+
+
+def phase(progress: Progress, label: str) -> None:
+    """Start a new labelled phase of ``progress`` (its own count, clock and ETA): the CLI's listeners draw one
+    line per label; a listener without a ``phase`` method (a plain function) ignores it."""
+    start = getattr(progress, "phase", None)
+    if start is not None:
+        start(label)

@@ -9,14 +9,14 @@ import typer
 
 from ..common import command, emit, progress
 from ...core.decisions import ALLOCATE_STRATEGIES
-from ..options import StateOption, complete_from
+from ..options import IdFieldOption, StateOption, complete_from
 
 
 @command("allocate")
 def allocate(
     state: StateOption,
     ids: Path = typer.Option(..., "--ids", help="The batch's prompts: one id per line, or a "
-                             ".jsonl/.csv/.parquet table with an 'id' column."),
+                             ".jsonl/.csv/.parquet table with an 'id' column (or --id-field)."),
     budget: int = typer.Option(..., "--budget", help="Total rollouts to split over the prompts."),
     strategy: str = typer.Option(..., "--strategy", help="uniform, variance (counts grow with "
                                  "sqrt(p(1-p))), or vip (VIP's convex allocation).",
@@ -29,13 +29,14 @@ def allocate(
                                     "(0 = the paper's variance objective; VIP's code uses 0.0007)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
+    id_field: IdFieldOption = "id",
 ):
     """Write per-prompt rollout counts that sum to --budget, each within [--min, --max]."""
     from ...state import State
 
     with progress("allocating") as bar:
         res = State.open(state).allocate(ids, budget, strategy, out, min_count=min_count, max_count=max_count,
-                                         vip_gamma=vip_gamma, fmt=fmt, progress=bar)
+                                         vip_gamma=vip_gamma, fmt=fmt, id_field=id_field, progress=bar)
     pred = res["predicted_nondegenerate_groups"]
     emit(res, f"step {res['step']}: {res['budget']} rollouts over {res['prompts']} prompts by {strategy} "
               f"(n {res['counts']['min']}..{res['counts']['max']}; predicted groups with signal "

@@ -14,8 +14,9 @@ from ..common import command, emit, progress, warn
 def build_graph(
     embeddings: Path = typer.Argument(..., help="Embeddings artifact (from embed or merge-embeddings)."),
     out: Path = typer.Option(..., "--out", "-o", help="Graph artifact to write."),
-    k_nn: int = typer.Option(80, "--k-nn", help="Neighbours per prompt before the mutual filter "
-                             "(k = min(k_nn, N - 1))."),
+    k_nn: Optional[int] = typer.Option(None, "--k-nn", help="Neighbours per prompt before the mutual filter "
+                                       "(k = min(k_nn, N - 1)). Default: chosen from the N prompts, "
+                                       "min(80, max(10, N // 10)); build-graph prints the value."),
     device: str = typer.Option("auto", "--device", help="auto (GPU where one works), cpu or cuda."),
     index: str = typer.Option("exact", "--index", help="exact (flat inner product, the paper's), or an "
                               "approximate faiss index for millions of prompts: hnsw (CPU) or ivf (GPU with "
@@ -34,7 +35,8 @@ def build_graph(
         res = build(embeddings, out, k_nn=k_nn, device=device, index=index, nprobe=nprobe,
                     ef_search=ef_search, recall_sample=recall_sample, progress=update)
     s = res["summary"]
-    text = (f"graph of {s['n_nodes']} prompts, {s['n_edges']} edges (mean degree {s['mean_degree']:.1f}, "
+    text = ((f"{res['k_nn_rule']} (--k-nn sets it)\n" if res["k_nn_rule"] else "")
+            + f"graph of {s['n_nodes']} prompts at k = {res['k']}, {s['n_edges']} edges (mean degree {s['mean_degree']:.1f}, "
             f"{s['isolated']} isolated, {s['components']} components) -> {res['out']}")
     if s["isolated"]:
         warn(f"{s['isolated']} of {s['n_nodes']} prompts have no mutual neighbour at k = {res['k']} "

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..common import command, debug, emit, progress
+from ..options import IdFieldOption
 
 
 @command("embed")
@@ -27,8 +28,7 @@ def embed(
     device: str = typer.Option("auto", "--device", help="auto (GPU where one works), cpu or cuda."),
     shard: Optional[str] = typer.Option(None, "--shard", help="I/N: embed only rows [I*ceil(M/N), "
                                         "(I+1)*ceil(M/N)) of the M prompts; join with merge-embeddings."),
-    id_field: str = typer.Option("id", "--id-field", help="Column holding the prompt id; a dotted path reads a "
-                                 "nested field (extra_info.index in a verl parquet)."),
+    id_field: IdFieldOption = "id",
     text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text: text, or a "
                                    "chat list of {role, content} messages (see --messages)."),
     messages: str = typer.Option("user", "--messages", help="A chat-list prompt ([{role, content}, ...], verl's and "

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..common import command, emit, progress, warn
-from ..options import DEFAULT_LOCK_TIMEOUT, LockTimeoutOption, StateOption
+from ..options import DEFAULT_LOCK_TIMEOUT, IdFieldOption, LockTimeoutOption, StateOption
 
 
 @command("extend")
@@ -20,7 +20,7 @@ def extend(
                                             "artifact (graphdiff embed, with the STATE's model, instruction and dim)."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Where the embeddings the STATE was built "
                                               "from are now, if they moved (checked by content hash)."),
-    id_field: str = typer.Option("id", "--id-field", help="Column holding the prompt id."),
+    id_field: IdFieldOption = "id",
     text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text."),
     messages: str = typer.Option("user", "--messages", help="A chat-list prompt ([{role, content}, ...], verl's and "
                                  "TRL's conversational format) becomes: 'user' the user turns' contents, 'all' "

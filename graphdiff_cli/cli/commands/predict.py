@@ -9,7 +9,7 @@ import typer
 
 from ...stages.handoff import PREDICT_COLUMNS
 from ..common import command, emit, progress
-from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, StateOption
+from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, StateOption
 
 
 # The help lists the columns from the constant predict writes them by, so the two cannot drift.
@@ -18,13 +18,16 @@ def predict(
     state: StateOption,
     out: Path = typer.Option(..., "--out", "-o", help="Table to write (replaced atomically)."),
     ids: Optional[Path] = typer.Option(None, "--ids", help="Only these prompts: one id per line, or a "
-                                       ".jsonl/.csv/.parquet table with an 'id' column (default: all)."),
+                                       ".jsonl/.csv/.parquet table with an 'id' column (or --id-field; "
+                                       "default: all)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
     group_size: GroupSizeOption = DEFAULT_GROUP_SIZE,
+    id_field: IdFieldOption = "id",
 ):
     from ...state import State
 
     with progress("predicting") as bar:
-        res = State.open(state).predict(out, ids_file=ids, fmt=fmt, group_size=group_size, progress=bar)
+        res = State.open(state).predict(out, ids_file=ids, fmt=fmt, group_size=group_size, id_field=id_field,
+                                        progress=bar)
     emit(res, f"step {res['step']}: {res['rows']} predictions (mean p {res['p_mean']:.3f}) -> {res['out']}")

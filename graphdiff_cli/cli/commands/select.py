@@ -9,14 +9,14 @@ import typer
 
 from ...core.decisions import DEFAULT_SELECT_STRATEGY, SELECT_STRATEGIES
 from ..common import command, emit, progress
-from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, StateOption, complete_from
+from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, StateOption, complete_from
 
 
 @command("select")
 def select(
     state: StateOption,
     candidates: Path = typer.Option(..., "--candidates", help="Candidate pool: one id per line, or a "
-                                    ".jsonl/.csv/.parquet table with an 'id' column."),
+                                    ".jsonl/.csv/.parquet table with an 'id' column (or --id-field)."),
     batch_size: int = typer.Option(..., "--batch-size", "-B", help="How many distinct prompts to choose."),
     strategy: str = typer.Option(DEFAULT_SELECT_STRATEGY, "--strategy", help="target (closest p to --target; the "
                                  "default: the highest effective-group rate on the real log, docs/results.md), "
@@ -33,13 +33,15 @@ def select(
     group_size: GroupSizeOption = DEFAULT_GROUP_SIZE,
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
+    id_field: IdFieldOption = "id",
 ):
     """Choose --batch-size prompts of --candidates by --strategy and write them to --out."""
     from ...state import State
 
     with progress("selecting") as bar:
         res = State.open(state).select(candidates, batch_size, strategy, out, seed=seed, target=target,
-                                       explore=explore, group_size=group_size, fmt=fmt, progress=bar)
+                                       explore=explore, group_size=group_size, fmt=fmt, id_field=id_field,
+                                       progress=bar)
     emit(res, f"step {res['step']}: chose {res['batch_size']} of {res['pool']} by {strategy} "
               f"(predicted effective share {res['predicted_effective_share']['chosen']:.3f} vs "
               f"{res['predicted_effective_share']['pool']:.3f} for the pool) -> {res['out']}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..common import NOT_CONVERGED, command, emit, progress, warn
-from ..options import (DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, LockTimeoutOption, StateOption,
+from ..options import (DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS_THRESHOLD, IdFieldOption, LockTimeoutOption, StateOption,
                        SuccessThresholdOption)
 
 
@@ -20,6 +20,7 @@ def update(
                                   "per rollout 'id, reward'."),
     success_threshold: SuccessThresholdOption = DEFAULT_SUCCESS_THRESHOLD,
     lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
+    id_field: IdFieldOption = "id",
 ):
     """Apply exactly one step; a step already applied from other outcomes, a gap or bad outcomes change nothing
     (exit codes: docs/handoff.md). Sending the last applied step's outcomes again is a no-op (exit 0)."""
@@ -27,7 +28,7 @@ def update(
 
     with progress(f"step {step}") as bar:
         res = State.open(state).update(step, outcomes, success_threshold=success_threshold,
-                                       lock_timeout=lock_timeout, progress=bar)
+                                       lock_timeout=lock_timeout, id_field=id_field, progress=bar)
     if res.get("noop"):
         emit(res, f"step {res['step']} was already applied from these outcomes ({res['outcomes_hash']}, "
                   f"{res['applied_at']}): nothing to do; the next update is step {res['step'] + 1}")
