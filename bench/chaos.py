@@ -13,6 +13,20 @@ Parts (each a sub-command; ``all`` runs them in this order):
 * ``race``: four ``update`` processes of one step at once (exactly one applies it, the others are refused in
   one line), and ``predict`` processes reading while updates commit (every read succeeds and equals a
   reference step's predictions: no torn state).
+* ``readers``: ``predict``, ``select``, ``allocate``, ``status --json`` and ``verify`` while another process commits
+  ``extend`` (3 -> 3.1) then ``retire`` (3.1 -> 3.2): the writer held at each point of its commit (the test hook
+  of io.state_dir: model, artifact, log, current, prune) while every reader runs, then released or killed there,
+  and free races (the two commits back to back beside a loop of readers). Every reader must say what a clean
+  run of 3, 3.1 or 3.2 says (the same table bytes, the same status fields, verify intact): the old version
+  before CURRENT's rename, the new one from it on; a killed writer's rerun completes.
+* ``resume``: each integration (bench/_resume_trainer.py: verl <= 0.7's sampler, TRL's callback, OpenRLHF's
+  prompt chooser and recorder) run for 6 steps, killed at a random moment and resumed from a random checkpoint
+  it wrote against the STATE as the kill left it: a resume goes on only where the STATE is at the checkpoint's
+  step, else it is refused in one line (then the STATE is rolled back, or an earlier checkpoint used); at the
+  end every step is in the log once and the predictions equal an uninterrupted run's.
+* ``big``: ``kill -9`` of ``update`` and ``extend`` on a STATE of ``--big-n`` (150,000) prompts (synthetic
+  embeddings, real ``build-graph``, ``cluster``, ``init``), ``--big-trials`` kills each: old or new, intact, the
+  rerun's predictions equal a clean run's.
 * ``tamper``: every array of the current step and of the model damaged four ways (first chunk deleted,
   truncated, one byte flipped, swapped with the previous step's chunk), plus hand edits of the model's
   config, CURRENT pointed at an older step or outside the STATE, and an emptied log; the attacks that
@@ -419,6 +433,78 @@ def part_race(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
             break
     tally.record("race", "updates under concurrent reads", writer.wait() == 0 and w.predictions(s) == w.pred[STEPS],
                  "the writer failed or ended elsewhere")
+
+
+# ---------------------------------------------------------------------------------------------------
+# each integration's resume
+
+
+RESUME_STEPS = 6
+
+
+def part_resume(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    """Each integration (bench/_resume_trainer.py: verl <= 0.7's sampler, TRL's callback, OpenRLHF's chooser and
+    recorder) run for 6 steps, killed (-9) at a random moment, then resumed from a random checkpoint it wrote
+    against the STATE as the kill left it (ahead of the checkpoint, at it or behind). A resume must go on only
+    where the STATE is at the checkpoint's step, and otherwise be refused in one line; refused, the STATE is
+    rolled back to the checkpoint (ahead) or the run resumed from the checkpoint at the STATE's step (behind).
+    At the end every step 1..6 is in the log exactly once and the predictions equal an uninterrupted run's."""
+    driver = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "bench" / "_resume_trainer.py")]
+
+    def fresh(name):  # a STATE at step 0 and nothing beside it (the recorder's folder, the outcomes folder)
+        s = w.fresh(0, name)
+        for side in (".openrlhf", ".outcomes"):
+            shutil.rmtree(f"{s}{side}", ignore_errors=True)
+        gd("retention", "--state", s, "--keep", 10, check=True)  # every step is a checkpoint: keep them all
+        return s
+
+    def run(name, s, ckpt, resume=0, run_id="run-0"):
+        return [*driver, name, str(s), str(ckpt), "--steps", str(RESUME_STEPS), "--prompts", str(w.n),
+                "--resume", str(resume), "--run", run_id]
+
+    def applied(s):
+        log = [json.loads(x) for x in (s / "log.jsonl").read_text().splitlines() if x.strip()]
+        return [r["step"] for r in log if r.get("step", 0) > 0 and not r.get("revision")]
+
+    for name in ("verl", "trl", "openrlhf"):
+        s, ckpt = fresh(f"resume_{name}_ref"), w.work / "trial" / f"ckpt_{name}_ref"
+        shutil.rmtree(ckpt, ignore_errors=True)
+        t0 = time.perf_counter()
+        p = subprocess.run(run(name, s, ckpt), capture_output=True, text=True)
+        d = time.perf_counter() - t0
+        if p.returncode != 0:
+            raise RuntimeError(f"resume: the uninterrupted {name} run failed: {p.stderr.strip()[-400:]}")
+        w.durations[f"resume {name}"] = d
+        want = w.predictions(s)
+        for i in range(trials):
+            s, ckpt = fresh(f"resume_{name}"), w.work / "trial" / f"ckpt_{name}"
+            shutil.rmtree(ckpt, ignore_errors=True)
+            proc = subprocess.Popen(run(name, s, ckpt), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+            kill_after(proc, rng.uniform(0.2 * d, d))
+            notes, ok, resumes = [], True, 0
+            have = sorted(int(f.stem.split("-")[1]) for f in ckpt.glob("ckpt-*.json"))
+            c = rng.choice(have) if have else 0
+            while resumes < 4:
+                resumes += 1
+                at = version(s)[0]
+                p = subprocess.run(run(name, s, ckpt, c, f"run-{i}-{resumes}"), capture_output=True, text=True)
+                if p.returncode == 0:
+                    ok = ok and at == c  # it went on: only right where the STATE was at the checkpoint
+                    notes.append(f"resumed from {c} with the STATE at {at}")
+                    break
+                one = p.returncode == 3 and len(p.stderr.strip().splitlines()) == 1 and at != c
+                ok = ok and one
+                notes.append(f"from {c} with the STATE at {at}: exit {p.returncode} {p.stderr.strip()[-200:]!r}")
+                if at > c:
+                    gd("rollback", "--state", s, "--to", c, check=True)  # what the refusal says to do
+                else:
+                    c = max([x for x in have if x <= at] or [0])
+                    if c != at:  # no checkpoint of that step: back to one that exists
+                        gd("rollback", "--state", s, "--to", c, check=True)
+            steps = applied(s)
+            tally.record("resume", name, ok and steps == list(range(1, RESUME_STEPS + 1)) and intact(s)
+                         and w.predictions(s) == want, f"trial {i}: {'; '.join(notes)}; steps in the log {steps}")
 
 
 def _chunks(array_dir: Path) -> list[Path]:
