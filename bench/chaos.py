@@ -13,6 +13,20 @@ Parts (each a sub-command; ``all`` runs them in this order):
 * ``race``: four ``update`` processes of one step at once (exactly one applies it, the others are refused in
   one line), and ``predict`` processes reading while updates commit (every read succeeds and equals a
   reference step's predictions: no torn state).
+* ``readers``: ``predict``, ``select``, ``allocate``, ``status --json`` and ``verify`` while another process commits
+  ``extend`` (3 -> 3.1) then ``retire`` (3.1 -> 3.2): the writer held at each point of its commit (the test hook
+  of io.state_dir: model, artifact, log, current, prune) while every reader runs, then released or killed there,
+  and free races (the two commits back to back beside a loop of readers). Every reader must say what a clean
+  run of 3, 3.1 or 3.2 says (the same table bytes, the same status fields, verify intact): the old version
+  before CURRENT's rename, the new one from it on; a killed writer's rerun completes.
+* ``resume``: each integration (bench/_resume_trainer.py: verl <= 0.7's sampler, TRL's callback, OpenRLHF's
+  prompt chooser and recorder) run for 6 steps, killed at a random moment and resumed from a random checkpoint
+  it wrote against the STATE as the kill left it: a resume goes on only where the STATE is at the checkpoint's
+  step, else it is refused in one line (then the STATE is rolled back, or an earlier checkpoint used); at the
+  end every step is in the log once and the predictions equal an uninterrupted run's.
+* ``big``: ``kill -9`` of ``update`` and ``extend`` on a STATE of ``--big-n`` (150,000) prompts (synthetic
+  embeddings, real ``build-graph``, ``cluster``, ``init``), ``--big-trials`` kills each: old or new, intact, the
+  rerun's predictions equal a clean run's.
 * ``tamper``: every array of the current step and of the model damaged four ways (first chunk deleted,
   truncated, one byte flipped, swapped with the previous step's chunk), plus hand edits of the model's
   config, CURRENT pointed at an older step or outside the STATE, and an emptied log; the attacks that
@@ -46,6 +60,7 @@ import os
 import platform
 import random
 import resource
+import shlex
 import shutil
 import signal
 import subprocess
@@ -63,6 +78,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
 STEPS = 6  # reference steps
 DEBRIS = (".staging-", ".tmp")
+PARTS = ("kill", "race", "readers", "resume", "tamper", "diskfull", "links", "big", "soak")  # all: in this order
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -419,6 +435,78 @@ def part_race(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
                  "the writer failed or ended elsewhere")
 
 
+# ---------------------------------------------------------------------------------------------------
+# each integration's resume
+
+
+RESUME_STEPS = 6
+
+
+def part_resume(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    """Each integration (bench/_resume_trainer.py: verl <= 0.7's sampler, TRL's callback, OpenRLHF's chooser and
+    recorder) run for 6 steps, killed (-9) at a random moment, then resumed from a random checkpoint it wrote
+    against the STATE as the kill left it (ahead of the checkpoint, at it or behind). A resume must go on only
+    where the STATE is at the checkpoint's step, and otherwise be refused in one line; refused, the STATE is
+    rolled back to the checkpoint (ahead) or the run resumed from the checkpoint at the STATE's step (behind).
+    At the end every step 1..6 is in the log exactly once and the predictions equal an uninterrupted run's."""
+    driver = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "bench" / "_resume_trainer.py")]
+
+    def fresh(name):  # a STATE at step 0 and nothing beside it (the recorder's folder, the outcomes folder)
+        s = w.fresh(0, name)
+        for side in (".openrlhf", ".outcomes"):
+            shutil.rmtree(f"{s}{side}", ignore_errors=True)
+        gd("retention", "--state", s, "--keep", 10, check=True)  # every step is a checkpoint: keep them all
+        return s
+
+    def run(name, s, ckpt, resume=0, run_id="run-0"):
+        return [*driver, name, str(s), str(ckpt), "--steps", str(RESUME_STEPS), "--prompts", str(w.n),
+                "--resume", str(resume), "--run", run_id]
+
+    def applied(s):
+        log = [json.loads(x) for x in (s / "log.jsonl").read_text().splitlines() if x.strip()]
+        return [r["step"] for r in log if r.get("step", 0) > 0 and not r.get("revision")]
+
+    for name in ("verl", "trl", "openrlhf"):
+        s, ckpt = fresh(f"resume_{name}_ref"), w.work / "trial" / f"ckpt_{name}_ref"
+        shutil.rmtree(ckpt, ignore_errors=True)
+        t0 = time.perf_counter()
+        p = subprocess.run(run(name, s, ckpt), capture_output=True, text=True)
+        d = time.perf_counter() - t0
+        if p.returncode != 0:
+            raise RuntimeError(f"resume: the uninterrupted {name} run failed: {p.stderr.strip()[-400:]}")
+        w.durations[f"resume {name}"] = d
+        want = w.predictions(s)
+        for i in range(trials):
+            s, ckpt = fresh(f"resume_{name}"), w.work / "trial" / f"ckpt_{name}"
+            shutil.rmtree(ckpt, ignore_errors=True)
+            proc = subprocess.Popen(run(name, s, ckpt), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+            kill_after(proc, rng.uniform(0.2 * d, d))
+            notes, ok, resumes = [], True, 0
+            have = sorted(int(f.stem.split("-")[1]) for f in ckpt.glob("ckpt-*.json"))
+            c = rng.choice(have) if have else 0
+            while resumes < 4:
+                resumes += 1
+                at = version(s)[0]
+                p = subprocess.run(run(name, s, ckpt, c, f"run-{i}-{resumes}"), capture_output=True, text=True)
+                if p.returncode == 0:
+                    ok = ok and at == c  # it went on: only right where the STATE was at the checkpoint
+                    notes.append(f"resumed from {c} with the STATE at {at}")
+                    break
+                one = p.returncode == 3 and len(p.stderr.strip().splitlines()) == 1 and at != c
+                ok = ok and one
+                notes.append(f"from {c} with the STATE at {at}: exit {p.returncode} {p.stderr.strip()[-200:]!r}")
+                if at > c:
+                    gd("rollback", "--state", s, "--to", c, check=True)  # what the refusal says to do
+                else:
+                    c = max([x for x in have if x <= at] or [0])
+                    if c != at:  # no checkpoint of that step: back to one that exists
+                        gd("rollback", "--state", s, "--to", c, check=True)
+            steps = applied(s)
+            tally.record("resume", name, ok and steps == list(range(1, RESUME_STEPS + 1)) and intact(s)
+                         and w.predictions(s) == want, f"trial {i}: {'; '.join(notes)}; steps in the log {steps}")
+
+
 def _chunks(array_dir: Path) -> list[Path]:
     return sorted(p for p in (array_dir / "c").rglob("*") if p.is_file()) if (array_dir / "c").is_dir() else \
         sorted(p for p in array_dir.iterdir() if p.name != "zarr.json")
@@ -633,6 +721,244 @@ def part_links(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
                  f"exit {p.returncode} {p.stderr.strip()[:200]!r}")
 
 
+# ---------------------------------------------------------------------------------------------------
+# readers racing a committing extend / retire
+
+# pause points of a revision's commit (io.state_dir._pause): before CURRENT's rename a reader must see the old
+# version, from it on the new one
+OLD_POINTS, NEW_POINTS = ("model", "artifact", "log"), ("current", "prune")
+STATUS_KEYS = ("step", "revision", "current", "n_prompts", "active", "retired", "joined", "model_hash", "n_applied")
+
+
+class Readers:
+    """predict, select, allocate, status and verify of one STATE, each a real process, and what each of them
+    said, reduced to what a clean run of the same version says the same way (the tables' bytes, status's
+    fields that do not carry a time, verify's verdict)."""
+
+    def __init__(self, w: World, folder: Path):
+        self.w, self.folder = w, folder
+        folder.mkdir(parents=True, exist_ok=True)
+        rng = np.random.default_rng(11)
+        old = rng.choice(w.n, 60, replace=False)
+        self.pool = folder / "pool.txt"  # candidates of select, and allocate's batch: old prompts only, some
+        self.pool.write_text("".join(f"{w.ids[i]}\n" for i in old))  # of them retired by the writer
+        self.batch = folder / "batch.txt"
+        self.batch.write_text("".join(f"{w.ids[i]}\n" for i in old[:12]))
+        self.retire_ids = folder / "retire.txt"
+        self.retire_ids.write_text("".join(f"{w.ids[i]}\n" for i in old[:40:2]))  # 20, 6 of them in the batch
+        self.n = 0
+
+    def argv(self, reader: str, s: Path, out: Path):
+        return {"predict": ("predict", "--state", s, "--out", out),
+                "select": ("select", "--state", s, "--candidates", self.pool, "--batch-size", 8, "--out", out),
+                "allocate": ("allocate", "--state", s, "--ids", self.batch, "--budget", 96, "--strategy", "variance",
+                             "--out", out),
+                "status": ("status", "--state", s, "--json"),
+                "verify": ("verify", "--state", s)}[reader]
+
+    def result(self, reader: str, p: subprocess.CompletedProcess, out: Path):
+        """What a reader said, comparable between runs, or ("error", its stderr)."""
+        if p.returncode != 0:
+            return ("error", p.returncode, p.stderr.strip()[:300])
+        if reader in ("predict", "select", "allocate"):
+            return (reader, sha(out))
+        if reader == "status":
+            doc = json.loads(p.stdout)
+            applied = [{k: v for k, v in e.items() if k != "applied_at"} for e in doc["applied"]]
+            return (reader, json.dumps([doc[k] for k in STATUS_KEYS] + [applied], sort_keys=True))
+        return (reader, "intact")  # verify, exit 0
+
+    def run(self, reader: str, s: Path):
+        self.n += 1
+        out = self.folder / f"{reader}-{self.n}.jsonl"
+        p = gd(*self.argv(reader, s, out))
+        return self.result(reader, p, out), p
+
+    def start(self, reader: str, s: Path):
+        self.n += 1
+        out = self.folder / f"{reader}-{self.n}.jsonl"
+        return subprocess.Popen([str(GRAPHDIFF), *map(str, self.argv(reader, s, out))], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True), out
+
+
+READERS = ("predict", "select", "allocate", "status", "verify")
+
+
+def part_readers(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    """predict, select, allocate, status and verify while another process commits extend (3 -> 3.1, a new
+    model) then retire (3.1 -> 3.2, a new step artifact of the same model): each must say what a clean run of
+    3, 3.1 or 3.2 says, never a mix, a traceback or a "damaged" refusal. Three ways: (a) the writer held at each
+    point of its commit (io.state_dir's test hook) while every reader runs: the old version before CURRENT's
+    rename, the new one from it on; (b) the writer killed there: the same, then the rerun completes; (c) free
+    races: the two commits back to back while the readers run in a loop beside them."""
+    folder = w.work / "trial" / "readers"
+    shutil.rmtree(folder, ignore_errors=True)
+    r = Readers(w, folder)
+    extend = lambda s: ("extend", "--state", s, "--embedded", w.new)
+    retire = lambda s: ("retire", "--state", s, "--ids", r.retire_ids)
+    # clean runs: each reader on a STATE nobody writes, at 3, 3.1 and 3.2
+    clean = {}
+    s = w.fresh(3, "readers_clean")
+    for v, writer in (("3", None), ("3.1", extend), ("3.2", retire)):
+        if writer:
+            gd(*writer(s), check=True)
+        for reader in READERS:
+            res, p = r.run(reader, s)
+            if res[0] == "error":
+                raise RuntimeError(f"readers: a clean {reader} of {v} failed: {p.stderr.strip()[:300]}")
+            clean[(reader, v)] = res
+    for reader in READERS[:3]:  # the versions differ for the readers that read q (else the part proves little)
+        if len({clean[(reader, v)] for v in ("3", "3.1", "3.2")}) < 2:
+            print(f"readers: {reader} says the same at 3, 3.1 and 3.2", file=sys.stderr)
+
+    def which(reader, res):
+        return [v for v in ("3", "3.1", "3.2") if clean[(reader, v)] == res]
+
+    def check(case, reader, res, want):
+        got = which(reader, res)
+        tally.record("readers", case, bool(set(got) & set(want)),
+                     f"{reader}: {res if not got else 'saw ' + ','.join(got)}, want {'/'.join(want)}")
+
+    # (a) and (b): the writer held at each point of its commit, then released or killed
+    plan = [("extend", extend, "3", "3.1", pt) for pt in OLD_POINTS + NEW_POINTS]
+    plan += [("retire", retire, "3.1", "3.2", pt) for pt in OLD_POINTS[1:] + NEW_POINTS]
+    for name, writer, old, new, point in plan:
+        for end in ("released", "killed"):
+            s = w.fresh(3, "readers_held")
+            if old == "3.1":
+                gd(*extend(s), check=True)
+            release = folder / f"release-{name}-{point}-{end}"
+            env = {**os.environ, "GRAPHDIFF_TEST_PAUSE_AFTER": point, "GRAPHDIFF_TEST_PAUSE_FILE": str(release)}
+            proc = subprocess.Popen([str(GRAPHDIFF), *map(str, writer(s))], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+            reached = Path(str(release) + ".reached")
+            while not reached.exists() and proc.poll() is None:
+                time.sleep(0.02)
+            if proc.poll() is not None:
+                tally.record("readers", f"{name} held at {point}", False,
+                             f"the writer ended before the point: {proc.stderr.read().strip()[:300]}")
+                continue
+            want = [old] if point in OLD_POINTS else [new]
+            for reader in READERS:
+                res, _p = r.run(reader, s)
+                check(f"{name} held at {point}", reader, res, want)
+            if end == "released":
+                release.touch()
+                ok = proc.wait(timeout=300) == 0
+            else:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                ok = True
+            for reader in READERS:  # after the writer: the new version, or (killed before CURRENT) the old
+                res, _p = r.run(reader, s)
+                check(f"{name} {end} at {point}", reader, res, [new] if end == "released" or point in NEW_POINTS
+                      else [old])
+            if end == "killed" and version(s) != tuple(map(int, new.split("."))):
+                ok = gd(*writer(s)).returncode == 0  # the rerun completes
+            tally.record("readers", f"{name} {end} at {point}: writer",
+                         ok and version(s) == tuple(map(int, new.split("."))) and intact(s),
+                         f"version {version(s)}, intact {intact(s)}")
+
+    # (c) free races: extend then retire committing while the readers run beside them, in a loop
+    for i in range(trials):
+        s = w.fresh(3, "readers_race")
+        writer = subprocess.Popen(["bash", "-c", f"sleep {rng.uniform(0, 2):.2f} && " + " && ".join(
+            " ".join(map(shlex.quote, [str(GRAPHDIFF), *map(str, argv(s)), "-q"])) for argv in (extend, retire))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        k = 0
+        while writer.poll() is None or k < len(READERS):
+            reader = READERS[(i + k) % len(READERS)]
+            k += 1
+            res, _p = r.run(reader, s)
+            check("free race", reader, res, ["3", "3.1", "3.2"])
+        tally.record("readers", "free race: writer", writer.wait() == 0 and version(s) == (3, 2) and intact(s),
+                     f"writer exit {writer.returncode} {writer.stderr.read().strip()[:200]}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# kills at scale
+
+
+def part_big(work: Path, tally: Tally, trials: int, rng: random.Random, n: int = 150_000, add: int = 1_000,
+             states: int = 32) -> dict:
+    """``kill -9`` of ``update`` (step 0 -> 1) and ``extend`` (0 -> 0.1, ``add`` prompts) on a STATE of ``n``
+    prompts: synthetic clustered embeddings written as a real artifact (no encoder), a real ``build-graph``
+    (k = 10), ``cluster`` and ``init``. After each kill: ``verify`` intact, old or new version, the command
+    rerun completes, and the predictions then equal a clean run's byte for byte."""
+    from graphdiff_cli.backends.embed import DEFAULT_INSTRUCTION
+    from graphdiff_cli.io.artifacts import hash_arrays, write_artifact
+    from graphdiff_cli.stages.prepare import ids_for_hash
+
+    folder = work / "big"
+    folder.mkdir(parents=True, exist_ok=True)
+    built = {}
+    t0 = time.perf_counter()
+    rs = np.random.default_rng(3)
+    dim, topics = 32, 400
+    centres = rs.standard_normal((topics, dim)).astype(np.float32)
+    x = centres[rs.integers(0, topics, n + add)] + 0.6 * rs.standard_normal((n + add, dim)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ids = [f"p{i:07d}" for i in range(n + add)]
+    params = {"model": "bundled", "instruction": DEFAULT_INSTRUCTION, "dim": dim, "batch_size": 64,
+              "shard": None, "id_field": "id", "text_field": "prompt"}
+    for name, rows in (("old", np.arange(n)), ("new", np.arange(n, n + add))):
+        ids_arr = ids_for_hash([ids[i] for i in rows])
+        write_artifact(folder / f"{name}.zarr", "embeddings",
+                       {"ids": ids_arr.astype(object), "embeddings": x[rows],
+                        "text_hash": np.asarray([f"{i:016x}" for i in rows], dtype=object)},
+                       params=params, inputs={"prompts": "synthetic"}, content_hash=hash_arrays(ids_arr, x[rows]),
+                       attrs={"native_dim": dim})
+    del x
+    for stage, argv in (("build-graph", ("build-graph", folder / "old.zarr", "--out", folder / "graph.zarr",
+                                         "--k-nn", 10)),
+                        ("cluster", ("cluster", folder / "graph.zarr", "--out", folder / "clusters.zarr", "--states",
+                                     states)),
+                        ("init", ("init", "--graph", folder / "graph.zarr", "--clusters", folder / "clusters.zarr",
+                                  "--embeddings", folder / "old.zarr", "--out", folder / "S0", "--device", "cpu"))):
+        t1 = time.perf_counter()
+        gd(*argv, check=True, timeout=3600)
+        built[stage] = round(time.perf_counter() - t1, 1)
+    outcomes = folder / "step-000001.jsonl"
+    rows = rs.choice(n, 2048, replace=False)
+    outcomes.write_text("".join(json.dumps({"id": ids[i], "n": 8, "s": int(rs.integers(0, 9))}) + "\n" for i in rows))
+
+    def fresh(name):
+        dst = folder / name
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(folder / "S0", dst)
+        return dst
+
+    def predictions(s):
+        out = folder / "pred.parquet"
+        gd("predict", "--state", s, "--out", out, check=True)
+        return sha(out)
+
+    commands = {"update": (lambda s: ("update", "--state", s, "--step", 1, "--outcomes", outcomes), (1, 0)),
+                "extend": (lambda s: ("extend", "--state", s, "--embedded", folder / "new.zarr"), (0, 1))}
+    durations, want = {}, {}
+    for name, (argv, new) in commands.items():
+        s = fresh("ref")
+        t1 = time.perf_counter()
+        gd(*argv(s), check=True, timeout=3600)
+        durations[name] = round(time.perf_counter() - t1, 1)
+        want[name] = predictions(s)
+    for name, (argv, new) in commands.items():
+        for _ in range(trials):
+            s = fresh("S")
+            killed = kill_after(start(*argv(s)), delay(rng, durations[name]))
+            v, ok = version(s), intact(s)
+            if not (ok and v in ((0, 0), new)):
+                tally.record("big", name, False, f"after the kill: version {v}, intact {ok}")
+                continue
+            if v != new:
+                gd(*argv(s), check=True, timeout=3600)
+            tally.record("big", name, predictions(s) == want[name] and intact(s) and version(s) == new,
+                         f"killed={killed} version after the kill {v}: predictions or verify differ after the rerun")
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"prompts": n, "added": add, "states": states, "build_s": built, "uninterrupted_s": durations,
+            "setup_s": round(time.perf_counter() - t0, 1)}
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -705,11 +1031,13 @@ def part_soak(w: World, tally: Tally, steps: int, every: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=["all", "kill", "race", "tamper", "diskfull", "links", "soak"])
+    ap.add_argument("part", choices=["all", *PARTS])
     ap.add_argument("--trials", type=int, default=10, help="kills per command, races, readers")
     ap.add_argument("--soak-steps", type=int, default=5000)
     ap.add_argument("--every", type=int, default=250, help="soak: a sample every this many steps")
     ap.add_argument("--n", type=int, default=600, help="prompts in the STATE")
+    ap.add_argument("--big-n", type=int, default=150_000, help="big: prompts in its STATE")
+    ap.add_argument("--big-trials", type=int, default=3, help="big: kills per command")
     ap.add_argument("--only", default=None, help="tamper: only the cases whose name contains this (or one of "
                                                  "these, comma-separated)")
     ap.add_argument("--seed", type=int, default=0)
@@ -724,16 +1052,19 @@ def main() -> None:
     tally = Tally()
     t0 = time.perf_counter()
     try:
-        world = World(work, args.n, max(4, args.n // 15), args.seed)
-        soak = None
-        parts = ["kill", "race", "tamper", "diskfull", "links", "soak"] if args.part == "all" else [args.part]
+        parts = list(PARTS) if args.part == "all" else [args.part]
         if args.soak_steps < 1:
             parts = [p for p in parts if p != "soak"]
+        # the 600-prompt world, only for the parts that use it (big builds its own STATE)
+        world = World(work, args.n, max(4, args.n // 15), args.seed) if set(parts) - {"big"} else None
+        soak = big = None
         timings = {}
         for part in parts:
             t1 = time.perf_counter()
             if part == "soak":
                 soak = part_soak(world, tally, args.soak_steps, args.every)
+            elif part == "big":
+                big = part_big(work, tally, args.big_trials, rng, n=args.big_n)
             else:
                 extra = {"only": args.only} if part == "tamper" else {}
                 globals()[f"part_{part}"](world, tally, args.trials, rng, **extra)
@@ -743,8 +1074,8 @@ def main() -> None:
             "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                         "python": platform.python_version(), "system": platform.platform()},
             "prompts": args.n, "trials": args.trials, "seed": args.seed,
-            "uninterrupted_s": {k: round(v, 2) for k, v in world.durations.items()},
-            "parts": tally.parts, "soak": soak, "part_s": timings,
+            "uninterrupted_s": {k: round(v, 2) for k, v in world.durations.items()} if world else {},
+            "parts": tally.parts, "soak": soak, "big": big, "part_s": timings,
             "checks": sum(r["trials"] for p in tally.parts.values() for k, r in p.items() if k != "cases"),
             "failures": tally.failures, "wall_s": round(time.perf_counter() - t0, 1),
         }

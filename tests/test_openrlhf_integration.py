@@ -220,3 +220,33 @@ def test_a_reward_that_is_not_0_or_1_is_refused_at_once_without_a_threshold(stat
     with pytest.warns(RewardWarning, match="all 2 rewards are at or above success_threshold 0.5"):
         assert rec.record(ids[0], 0.7) == 1  # the group (1.0, 0.7) completes the wave: step 1, 2 successes
     assert State.open(root).status()["step"] == 1
+
+
+def test_a_crashed_runs_close_is_set_aside_after_a_rollback_to_the_resumed_checkpoint(state, capsys):
+    """A run killed mid-close of wave 3 leaves closing.json; its checkpoint of step 1 is resumed, and the STATE
+    rolled back to 1 as the chooser's refusal says. The resumed run (another run id) used to stop for good on
+    'another writer moved the STATE' (an ERROR file); the crashed run's close is now set aside as stale and the
+    resumed run's waves 2 and 3 are applied from its own rollouts only."""
+    root, ids = state
+    crashed = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")
+    for t in (1, 2):
+        crashed.record(ids[t], 1.0)
+        assert crashed.record(ids[t], 0.0) == t
+    crashed.record(ids[3], 1.0)
+    real = crashed._finish_closing
+    crashed._finish_closing = lambda: (_ for _ in ()).throw(KeyboardInterrupt) if (
+        crashed.folder / "closing.json").exists() else real()
+    with pytest.raises(KeyboardInterrupt):
+        crashed.record(ids[3], 1.0)  # killed right after writing the close of wave 3
+    folder = root.parent / "STATE.openrlhf"
+    assert (folder / "closing.json").exists()
+    State.open(root, durable=False).rollback(1)  # resumed from the checkpoint of step 1
+    resumed = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-2")
+    resumed.record(ids[5], 0.0)
+    assert "close of wave 3 was begun by another run (job-1)" in capsys.readouterr().err
+    assert resumed.record(ids[5], 1.0) == 2
+    resumed.record(ids[6], 1.0)
+    assert resumed.record(ids[6], 1.0) == 3
+    log = StateDir.open(root).log_entries()
+    assert [e["step"] for e in log] == [0, 1, 2, 3] and [(e["rollouts"], e["successes"]) for e in log[2:]] == [(2, 1), (2, 2)]
+    assert (folder / "stale-job-1-closing-00000003.json").exists() and not (folder / "ERROR").exists()

@@ -317,3 +317,29 @@ def test_load_clusters_gives_the_estimators_labels_and_k(tmp_path):
     other, _, _ = make_inputs(tmp_path / "other", n=40, k_states=4, prefix="p", seed=1)
     with pytest.raises(DataError, match="made from graph .*, not from .*; run graphdiff cluster on this graph"):
         load_clusters(clusters, graph=other)  # clusters not made from that graph
+
+
+def test_status_reads_one_version_while_a_retire_commits_between_its_reads(st, inputs, monkeypatch):
+    """status read CURRENT four times (its version, its path, the model, the artifact): a retire committed by
+    another process between two of them gave a mixed report (revision 0 with the retire's retired count). It
+    now reads CURRENT once and reports that version whole, whatever commits meanwhile."""
+    from graphdiff_cli.io import state_dir
+
+    _, _, ids = inputs
+    st.update(1, step_rows(ids, 1))
+    other = State.open(st.path, device="cpu", durable=False)
+    reads, real = [], state_dir.read_pointer
+
+    def read_pointer(root):  # another process's retire lands right after status's first read of CURRENT
+        out = real(root)
+        reads.append(out)
+        if len(reads) == 1:
+            other.retire(["q002", "q005"])
+        return out
+
+    monkeypatch.setattr(state_dir, "read_pointer", read_pointer)
+    doc = st.status()
+    monkeypatch.undo()
+    assert (doc["step"], doc["revision"], doc["retired"], doc["current"]) == (1, 0, 0, "steps/00000001.zarr")
+    assert doc["applied"][-1]["step"] == 1 and "revision" not in doc["applied"][-1]
+    assert st.status()["revision"] == 1 and st.status()["retired"] == 2  # and the next status sees the retire

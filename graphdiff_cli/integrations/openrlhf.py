@@ -269,6 +269,17 @@ class StepRecorder:
             return
         closing = json.loads(path.read_text(encoding="utf-8"))
         step, cur = int(closing["step"]), self.target.step
+        owners = {r.get("run") for r in closing["rows"] + closing["rest"]}
+        if cur not in (step - 1, step) and self.run is not None and owners and self.run not in owners:
+            # a crashed run's close of a wave the STATE no longer leads to (it was rolled back to the checkpoint
+            # this run resumed from): that run's wave, never this one's - set aside like its pending files
+            owner = sorted(str(o) for o in owners)[0] if len(owners) == 1 else "unknown"
+            stale = path.with_name(f"stale-{owner}-closing-{step:08d}.json".replace(os.sep, "_"))
+            os.replace(path, stale)
+            print(f"graphdiff (OpenRLHF recorder): the close of wave {step} was begun by another run ({owner}), a "
+                  f"crashed one, and the STATE is now at step {cur}; set aside as {stale.name}", file=sys.stderr,
+                  flush=True)
+            return
         if cur not in (step - 1, step):
             raise StateError(f"{self.state} is at step {cur} but the wave being closed is step {step}: another "
                              "writer moved the STATE (one recorder folder per STATE and run)")

@@ -240,6 +240,21 @@ class StateDir:
         models = size(self.root / MODEL) + size(self.root / MODELS)
         return {"steps": steps, "models": models, "total": size(self.root)}
 
+    def current_view(self) -> tuple[tuple[int, int], str, object, tuple]:
+        """((step, revision), relative path, step artifact, ``read_model`` tuple) of the current version, from
+        one read of CURRENT, the artifact checked as ``current_artifact`` checks it: a report made of several
+        reads of CURRENT mixes two versions when a writer commits between them (an extend's step and revision
+        with the new model's prompts)."""
+        step, rev, rel = read_pointer(self.root)
+        art = read_artifact(self.root / rel, STEP_KIND)
+        model = self.model_at(self.root / MODEL if (step, rev) == (0, 0) else step_model_path(art))
+        check_step_artifact(art, (step, rev), model[0], entry=self.log_entry((step, rev)))
+        return (step, rev), rel, art, model
+
+    def retained_at(self, version: tuple[int, int]) -> list[tuple[int, int]]:
+        """The retained versions at or below ``version`` (``retained_versions`` of a version read earlier)."""
+        return [v for v in self.version_dirs() if v <= version]
+
     def current_artifact(self):
         """The current step's artifact (its stamp; arrays are read on demand), checked to hold that step, to
         belong to this STATE's model and to be made from what the log says - what ``status`` reports from

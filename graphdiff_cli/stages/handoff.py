@@ -324,11 +324,11 @@ def status(state, *, last: int = 10) -> dict:
     """What the STATE of a ``State`` holds: current step, N, K, config, the last applied steps, the retained
     states, and how its prompt set changed (prompts added per step, retired prompts)."""
     sd = state.dir
-    step, rev = sd.current_version()
-    rel = sd.current()[1]
-    m_art, ids, w, labels, config = sd.model()
-    art = sd.current_artifact()  # the version CURRENT names holds it: status reports what predict would serve
+    # one read of CURRENT for the whole report (a writer may commit meanwhile): the version it names, its
+    # artifact checked as predict would check it, its model, and the log and retained versions up to it
+    (step, rev), rel, art, (m_art, ids, w, labels, config) = sd.current_view()
     entries = sd.log_entries(upto=(step, rev))
+    retained = sd.retained_at((step, rev))
 
     retired = int(art.array(RETIRED).size) if has_array(art, RETIRED) else 0
     joined = m_art.array(JOINED) if has_array(m_art, JOINED) else np.zeros(len(ids), np.int64)
@@ -348,8 +348,8 @@ def status(state, *, last: int = 10) -> dict:
             "joined": {str(int(t)): int(c) for t, c in zip(steps, counts)},
             "states": int(config["n_states"]), "edges": int(w.nnz // 2), "config": config,
             "keep": (ret := sd.retention).keep, "keep_every": ret.keep_every, "disk_bytes": sd.disk_bytes(),
-            "model_hash": m_art.content_hash, "inputs": m_art.inputs, "retained": sd.retained_steps(),
-            "retained_versions": [f"{t}.{r}" if r else str(t) for t, r in sd.retained_versions()],
+            "model_hash": m_art.content_hash, "inputs": m_art.inputs, "retained": sorted({t for t, _r in retained}),
+            "retained_versions": [f"{t}.{r}" if r else str(t) for t, r in retained],
             "applied": entries[-last:] if last > 0 else [],
             "n_applied": sum(1 for e in entries if e.get("step", 0) > 0 and not e.get("revision"))}
 
