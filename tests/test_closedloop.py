@@ -159,20 +159,28 @@ def _graph_over(rows):
     return w.tocsr(), labels, len(cell)
 
 
-@pytest.mark.slow
-def test_two_grpo_steps_with_graphdiff(tmp_path):
-    pytest.importorskip("trl")
-    from graphdiff_cli import Estimator
-    from closedloop.loop import RunConfig, run
+def _tiny_policy(path):
+    """A 1-layer policy warm-started for 3 SFT steps on a 2-prompts-per-cell task set, saved at ``path``;
+    returns (train, test) rows."""
     from closedloop.policy import build_model, build_tokenizer, save_policy, supervised_warmup
-    from closedloop.report import write_report
-    from graphdiff_cli.estimator import preset_settings
 
     train, test, sft = tasks.make_splits(train_per_cell=4, test_per_cell=1, sft_per_cell=4, seed=2)
     tok = build_tokenizer(tasks.alphabet(train + test + sft))
     model = build_model(tok, hidden=32, layers=1, heads=2, intermediate=64, seed=0)
     supervised_warmup(model, tok, sft, steps=3, batch_size=16)
-    save_policy(model, tok, tmp_path / "policy")
+    save_policy(model, tok, path)
+    return train, test
+
+
+@pytest.mark.slow
+def test_two_grpo_steps_with_graphdiff(tmp_path):
+    pytest.importorskip("trl")
+    from graphdiff_cli import Estimator
+    from closedloop.loop import RunConfig, run
+    from closedloop.report import write_report
+    from graphdiff_cli.estimator import preset_settings
+
+    train, test = _tiny_policy(tmp_path / "policy")
     w, labels, k = _graph_over(train)
     made = []
 
@@ -267,14 +275,9 @@ def test_two_grpo_steps_of_dynamic_sampling_and_an_oracle_arm(tmp_path):
     candidate it read) are logged apart from the rollouts."""
     pytest.importorskip("trl")
     from closedloop.loop import RunConfig, run
-    from closedloop.policy import build_model, build_tokenizer, save_policy, supervised_warmup
     from closedloop.report import write_report
 
-    train, test, sft = tasks.make_splits(train_per_cell=4, test_per_cell=1, sft_per_cell=4, seed=2)
-    tok = build_tokenizer(tasks.alphabet(train + test + sft))
-    model = build_model(tok, hidden=32, layers=1, heads=2, intermediate=64, seed=0)
-    supervised_warmup(model, tok, sft, steps=3, batch_size=16)
-    save_policy(model, tok, tmp_path / "policy")
+    train, test = _tiny_policy(tmp_path / "policy")
     rounds = 3
     for name in ("ds", "oracle-ds"):
         cfg = RunConfig(scheduler=name, seed=0, steps=STEPS, batch_prompts=B, group_size=G, eval_every=2,
@@ -408,13 +411,8 @@ def test_an_oracle_ds_run_on_the_gpu(tmp_path):
     the oracle-fed pre-filtered DS with the same bookkeeping as on the CPU."""
     pytest.importorskip("trl")
     from closedloop.loop import RunConfig, run
-    from closedloop.policy import build_model, build_tokenizer, save_policy, supervised_warmup
 
-    train, test, sft = tasks.make_splits(train_per_cell=4, test_per_cell=1, sft_per_cell=4, seed=2)
-    tok = build_tokenizer(tasks.alphabet(train + test + sft))
-    model = build_model(tok, hidden=32, layers=1, heads=2, intermediate=64, seed=0)
-    supervised_warmup(model, tok, sft, steps=3, batch_size=16)
-    save_policy(model, tok, tmp_path / "policy")
+    train, test = _tiny_policy(tmp_path / "policy")
     cfg = RunConfig(scheduler="oracle-ds", seed=0, steps=2, batch_prompts=B, group_size=G, eval_every=2,
                     max_completion_length=6, max_rounds=3, device="cuda")
     summary = run(cfg, train, test, tmp_path / "policy", tmp_path / "run", log=lambda *a: None)
