@@ -10,8 +10,8 @@ Parts (each a sub-command; ``all`` runs them in this order):
   After each kill: ``graphdiff verify`` says intact, the STATE is at the old or the new version (nothing in
   between), the interrupted command run again completes, and the predictions then equal, byte for byte,
   those of a reference STATE that was never interrupted; the next writer leaves no temporary debris.
-* ``race``: four ``update`` processes of one step at once (exactly one applies it, the others are refused in
-  one line), and ``predict`` processes reading while updates commit (every read succeeds and equals a
+* ``race``: four ``update`` processes of one step at once (exactly one applies it; each other one is refused in
+  one line, or, once the step is in, answers the no-op of the same outcomes sent again: exit 0, ``"noop": true``), and ``predict`` processes reading while updates commit (every read succeeds and equals a
   reference step's predictions: no torn state).
 * ``readers``: ``predict``, ``select``, ``allocate``, ``status --json`` and ``verify`` while another process commits
   ``extend`` (3 -> 3.1) then ``retire`` (3.1 -> 3.2): the writer held at each point of its commit (the test hook
@@ -407,13 +407,22 @@ def part_race(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
     for _ in range(trials):
         s = w.fresh(2)
         procs = [subprocess.Popen([str(GRAPHDIFF), "update", "--state", str(s), "--step", "3", "--outcomes",
-                                   str(o[3])], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                   str(o[3]), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(4)]
-        errs = [(p.wait(), p.stderr.read()) for p in procs]
-        wins = sum(code == 0 for code, _ in errs)
-        refusals_one_line = all(len(e.strip().splitlines()) == 1 for code, e in errs if code != 0)
-        tally.record("race", "4 writers of one step", wins == 1 and refusals_one_line and intact(s)
-                     and w.predictions(s) == w.pred[3], f"{wins} applied; {[e.strip()[:120] for _, e in errs]}")
+        done = [(p.wait(), p.stdout.read(), p.stderr.read()) for p in procs]
+
+        def noop(out: str) -> bool:  # the same outcomes again once the step is in: exit 0, "noop": true
+            try:
+                return bool(json.loads(out).get("noop"))
+            except (ValueError, AttributeError):
+                return False
+
+        wins = sum(code == 0 and not noop(out) for code, out, _ in done)
+        others_ok = all((code == 0 and noop(out)) or (code != 0 and len(e.strip().splitlines()) == 1)
+                        for code, out, e in done if not (code == 0 and not noop(out)))
+        tally.record("race", "4 writers of one step", wins == 1 and others_ok and intact(s)
+                     and w.predictions(s) == w.pred[3],
+                     f"{wins} applied; {[(c, e.strip()[:120]) for c, _, e in done]}")
     # readers while updates commit
     s = w.fresh(2)
     folder = w.work / "trial" / "readers"
