@@ -15,26 +15,27 @@ from . import scores
 from .schedulers import COMPARISONS, REFERENCES, RULES, SCHEDULERS
 
 
+def _finished(root, filename: str):
+    """(scheduler, seed, rows of ``root/<scheduler>/s<seed>/<filename>``) for finished runs only (a run writes
+    ``summary.json`` last: a run cut short by a time limit or a crash is left out, not read as a short run)."""
+    for path in sorted(Path(root).glob(f"*/s*/{filename}")):
+        if (path.parent / "summary.json").exists():
+            rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+            yield path.parent.parent.name, int(path.parent.name[1:]), rows
+
+
 def load_outcomes(root) -> dict[str, dict[int, list[dict]]]:
     """``root/<scheduler>/s<seed>/outcomes.jsonl`` -> {scheduler: {seed: rows}} (for the per-cell shares)."""
     out: dict[str, dict[int, list[dict]]] = {}
-    for path in sorted(Path(root).glob("*/s*/outcomes.jsonl")):
-        if not (path.parent / "summary.json").exists():
-            continue
-        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-        out.setdefault(path.parent.parent.name, {})[int(path.parent.name[1:])] = rows
+    for name, seed, rows in _finished(root, "outcomes.jsonl"):
+        out.setdefault(name, {})[seed] = rows
     return out
 
 
 def load_runs(root) -> dict[str, dict[int, list[dict]]]:
-    """``root/<scheduler>/s<seed>/metrics.jsonl`` -> {scheduler: {seed: rows}}, finished runs only (a run writes
-    ``summary.json`` last: a run cut short by a time limit or a crash is left out, not read as a short run)."""
+    """``root/<scheduler>/s<seed>/metrics.jsonl`` -> {scheduler: {seed: rows}}, finished runs only."""
     out: dict[str, dict[int, list[dict]]] = {}
-    for path in sorted(Path(root).glob("*/s*/metrics.jsonl")):
-        if not (path.parent / "summary.json").exists():
-            continue
-        name, seed = path.parent.parent.name, int(path.parent.name[1:])
-        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    for name, seed, rows in _finished(root, "metrics.jsonl"):
         out.setdefault(name, {})[seed] = rows
     return out
 

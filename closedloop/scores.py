@@ -30,6 +30,11 @@ Z_MDD = 1.959964 + 0.841621  # two-sided 5% test, 80% power
 MIN_SEEDS = 6  # the issue's power requirement: a regime check is decided on at least this many paired seeds
 
 
+def _evaluations(rows, key: str) -> list[dict]:
+    """The rows that hold an evaluation of ``key`` (not None, not NaN)."""
+    return [r for r in rows if r.get(key) is not None and np.isfinite(float(r[key]))]
+
+
 def curve(rows, key: str = "heldout_acc", smooth: bool = True):
     """(cumulative rollouts, ``key``) at each held-out evaluation (rows without the key, or with None or NaN
     in it, are not evaluations). ``smooth``: the values are the isotonic (non-decreasing) least-squares fit
@@ -38,7 +43,7 @@ def curve(rows, key: str = "heldout_acc", smooth: bool = True):
     as "reached". The fit does not pull a high *last* evaluation down (pooling only merges points that fall
     below an earlier one), so a final value is the last evaluation, or the mean of the trailing evaluations
     that fall below it. The same fit for every scheduler; ``smooth=False`` gives the raw evaluations."""
-    ev = [r for r in rows if r.get(key) is not None and np.isfinite(float(r[key]))]
+    ev = _evaluations(rows, key)
     x = np.array([r["cum_rollouts"] for r in ev], float)
     y = np.array([r[key] for r in ev], float)
     if smooth and y.size > 1:
@@ -50,7 +55,7 @@ def curve(rows, key: str = "heldout_acc", smooth: bool = True):
 
 def start(rows, key: str = "heldout_acc") -> float | None:
     """The raw evaluation at step 0 (the warm start), which no fit moves (None: not evaluated)."""
-    ev = [r for r in rows if r.get("step") == 0 and r.get(key) is not None]
+    ev = [r for r in _evaluations(rows, key) if r.get("step") == 0]
     return float(ev[0][key]) if ev else None
 
 
@@ -81,23 +86,23 @@ def final(rows, key: str = "heldout_acc", smooth: bool = True) -> float:
 def saving_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds", smooth: bool = True) -> dict[int, float | None]:
     """Per seed: DS's rollouts to its final ``key`` / ``name``'s rollouts to it (> 1: fewer rollouts than DS;
     0.0 where ``name`` never reached it, so that a seed that never gets there counts as no saving)."""
-    out = {}
-    for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
-        level = final(runs[ds][seed], key, smooth)
-        s0 = start(runs[ds][seed], key)
-        if s0 is None or level <= s0 + 1e-12:  # DS did not rise above its raw start: reaching it means nothing
-            out[seed] = None
-            continue
-        own = rollouts_to(runs[ds][seed], level, key, smooth)
-        r = rollouts_to(runs[name][seed], level, key, smooth)
-        out[seed] = None if not own else (0.0 if r is None else own / r)
-    return out
+    return {seed: _saving(runs[ds][seed], runs[name][seed], final(runs[ds][seed], key, smooth), key, smooth)
+            for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {})))}
+
+
+def _saving(ds_rows, rows, level, key: str, smooth: bool = True) -> float | None:
+    """DS's rollouts to ``level`` / the run's (0.0: the run never reaches it; None: the level is not above DS's
+    raw start, so reaching it means nothing, or DS never reached it)."""
+    s0 = start(ds_rows, key)
+    if level is None or s0 is None or level <= s0 + 1e-12:
+        return None
+    own, r = rollouts_to(ds_rows, level, key, smooth), rollouts_to(rows, level, key, smooth)
+    return None if not own else (0.0 if r is None else own / r)
 
 
 def ds_checkpoint_levels(rows, fractions, key: str = "heldout_acc") -> list[tuple[float, float | None]]:
     """(fraction, DS's fitted ``key`` at the evaluation nearest that fraction of its steps) for each fraction."""
-    ev = [r for r in rows if r.get(key) is not None and np.isfinite(float(r[key]))]
-    steps = np.array([r["step"] for r in ev], float)
+    steps = np.array([r["step"] for r in _evaluations(rows, key)], float)
     _, acc = curve(rows, key)
     out = []
     if not steps.size:
@@ -118,13 +123,8 @@ def saving_along_ds(runs, name: str, fractions=(0.25, 0.5, 0.75, 1.0), key: str 
     out: dict[float, dict[int, float | None]] = {float(f): {} for f in fractions}
     for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
         d, x = runs[ds][seed], runs[name][seed]
-        s0 = start(d, key)
         for f, level in ds_checkpoint_levels(d, fractions, key):
-            if level is None or s0 is None or level <= s0 + 1e-12:
-                out[f][seed] = None
-                continue
-            own, r = rollouts_to(d, level, key), rollouts_to(x, level, key)
-            out[f][seed] = None if not own else (0.0 if r is None else own / r)
+            out[f][seed] = _saving(d, x, level, key)
     return out
 
 
@@ -138,9 +138,9 @@ def equal_steps_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds")
         if d[-1]["step"] != x[-1]["step"]:
             raise InvalidArgumentError(f"{name} seed {seed} ran {x[-1]['step']} steps and {ds} {d[-1]['step']}: "
                                        "an equal-steps comparison needs runs of the same length")
+        level = final(d, key)
         rows.append({"seed": seed, "rollout_ratio": d[-1]["cum_rollouts"] / max(1, x[-1]["cum_rollouts"]),
-                     "final_difference": final(x, key) - final(d, key),
-                     "reached": rollouts_to(x, final(d, key), key) is not None})
+                     "final_difference": final(x, key) - level, "reached": rollouts_to(x, level, key) is not None})
     return rows
 
 
