@@ -4,11 +4,13 @@ For a machine with many cores and no Snakemake (or a regime search that tries ca
 written into configs/closedloop.yaml): each run is ``python -m closedloop run`` with one thread, ``--jobs``
 at a time, in the order given (every seed of the first scheduler first: a run cut short by a time limit
 leaves whole arms of the first schedulers). Data and the SFT policy come from the ``data`` and ``sft``
-stages. The report stage reads the runs folder as it reads the workflow's.
+stages; every flag not listed by ``--help`` (``--steps``, ``--lr``, ``--eval-every``, ...) is passed on to
+``python -m closedloop run`` as it is, with its defaults there. The report stage reads the runs folder as it
+reads the workflow's.
 
     python bench/closedloop_batch.py --data artifacts/rs/c4/data --policy artifacts/rs/c4/policy \\
         --runs artifacts/rs/c4/runs --schedulers uniform,ds,oracle-ds,oracle-thompson --seeds 0-5 \\
-        --steps 80 --jobs 16
+        --jobs 16 --steps 80 --batch-prompts 32 --lr 0.0003    # closedloop run's flags, passed on
     python -m closedloop report --runs artifacts/rs/c4/runs --out artifacts/rs/c4/report
 
 Prints one JSON line per finished run (scheduler, seed, wall seconds, exit code) and a summary line.
@@ -48,18 +50,8 @@ def main(argv=None) -> int:
     p.add_argument("--schedulers", required=True)
     p.add_argument("--seeds", default="0-5")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--batch-prompts", type=int, default=32)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--pool-factor", type=float, default=4.0)
-    p.add_argument("--max-rounds", type=int, default=8)
-    p.add_argument("--oracle-samples", type=int, default=32)
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--eval-samples", type=int, default=4)
-    p.add_argument("--test-limit", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
-    a = p.parse_args(argv)
+    a, run_flags = p.parse_known_args(argv)  # every other flag is closedloop run's (--steps, --lr, ...), passed on
     names = [s for s in a.schedulers.split(",") if s]
     jobs = [(s, seed) for s in names for seed in seeds_of(a.seeds)]
     runs = Path(a.runs)
@@ -76,12 +68,8 @@ def main(argv=None) -> int:
             return {"scheduler": s, "seed": seed, "seconds": 0.0, "rc": 0, "cached": True}
         out.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "closedloop", "run", "--data", a.data, "--policy", a.policy,
-               "--scheduler", s, "--seed", str(seed), "--out", str(out), "--steps", str(a.steps),
-               "--batch-prompts", str(a.batch_prompts), "--group-size", str(a.group_size),
-               "--pool-factor", str(a.pool_factor), "--max-rounds", str(a.max_rounds),
-               "--oracle-samples", str(a.oracle_samples), "--lr", str(a.lr), "--eval-every", str(a.eval_every),
-               "--eval-samples", str(a.eval_samples), "--test-limit", str(a.test_limit), "--threads", "1",
-               "--device", a.device]
+               "--scheduler", s, "--seed", str(seed), "--out", str(out), "--threads", "1", "--device", a.device,
+               *run_flags]
         if a.state and s.startswith("gd-"):
             cmd += ["--state", a.state]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
