@@ -242,7 +242,8 @@ class StateDir:
 
     def current_view(self) -> tuple[tuple[int, int], str, object, tuple]:
         """((step, revision), relative path, step artifact, ``read_model`` tuple) of the current version, from
-        one read of CURRENT, the artifact checked as ``current_artifact`` checks it: a report made of several
+        one read of CURRENT, the artifact checked to hold that version, to belong to this STATE's model and to be
+        made from what the log says (without reading its arrays): a report made of several
         reads of CURRENT mixes two versions when a writer commits between them (an extend's step and revision
         with the new model's prompts)."""
         step, rev, rel = read_pointer(self.root)
@@ -250,19 +251,6 @@ class StateDir:
         model = self.model_at(self.root / MODEL if (step, rev) == (0, 0) else step_model_path(art))
         check_step_artifact(art, (step, rev), model[0], entry=self.log_entry((step, rev)))
         return (step, rev), rel, art, model
-
-    def retained_at(self, version: tuple[int, int]) -> list[tuple[int, int]]:
-        """The retained versions at or below ``version`` (``retained_versions`` of a version read earlier)."""
-        return [v for v in self.version_dirs() if v <= version]
-
-    def current_artifact(self):
-        """The current step's artifact (its stamp; arrays are read on demand), checked to hold that step, to
-        belong to this STATE's model and to be made from what the log says - what ``status`` reports from
-        without reading the arrays."""
-        step, rev, rel = read_pointer(self.root)
-        art = read_artifact(self.root / rel, STEP_KIND)
-        check_step_artifact(art, (step, rev), self.model_at(step_model_path(art))[0], entry=self.log_entry((step, rev)))
-        return art
 
     def read_state(self) -> dict:
         """The estimator state dict at the current step (``Estimator.from_state_dict`` makes it one), once the
@@ -296,9 +284,10 @@ class StateDir:
                     out[(int(m.group(1)), int(m.group(2) or 0))] = p
         return dict(sorted(out.items()))
 
-    def retained_versions(self) -> list[tuple[int, int]]:
-        """Versions whose state is kept and valid (at or below the current one)."""
-        cur = self.current_version()
+    def retained_versions(self, upto: tuple[int, int] | None = None) -> list[tuple[int, int]]:
+        """Versions whose state is kept and valid: at or below ``upto`` (a version read earlier, e.g. by
+        ``current_view``; default: the current one)."""
+        cur = self.current_version() if upto is None else upto
         return [v for v in self.version_dirs() if v <= cur]
 
     def retained_steps(self) -> list[int]:

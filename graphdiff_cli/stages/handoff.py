@@ -328,7 +328,7 @@ def status(state, *, last: int = 10) -> dict:
     # artifact checked as predict would check it, its model, and the log and retained versions up to it
     (step, rev), rel, art, (m_art, ids, w, labels, config) = sd.current_view()
     entries = sd.log_entries(upto=(step, rev))
-    retained = sd.retained_at((step, rev))
+    retained = sd.retained_versions((step, rev))
 
     retired = int(art.array(RETIRED).size) if has_array(art, RETIRED) else 0
     joined = m_art.array(JOINED) if has_array(m_art, JOINED) else np.zeros(len(ids), np.int64)
