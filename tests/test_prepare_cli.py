@@ -232,9 +232,9 @@ def test_progress_in_a_log_file_is_plain_lines(embedded, graph40, tmp_path):
 
 def test_log_progress_reports_every_phase_of_one_callback(capsys):
     """evaluate reuses one callback for its replay and then its counterfactual: both reach the log."""
-    from graphdiff_cli.cli.common import _log_lines
+    from graphdiff_cli.cli.common import _LogLines
 
-    update = _log_lines("evaluating", 0)
+    update = _LogLines("evaluating", 0)
     for phase_total in (3, 2):
         for done in range(phase_total + 1):
             update(done, phase_total)

@@ -157,10 +157,6 @@ class _LogLines:
         sys.stderr.flush()
 
 
-def _log_lines(description: str, interval: float) -> _LogLines:
-    return _LogLines(description, interval)
-
-
 class _RichPhases:
     """The terminal's progress callback: one rich line per label (``phase``), each with its own count, elapsed
     time and ETA; a finished label's line stays (full) above the next one."""
@@ -194,7 +190,7 @@ def progress(description: str):
         yield lambda done, total=None: None
         return
     if not sys.stderr.isatty():
-        yield _log_lines(description, PROGRESS_LOG_SECONDS)
+        yield _LogLines(description, PROGRESS_LOG_SECONDS)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
