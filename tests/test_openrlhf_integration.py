@@ -250,3 +250,50 @@ def test_a_crashed_runs_close_is_set_aside_after_a_rollback_to_the_resumed_check
     log = StateDir.open(root).log_entries()
     assert [e["step"] for e in log] == [0, 1, 2, 3] and [(e["rollouts"], e["successes"]) for e in log[2:]] == [(2, 1), (2, 2)]
     assert (folder / "stale-job-1-closing-00000003.json").exists() and not (folder / "ERROR").exists()
+
+
+def test_a_crashed_runs_close_is_never_applied_by_the_resumed_run(state, capsys):
+    """bench/chaos.py's resume part (seed 0, trial 0): a run killed right after writing the close of wave 2 (the
+    STATE still at 1, its checkpoint of step 1 the newest) is resumed from that checkpoint. The resumed run
+    generates wave 2 afresh; applying the crashed run's close too made the log 1..4 for three waves (the resumed
+    run's wave 2 became step 3). The crashed close is set aside even though the STATE is where it would apply."""
+    root, ids = state
+    crashed = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")
+    crashed.record(ids[1], 1.0)
+    assert crashed.record(ids[1], 0.0) == 1
+    crashed.record(ids[2], 1.0)
+    real = crashed._finish_closing
+    crashed._finish_closing = lambda: (_ for _ in ()).throw(KeyboardInterrupt) if (
+        crashed.folder / "closing.json").exists() else real()
+    with pytest.raises(KeyboardInterrupt):
+        crashed.record(ids[2], 1.0)  # killed right after writing the close of wave 2
+    assert State.open(root).step == 1
+    resumed = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-2")
+    resumed.record(ids[5], 0.0)
+    assert "close of wave 2 was begun by another run (job-1)" in capsys.readouterr().err
+    assert resumed.record(ids[5], 0.0) == 2
+    resumed.record(ids[6], 1.0)
+    assert resumed.record(ids[6], 1.0) == 3
+    log = StateDir.open(root).log_entries()
+    assert [e["step"] for e in log] == [0, 1, 2, 3]
+    assert [(e["rollouts"], e["successes"]) for e in log[1:]] == [(2, 1), (2, 0), (2, 2)]
+    assert (root.parent / "STATE.openrlhf" / "stale-job-1-closing-00000002.json").exists()
+
+
+def test_the_episode_count_follows_the_state_through_a_rollback(state):
+    """The recorder counts the episode's prompts to close its short last wave. After a resume from the
+    checkpoint of step 1 (the STATE rolled back from 2), the count is the one at step 1, not the crashed run's:
+    with 5 prompts an episode and waves of 2, the waves are 2, 2, 1 whether or not the run was resumed."""
+    root, ids = state
+    crashed = StepRecorder(root, batch_size=2, n_samples=1, durable=False, run="job-1", episode_prompts=5)
+    for t, pids in ((1, ids[0:2]), (2, ids[2:4])):
+        crashed.record(pids[0], 1.0)
+        assert crashed.record(pids[1], 0.0) == t
+    State.open(root, durable=False).rollback(1)  # the checkpoint of step 1 is resumed
+    resumed = StepRecorder(root, batch_size=2, n_samples=1, durable=False, run="job-2", episode_prompts=5)
+    assert resumed.record(ids[2], 1.0) is None  # with the crashed run's count (4) this closed a wave of one
+    assert resumed.record(ids[3], 1.0) == 2
+    assert resumed.record(ids[4], 0.0) == 3  # the episode's fifth prompt: the short last wave
+    assert resumed.record(ids[5], 1.0) is None and resumed.record(ids[6], 1.0) == 4  # a new episode
+    log = StateDir.open(root).log_entries()
+    assert [e["rollouts"] for e in log[1:]] == [2, 2, 1, 2]

@@ -228,9 +228,23 @@ class StepRecorder:
         self._cache = (path.name, offset + end, groups)
         return groups
 
-    def _episode(self) -> int:
+    def _episodes(self) -> dict[str, int]:
+        """The count of the episode's prompts after each wave, by STATE step (``episode.json``): a resumed run
+        whose STATE was rolled back to its checkpoint's step reads that step's count, not the crashed run's."""
         path = self.folder / "episode.json"
-        return int(json.loads(path.read_text())["prompts"]) if path.exists() else 0
+        if not path.exists():
+            return {}
+        doc = json.loads(path.read_text())
+        if "by_step" not in doc:  # written before 2026-11-27: one count, taken as the current step's
+            return {str(self.target.step): int(doc["prompts"])}
+        return {str(k): int(v) for k, v in doc["by_step"].items()}
+
+    def _episode(self) -> int:
+        return self._episodes().get(str(self.target.step), 0)  # no wave closed by a recorder yet: a new episode
+
+    def _write_episode(self, step: int, prompts: int) -> None:
+        kept = {k: v for k, v in self._episodes().items() if int(k) < step}  # later ones were rolled back
+        atomic_write_text(self.folder / "episode.json", json.dumps({"by_step": {**kept, str(step): int(prompts)}}))
 
     def _maybe_close(self) -> int | None:
         groups = self._groups()
@@ -270,9 +284,13 @@ class StepRecorder:
         closing = json.loads(path.read_text(encoding="utf-8"))
         step, cur = int(closing["step"]), self.target.step
         owners = {r.get("run") for r in closing["rows"] + closing["rest"]}
-        if cur not in (step - 1, step) and self.run is not None and owners and self.run not in owners:
-            # a crashed run's close of a wave the STATE no longer leads to (it was rolled back to the checkpoint
-            # this run resumed from): that run's wave, never this one's - set aside like its pending files
+        if self.run is not None and owners and self.run not in owners:
+            # a crashed run's close: that run never trained on the wave (the close happens inside the reward call
+            # of its last rollout), so the run resumed from a checkpoint generates it afresh - applying the old
+            # close too would count the wave twice. Set aside like its pending files; where the close had
+            # already moved the STATE, that step stays (the chooser's resume check refuses it) with its count
+            if cur == step:
+                self._write_episode(step, closing["episode"])
             owner = sorted(str(o) for o in owners)[0] if len(owners) == 1 else "unknown"
             stale = path.with_name(f"stale-{owner}-closing-{step:08d}.json".replace(os.sep, "_"))
             os.replace(path, stale)
@@ -286,7 +304,7 @@ class StepRecorder:
         nxt = self._pending_path(step + 1)  # the rollouts of the next wave that were already in this one's file
         if not nxt.exists() or cur == step - 1:
             atomic_write_text(nxt, "".join(json.dumps(r) + "\n" for r in closing["rest"]))
-        atomic_write_text(self.folder / "episode.json", json.dumps({"prompts": int(closing["episode"])}))
+        self._write_episode(step, closing["episode"])
         if cur == step - 1:  # the outcomes file step_<T>-<hash>.jsonl stays in the folder; the STATE's log has its hash
             ids, n, s = count_outcomes([(0, r["id"], r["reward"]) for r in closing["rows"]], self.success_threshold)
             self.target.apply(step, ids, n, s)
