@@ -343,3 +343,61 @@ def test_status_reads_one_version_while_a_retire_commits_between_its_reads(st, i
     assert (doc["step"], doc["revision"], doc["retired"], doc["current"]) == (1, 0, 0, "steps/00000001.zarr")
     assert doc["applied"][-1]["step"] == 1 and "revision" not in doc["applied"][-1]
     assert st.status()["revision"] == 1 and st.status()["retired"] == 2  # and the next status sees the retire
+
+
+@pytest.mark.parametrize("reader, moment", [(r, m) for r in ("predict", "select", "allocate", "status", "verify")
+                                             for m in ("after CURRENT", "after the log line")
+                                             if (r, m) != ("verify", "after the log line")])  # it reads no one line
+def test_a_reader_racing_a_rollback_says_what_the_rolled_back_state_says(tmp_path, inputs, monkeypatch, moment,
+                                                                         reader):
+    """A rollback from 5 to 3 committed by another process while a reader is between its read of CURRENT
+    (step 5) and the step's folder or log line, which the rollback removes or cuts: the reader said "the log
+    lists steps 0..3 ... damaged or edited" or "no such estimator-step artifact". It now reads again from the
+    new CURRENT and says what a reader of the rolled-back STATE says; verify says intact."""
+    from graphdiff_cli.io import state_dir
+
+    graph, clusters, ids = inputs
+    st = State.init(graph, clusters, tmp_path / "STATE", device="cpu", keep=10, durable=False)
+    for t in range(1, 6):
+        st.update(t, step_rows(ids, t))
+    calls = {"predict": lambda s, out: s.predict(out) and Path(out).read_bytes(),
+             "select": lambda s, out: s.select(ids[:12], 4)["ids"],
+             "allocate": lambda s, out: s.allocate(ids[:12], 40)["counts_by_id"],
+             "status": lambda s, out: {k: v for k, v in s.status().items() if k not in ("state", "disk_bytes")},
+             "verify": lambda s, out: {k: v for k, v in s.verify().items() if k != "path"}}
+    ref = tmp_path / "REF"
+    import shutil
+
+    shutil.copytree(st.path, ref)
+    State.open(ref, durable=False).rollback(3)
+    want = calls[reader](State.open(ref, device="cpu", durable=False), tmp_path / "want.jsonl")
+    hit, real_pointer, real_entry = [], state_dir.read_pointer, state_dir.StateDir.log_entry
+
+    def rollback_once():
+        if not hit:
+            hit.append(True)
+            State.open(st.path, durable=False).rollback(3)  # another process, between two of the reader's reads
+
+    def read_pointer(root):
+        out = real_pointer(root)
+        if moment == "after CURRENT" and Path(root) == st.path:
+            rollback_once()
+        return out
+
+    def log_entry(self, version):
+        out = real_entry(self, version)
+        if moment == "after the log line":
+            rollback_once()
+        return out
+
+    monkeypatch.setattr(state_dir, "read_pointer", read_pointer)
+    monkeypatch.setattr(state_dir.StateDir, "log_entry", log_entry)
+    reader_state = State.open(st.path, device="cpu", durable=False)
+    got = calls[reader](reader_state, tmp_path / "got.jsonl")
+    monkeypatch.undo()
+    assert hit
+    if reader == "status":
+        got = {k: (v.replace(str(st.path), "S") if isinstance(v, str) else v) for k, v in got.items()}
+        want = {k: (v.replace(str(ref), "S") if isinstance(v, str) else v) for k, v in want.items()}
+    assert got == want
+    assert State.open(st.path).status()["step"] == 3

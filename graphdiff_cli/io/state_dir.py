@@ -55,6 +55,8 @@ from .locks import DEFAULT_LOCK_TIMEOUT, file_lock
 from .debris import owner
 from .staging import staged_dir
 
+READ_TRIES = 8  # reads of a STATE that moves under each one before the reader gives up
+
 DEFAULT_KEEP = 5
 # every step that is a multiple of this is kept too, so that a trainer resuming from a checkpoint (taken every
 # 50, 100, 500 steps: TRL's save_steps default is 500) finds its step: ~550 KB a step at 3,000 prompts
@@ -186,12 +188,14 @@ class StateDir:
 
     def model(self):
         """(artifact, ids, W, labels, config) of the model the current version belongs to."""
-        step, rev, rel = read_pointer(self.root)
-        if rev == 0 and step == 0:
-            return self.model_at(self.root / MODEL)
-        art = read_artifact(self.root / rel, STEP_KIND)
-        check_step_artifact(art, (step, rev))
-        return self.model_at(step_model_path(art))
+        def read(step, rev, rel):
+            if rev == 0 and step == 0:
+                return self.model_at(self.root / MODEL)
+            art = read_artifact(self.root / rel, STEP_KIND)
+            check_step_artifact(art, (step, rev))
+            return self.model_at(step_model_path(art))
+
+        return self.consistent(read)
 
     @property
     def ids(self) -> list[str]:
@@ -240,13 +244,41 @@ class StateDir:
         models = size(self.root / MODEL) + size(self.root / MODELS)
         return {"steps": steps, "models": models, "total": size(self.root)}
 
+    def signature(self):
+        """Which CURRENT file is in place (every atomic replace makes a new inode); None when unreadable."""
+        path = self.root / CURRENT
+        try:
+            st = path.stat()
+            return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, path.read_bytes())
+        except OSError:
+            return None
+
+    def consistent(self, read):
+        """``read(step, revision, rel)`` of the version CURRENT names, read again from a new read of CURRENT
+        when it fails and CURRENT has meanwhile moved: a rollback (or a prune) removes the version a reader
+        found a moment before and cuts the log under it, which is no damage. A failure with CURRENT unmoved is
+        raised as it is; a STATE that moves under every one of ``READ_TRIES`` reads is refused in one line."""
+        for _ in range(READ_TRIES):
+            before = self.signature()
+            pointer = read_pointer(self.root)
+            try:
+                return read(*pointer)
+            except Exception:
+                if self.signature() == before:
+                    raise
+        raise StateError(f"{self.root}: the current step changed under each of {READ_TRIES} reads (a writer "
+                         "committing without pause); try again")
+
     def current_view(self) -> tuple[tuple[int, int], str, object, tuple]:
         """((step, revision), relative path, step artifact, ``read_model`` tuple) of the current version, from
         one read of CURRENT, the artifact checked to hold that version, to belong to this STATE's model and to be
         made from what the log says (without reading its arrays): a report made of several
         reads of CURRENT mixes two versions when a writer commits between them (an extend's step and revision
         with the new model's prompts)."""
-        step, rev, rel = read_pointer(self.root)
+        return self.consistent(self.view)
+
+    def view(self, step: int, rev: int, rel: str) -> tuple[tuple[int, int], str, object, tuple]:
+        """``current_view`` of the version CURRENT named when read as (step, rev, rel)."""
         art = read_artifact(self.root / rel, STEP_KIND)
         model = self.model_at(self.root / MODEL if (step, rev) == (0, 0) else step_model_path(art))
         check_step_artifact(art, (step, rev), model[0], entry=self.log_entry((step, rev)))
@@ -262,16 +294,18 @@ class StateDir:
         """(the current state dict, the ``read_model`` tuple of the model it belongs to): one read of CURRENT
         for both, so a reader never pairs a state with another version's prompt ids; the step artifact must
         be made from the files the log's line of that version records."""
-        step, rev, rel = read_pointer(self.root)
-        entry = self.log_entry((step, rev))
-        used = []
+        def read(step, rev, rel):
+            entry = self.log_entry((step, rev))
+            used = []
 
-        def model_for(path):
-            used.append(self.model_at(path))
-            return used[-1]
+            def model_for(path):
+                used.append(self.model_at(path))
+                return used[-1]
 
-        state = read_state(self.root / rel, model=model_for, version=(step, rev), entry=entry)
-        return state, used[-1]
+            state = read_state(self.root / rel, model=model_for, version=(step, rev), entry=entry)
+            return state, used[-1]
+
+        return self.consistent(read)
 
     def version_dirs(self) -> dict[tuple[int, int], Path]:
         """Every step artifact folder on disk by version (step, revision), including debris above CURRENT."""

@@ -323,10 +323,14 @@ def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: in
 def status(state, *, last: int = 10) -> dict:
     """What the STATE of a ``State`` holds: current step, N, K, config, the last applied steps, the retained
     states, and how its prompt set changed (prompts added per step, retired prompts)."""
-    sd = state.dir
     # one read of CURRENT for the whole report (a writer may commit meanwhile): the version it names, its
-    # artifact checked as predict would check it, its model, and the log and retained versions up to it
-    (step, rev), rel, art, (m_art, ids, w, labels, config) = sd.current_view()
+    # artifact checked as predict would check it, its model, and the log and retained versions up to it; read
+    # again whole if a rollback moved CURRENT back and cut the log under it
+    return state.dir.consistent(lambda *pointer: _status(state.dir, state.dir.view(*pointer), last))
+
+
+def _status(sd, view, last: int) -> dict:
+    (step, rev), rel, art, (m_art, ids, w, labels, config) = view
     entries = sd.log_entries(upto=(step, rev))
     retained = sd.retained_versions((step, rev))
 

@@ -16,7 +16,7 @@ from ..errors import ArtifactError
 from ..io.artifacts import read_artifact, stamped_kind
 from ..io.estimator_store import MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir, step_model_path
 from ..io.layout import RETENTION
-from ..io.state_dir import MODEL, MODELS, Retention, StateDir
+from ..io.state_dir import MODEL, MODELS, READ_TRIES, Retention, StateDir
 
 
 def check_artifact(path, kind: str | None = None) -> tuple[list[str], object]:
@@ -37,8 +37,19 @@ def check_artifact(path, kind: str | None = None) -> tuple[list[str], object]:
 
 
 def verify(path) -> dict:
-    """The check of a STATE directory or artifact at ``path``: ``intact`` and one line per problem."""
+    """The check of a STATE directory or artifact at ``path``: ``intact`` and one line per problem. A STATE
+    whose CURRENT moved while it was checked (a rollback or a prune removed folders the check had listed) is
+    checked again, so a writer's commit is never reported as damage."""
     path = Path(path)
+    for _ in range(READ_TRIES):
+        before = StateDir(path).signature()
+        report = _verify(path)
+        if report["intact"] or before is None or StateDir(path).signature() == before:
+            return report
+    return report
+
+
+def _verify(path: Path) -> dict:
     if not path.exists():
         raise ArtifactError(f"{path}: no such STATE directory or artifact")
     problems: list[str] = []
