@@ -14,9 +14,10 @@ Parts (each a sub-command; ``all`` runs them in this order):
   one line, or, once the step is in, answers the no-op of the same outcomes sent again: exit 0, ``"noop": true``), and ``predict`` processes reading while updates commit (every read succeeds and equals a
   reference step's predictions: no torn state).
 * ``readers``: ``predict``, ``select``, ``allocate``, ``status --json`` and ``verify`` while another process commits
-  ``extend`` (3 -> 3.1) then ``retire`` (3.1 -> 3.2): the writer held at each point of its commit (the test hook
-  of io.state_dir: model, artifact, log, current, prune) while every reader runs, then released or killed there,
-  and free races (the two commits back to back beside a loop of readers). Every reader must say what a clean
+  ``extend`` (3 -> 3.1), ``retire`` (3.1 -> 3.2) and ``rollback --to 3.0`` (3.2 -> 3, removing 3.1 and 3.2): the
+  writer held at each point of its commit (the test hook of io.state_dir: model, artifact, log, current, prune;
+  a rollback's current, log) while every reader runs, then released or killed there, and free races (the three
+  commits back to back beside a loop of readers). Every reader must say what a clean
   run of 3, 3.1 or 3.2 says (the same table bytes, the same status fields, verify intact): the old version
   before CURRENT's rename, the new one from it on; a killed writer's rerun completes.
 * ``resume``: each integration (bench/_resume_trainer.py: verl <= 0.7's sampler, TRL's callback, OpenRLHF's
@@ -26,7 +27,7 @@ Parts (each a sub-command; ``all`` runs them in this order):
   end every step is in the log once and the predictions equal an uninterrupted run's.
 * ``big``: ``kill -9`` of ``update`` and ``extend`` on a STATE of ``--big-n`` (150,000) prompts (synthetic
   embeddings, real ``build-graph``, ``cluster``, ``init``), ``--big-trials`` kills each: old or new, intact, the
-  rerun's predictions equal a clean run's.
+  rerun's predictions equal a clean run's, and the rerun leaves no temporary debris.
 * ``tamper``: every array of the current step and of the model damaged four ways (first chunk deleted,
   truncated, one byte flipped, swapped with the previous step's chunk), plus hand edits of the model's
   config, CURRENT pointed at an older step or outside the STATE, and an emptied log; the attacks that
@@ -735,7 +736,8 @@ def part_links(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
 
 # pause points of a revision's commit (io.state_dir._pause): before CURRENT's rename a reader must see the old
 # version, from it on the new one
-OLD_POINTS, NEW_POINTS = ("model", "artifact", "log"), ("current", "prune")
+OLD_POINTS, NEW_POINTS = ("model", "artifact", "log"), ("current", "prune")  # a commit's, before/after CURRENT
+ROLLBACK_POINTS = ("current", "log")  # a rollback's: CURRENT renamed; the log cut (later versions not yet removed)
 STATUS_KEYS = ("step", "revision", "current", "n_prompts", "active", "retired", "joined", "model_hash", "n_applied")
 
 
@@ -805,6 +807,7 @@ def part_readers(w: World, tally: Tally, trials: int, rng: random.Random) -> Non
     r = Readers(w, folder)
     extend = lambda s: ("extend", "--state", s, "--embedded", w.new)
     retire = lambda s: ("retire", "--state", s, "--ids", r.retire_ids)
+    rollback = lambda s: ("rollback", "--state", s, "--to", "3.0")
     # clean runs: each reader on a STATE nobody writes, at 3, 3.1 and 3.2
     clean = {}
     s = w.fresh(3, "readers_clean")
@@ -831,11 +834,14 @@ def part_readers(w: World, tally: Tally, trials: int, rng: random.Random) -> Non
     # (a) and (b): the writer held at each point of its commit, then released or killed
     plan = [("extend", extend, "3", "3.1", pt) for pt in OLD_POINTS + NEW_POINTS]
     plan += [("retire", retire, "3.1", "3.2", pt) for pt in OLD_POINTS[1:] + NEW_POINTS]
+    # a rollback renames CURRENT first, then cuts the log and removes the later versions (readers that found
+    # 3.2 a moment before lose its folder): both its points are after CURRENT's rename
+    plan += [("rollback", rollback, "3.2", "3", pt) for pt in ROLLBACK_POINTS]
     for name, writer, old, new, point in plan:
         for end in ("released", "killed"):
             s = w.fresh(3, "readers_held")
-            if old == "3.1":
-                gd(*extend(s), check=True)
+            for before in {"3": [], "3.1": [extend], "3.2": [extend, retire]}[old]:
+                gd(*before(s), check=True)
             release = folder / f"release-{name}-{point}-{end}"
             env = {**os.environ, "GRAPHDIFF_TEST_PAUSE_AFTER": point, "GRAPHDIFF_TEST_PAUSE_FILE": str(release)}
             proc = subprocess.Popen([str(GRAPHDIFF), *map(str, writer(s))], stdout=subprocess.DEVNULL,
@@ -847,7 +853,7 @@ def part_readers(w: World, tally: Tally, trials: int, rng: random.Random) -> Non
                 tally.record("readers", f"{name} held at {point}", False,
                              f"the writer ended before the point: {proc.stderr.read().strip()[:300]}")
                 continue
-            want = [old] if point in OLD_POINTS else [new]
+            want = [new] if point in NEW_POINTS or name == "rollback" else [old]
             for reader in READERS:
                 res, _p = r.run(reader, s)
                 check(f"{name} held at {point}", reader, res, want)
@@ -861,26 +867,26 @@ def part_readers(w: World, tally: Tally, trials: int, rng: random.Random) -> Non
             for reader in READERS:  # after the writer: the new version, or (killed before CURRENT) the old
                 res, _p = r.run(reader, s)
                 check(f"{name} {end} at {point}", reader, res, [new] if end == "released" or point in NEW_POINTS
-                      else [old])
-            if end == "killed" and version(s) != tuple(map(int, new.split("."))):
+                      or name == "rollback" else [old])
+            target = tuple(map(int, f"{new}.0".split(".")[:2]))
+            if end == "killed" and version(s) != target:
                 ok = gd(*writer(s)).returncode == 0  # the rerun completes
-            tally.record("readers", f"{name} {end} at {point}: writer",
-                         ok and version(s) == tuple(map(int, new.split("."))) and intact(s),
+            tally.record("readers", f"{name} {end} at {point}: writer", ok and version(s) == target and intact(s),
                          f"version {version(s)}, intact {intact(s)}")
 
-    # (c) free races: extend then retire committing while the readers run beside them, in a loop
+    # (c) free races: extend, retire, then a rollback to 3.0 committing while the readers run beside them
     for i in range(trials):
         s = w.fresh(3, "readers_race")
         writer = subprocess.Popen(["bash", "-c", f"sleep {rng.uniform(0, 2):.2f} && " + " && ".join(
-            " ".join(map(shlex.quote, [str(GRAPHDIFF), *map(str, argv(s)), "-q"])) for argv in (extend, retire))],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            " ".join(map(shlex.quote, [str(GRAPHDIFF), *map(str, argv(s)), "-q"]))
+            for argv in (extend, retire, rollback))], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         k = 0
         while writer.poll() is None or k < len(READERS):
             reader = READERS[(i + k) % len(READERS)]
             k += 1
             res, _p = r.run(reader, s)
             check("free race", reader, res, ["3", "3.1", "3.2"])
-        tally.record("readers", "free race: writer", writer.wait() == 0 and version(s) == (3, 2) and intact(s),
+        tally.record("readers", "free race: writer", writer.wait() == 0 and version(s) == (3, 0) and intact(s),
                      f"writer exit {writer.returncode} {writer.stderr.read().strip()[:200]}")
 
 
@@ -961,8 +967,10 @@ def part_big(work: Path, tally: Tally, trials: int, rng: random.Random, n: int =
                 continue
             if v != new:
                 gd(*argv(s), check=True, timeout=3600)
-            tally.record("big", name, predictions(s) == want[name] and intact(s) and version(s) == new,
-                         f"killed={killed} version after the kill {v}: predictions or verify differ after the rerun")
+            left = debris(s) if v != new else []  # the rerun, a writer, removes what the killed one left
+            tally.record("big", name, predictions(s) == want[name] and intact(s) and version(s) == new and not left,
+                         f"killed={killed} version after the kill {v}: predictions or verify differ after the "
+                         f"rerun, or debris {left[:3]}")
     shutil.rmtree(folder, ignore_errors=True)
     return {"prompts": n, "added": add, "states": states, "build_s": built, "uninterrupted_s": durations,
             "setup_s": round(time.perf_counter() - t0, 1)}
