@@ -297,3 +297,50 @@ def test_the_episode_count_follows_the_state_through_a_rollback(state):
     assert resumed.record(ids[5], 1.0) is None and resumed.record(ids[6], 1.0) == 4  # a new episode
     log = StateDir.open(root).log_entries()
     assert [e["rollouts"] for e in log[1:]] == [2, 2, 1, 2]
+
+
+def test_a_crashed_close_that_already_moved_the_state_is_set_aside_and_its_wave_file_too(state, capsys):
+    """The crashed run died after its close applied wave 2 as step 2, before tidying up (closing.json and
+    pending-00000002.jsonl left). A resumed run (another id) never applies that close again; the step stays
+    (the prompt chooser's resume check is what refuses it), its episode count is kept, its wave file is set
+    aside, and the message says a resume from an earlier checkpoint must roll back."""
+    root, ids = state
+    crashed = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1", episode_prompts=40)
+    crashed.record(ids[1], 1.0)
+    assert crashed.record(ids[1], 0.0) == 1
+    crashed.record(ids[2], 1.0)
+    real = crashed.target.apply
+
+    def apply(*a, **k):
+        real(*a, **k)
+        raise KeyboardInterrupt  # died right after the STATE moved
+
+    crashed.target.apply = apply
+    with pytest.raises(KeyboardInterrupt):
+        crashed.record(ids[2], 1.0)
+    folder = root.parent / "STATE.openrlhf"
+    assert State.open(root).step == 2 and (folder / "closing.json").exists()
+    assert (folder / "pending-00000002.jsonl").exists()
+    resumed = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-2", episode_prompts=40)
+    resumed.record(ids[5], 0.0)
+    err = capsys.readouterr().err
+    assert "close of wave 2 was begun by another run (job-1)" in err and "had applied its wave as step 2" in err
+    assert "GRAPHDIFF_RUN_ID, when set, must be new for each restart" in err
+    assert not (folder / "pending-00000002.jsonl").exists() and (folder / "stale-job-1-pending-00000002.jsonl").exists()
+    assert json.loads((folder / "episode.json").read_text())["by_step"] == {"1": 1, "2": 2}
+    assert resumed.record(ids[5], 1.0) == 3
+    assert [e["step"] for e in StateDir.open(root).log_entries()] == [0, 1, 2, 3]
+
+
+def test_the_episode_file_keeps_only_the_steps_a_rollback_can_reach(state):
+    root, ids = state
+    State.open(root, durable=False).retention(keep=2, keep_every=4)
+    rec = StepRecorder(root, batch_size=1, n_samples=1, durable=False, run="job-1", episode_prompts=40)
+    for t in range(1, 10):
+        assert rec.record(ids[t], 1.0) == t
+    counts = json.loads((root.parent / "STATE.openrlhf" / "episode.json").read_text())["by_step"]
+    # written as wave 9 closed, when the STATE kept 0, 4, 7 and 8 (0: no count, a new episode): one count per
+    # step a rollback can reach and the new one, not one per step of the run
+    assert counts == {"4": 4, "7": 7, "8": 8, "9": 9}
+    State.open(root, durable=False).rollback(4)
+    assert rec._episode() == 4  # the count at the checkpoint's step

@@ -401,3 +401,38 @@ def test_a_reader_racing_a_rollback_says_what_the_rolled_back_state_says(tmp_pat
         want = {k: (v.replace(str(ref), "S") if isinstance(v, str) else v) for k, v in want.items()}
     assert got == want
     assert State.open(st.path).status()["step"] == 3
+
+
+def test_verify_racing_the_prune_after_a_commit_says_intact(tmp_path, inputs, monkeypatch):
+    """An update renames CURRENT (step 4), then prunes step 2 (keep 2). A verify that started just after the
+    rename listed step 2's folder and found it gone: "no such estimator-step artifact", with CURRENT unmoved
+    during its check. verify now checks again when the STATE's folders changed under it."""
+    import threading
+    import time
+
+    from graphdiff_cli.stages import verify as V
+
+    graph, clusters, ids = inputs
+    st = State.init(graph, clusters, tmp_path / "STATE", device="cpu", keep=2, keep_every=1000, durable=False)
+    for t in (1, 2, 3):
+        st.update(t, step_rows(ids, t))
+    go = tmp_path / "go"
+    monkeypatch.setenv("GRAPHDIFF_TEST_PAUSE_AFTER", "current")
+    monkeypatch.setenv("GRAPHDIFF_TEST_PAUSE_FILE", str(go))
+    writer = threading.Thread(target=lambda: State.open(st.path, device="cpu", durable=False).update(4, step_rows(ids, 4)))
+    writer.start()
+    while not Path(f"{go}.reached").exists():
+        time.sleep(0.02)
+    real, released = V.check_artifact, []
+
+    def check_artifact(path, kind=None):  # the writer prunes while verify is at its first step folder
+        if not released and "steps" in str(path):
+            released.append(True)
+            go.touch()
+            writer.join()
+        return real(path, kind)
+
+    monkeypatch.setattr(V, "check_artifact", check_artifact)
+    report = V.verify(st.path)
+    assert released and report["intact"], report["problems"]
+    assert "steps/00000002.zarr" not in report["checked"] and State.open(st.path).status()["step"] == 4

@@ -115,6 +115,7 @@ class StepRecorder:
         self._ids: set[str] | None = None
         self._cache: tuple[str, int, dict] | None = None  # (pending file, bytes read, rollouts by prompt)
         self._mine: tuple[str, int] | None = None  # (pending file, inode) known to hold this run's rollouts
+        self._episode_cache: tuple[tuple, dict[int, int]] | None = None  # (episode.json's stat, its counts)
 
     @classmethod
     def from_env(cls, **overrides) -> StepRecorder:
@@ -175,29 +176,31 @@ class StepRecorder:
     def _pending_path(self, step: int) -> Path:
         return self.folder / f"pending-{step:08d}.jsonl"  # the rollouts of wave `step` recorded so far
 
-    def _set_aside_stale(self, path: Path) -> None:
+    def _set_aside_stale(self, path: Path, force: bool = False) -> None:
         """A wave's file begun by another run (a crashed one: the resumed run generates that wave afresh) is
-        renamed to ``stale-<file>`` - kept for inspection, never mixed into this run's wave."""
+        renamed to ``stale-<file>`` - kept for inspection, never mixed into this run's wave. ``force``: whoever
+        began it (the file of a wave a crashed run's close already applied)."""
         try:
             with open(path, "rb") as f:
                 first, ino = f.readline(), os.fstat(f.fileno()).st_ino
         except FileNotFoundError:
             return
-        if self._mine == (path.name, ino) or not first.strip():
+        if not force and (self._mine == (path.name, ino) or not first.strip()):
             return
         try:
             owner = json.loads(first).get("run")
         except ValueError:
             owner = None
-        if owner == self.run:
+        if owner == self.run and not force:
             self._mine = (path.name, ino)
             return
         stale = path.with_name(f"stale-{owner or 'unknown'}-{path.name}".replace(os.sep, "_"))
         os.replace(path, stale)
         self._cache = None
-        print(f"graphdiff (OpenRLHF recorder): {path.name} was begun by another run ({owner or 'unnamed'}), "
-              f"a crashed one; its rollouts are set aside as {stale.name}, not mixed into this run's wave",
-              file=sys.stderr, flush=True)
+        if not force:
+            print(f"graphdiff (OpenRLHF recorder): {path.name} was begun by another run ({owner or 'unnamed'}), "
+                  f"a crashed one; its rollouts are set aside as {stale.name}, not mixed into this run's wave",
+                  file=sys.stderr, flush=True)
 
     def _append(self, row: dict) -> None:
         path = self._pending_path(self.target.step + 1)
@@ -228,23 +231,44 @@ class StepRecorder:
         self._cache = (path.name, offset + end, groups)
         return groups
 
-    def _episodes(self) -> dict[str, int]:
+    def _episodes(self) -> dict[int, int]:
         """The count of the episode's prompts after each wave, by STATE step (``episode.json``): a resumed run
-        whose STATE was rolled back to its checkpoint's step reads that step's count, not the crashed run's."""
+        whose STATE was rolled back to its checkpoint's step reads that step's count, not the crashed run's.
+        Parsed once per version of the file (it is read at every rollout, under the lock)."""
         path = self.folder / "episode.json"
-        if not path.exists():
+        try:
+            st = path.stat()
+        except FileNotFoundError:
             return {}
-        doc = json.loads(path.read_text())
-        if "by_step" not in doc:  # written before 2026-11-27: one count, taken as the current step's
-            return {str(self.target.step): int(doc["prompts"])}
-        return {str(k): int(v) for k, v in doc["by_step"].items()}
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._episode_cache is None or self._episode_cache[0] != key:
+            doc = json.loads(path.read_text())
+            if "by_step" in doc:
+                counts = {int(k): int(v) for k, v in doc["by_step"].items()}
+            else:  # written before 2026-11-27: one count, taken as the current step's
+                counts = {self.target.step: int(doc["prompts"])}
+            self._episode_cache = (key, counts)
+        return self._episode_cache[1]
 
     def _episode(self) -> int:
-        return self._episodes().get(str(self.target.step), 0)  # no wave closed by a recorder yet: a new episode
+        """The count at the STATE's step, or at the latest step below it that a recorder closed (a step applied
+        by someone else, e.g. ``graphdiff update``, carries the count on); 0 before any: a new episode."""
+        step = self.target.step
+        below = [t for t in self._episodes() if t <= step]
+        return self._episodes()[max(below)] if below else 0
 
     def _write_episode(self, step: int, prompts: int) -> None:
-        kept = {k: v for k, v in self._episodes().items() if int(k) < step}  # later ones were rolled back
-        atomic_write_text(self.folder / "episode.json", json.dumps({"by_step": {**kept, str(step): int(prompts)}}))
+        """The count after wave ``step``, with the count each step the STATE keeps would read after a rollback
+        to it (its own, or the latest below it); the others are dropped, so the file stays as small as the
+        retention, however long the run."""
+        counts = {t: v for t, v in self._episodes().items() if t < step}  # those above were rolled back
+        kept = {}
+        for r in self.target.state.dir.retained_steps():
+            if below := [t for t in counts if t <= r]:
+                kept[max(below)] = counts[max(below)]
+        kept[step] = int(prompts)
+        atomic_write_text(self.folder / "episode.json",
+                          json.dumps({"by_step": {str(t): v for t, v in sorted(kept.items())}}))
 
     def _maybe_close(self) -> int | None:
         groups = self._groups()
@@ -289,14 +313,18 @@ class StepRecorder:
             # of its last rollout), so the run resumed from a checkpoint generates it afresh - applying the old
             # close too would count the wave twice. Set aside like its pending files; where the close had
             # already moved the STATE, that step stays (the chooser's resume check refuses it) with its count
-            if cur == step:
-                self._write_episode(step, closing["episode"])
             owner = sorted(str(o) for o in owners)[0] if len(owners) == 1 else "unknown"
             stale = path.with_name(f"stale-{owner}-closing-{step:08d}.json".replace(os.sep, "_"))
+            applied = ""
+            if cur == step:  # its wave is in the STATE as step T: keep that step's count; its wave file is done
+                self._write_episode(step, closing["episode"])
+                self._set_aside_stale(self._pending_path(step), force=True)
+                applied = (f" (it had applied its wave as step {step}: a run resumed from an earlier checkpoint must "
+                           f"roll the STATE back to it, as the prompt chooser's resume check says)")
             os.replace(path, stale)
             print(f"graphdiff (OpenRLHF recorder): the close of wave {step} was begun by another run ({owner}), a "
-                  f"crashed one, and the STATE is now at step {cur}; set aside as {stale.name}", file=sys.stderr,
-                  flush=True)
+                  f"crashed one; set aside as {stale.name}, never applied by this run{applied}. (GRAPHDIFF_RUN_ID, "
+                  "when set, must be new for each restart.)", file=sys.stderr, flush=True)
             return
         if cur not in (step - 1, step):
             raise StateError(f"{self.state} is at step {cur} but the wave being closed is step {step}: another "

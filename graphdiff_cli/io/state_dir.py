@@ -258,16 +258,18 @@ class StateDir:
         when it fails and CURRENT has meanwhile moved: a rollback (or a prune) removes the version a reader
         found a moment before and cuts the log under it, which is no damage. A failure with CURRENT unmoved is
         raised as it is; a STATE that moves under every one of ``READ_TRIES`` reads is refused in one line."""
+        last = None
         for _ in range(READ_TRIES):
             before = self.signature()
             pointer = read_pointer(self.root)
             try:
                 return read(*pointer)
-            except Exception:
+            except Exception as exc:
                 if self.signature() == before:
                     raise
+                last = exc
         raise StateError(f"{self.root}: the current step changed under each of {READ_TRIES} reads (a writer "
-                         "committing without pause); try again")
+                         f"committing without pause); the last read said: {last}") from last
 
     def current_view(self) -> tuple[tuple[int, int], str, object, tuple]:
         """((step, revision), relative path, step artifact, ``read_model`` tuple) of the current version, from

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, StateError
 from ..io.artifacts import read_artifact, stamped_kind
 from ..io.estimator_store import MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir, step_model_path
-from ..io.layout import RETENTION
+from ..io.layout import RETENTION, STEPS
 from ..io.state_dir import MODEL, MODELS, READ_TRIES, Retention, StateDir
 
 
@@ -38,15 +38,32 @@ def check_artifact(path, kind: str | None = None) -> tuple[list[str], object]:
 
 def verify(path) -> dict:
     """The check of a STATE directory or artifact at ``path``: ``intact`` and one line per problem. A STATE
-    whose CURRENT moved while it was checked (a rollback or a prune removed folders the check had listed) is
-    checked again, so a writer's commit is never reported as damage."""
+    that a writer changed while it was checked (CURRENT replaced, or a version or model folder removed: a
+    rollback, or the prune that follows a commit's CURRENT) is checked again, so a commit is never reported
+    as damage; one that changes under each of ``READ_TRIES`` checks is refused in one line."""
     path = Path(path)
     for _ in range(READ_TRIES):
-        before = StateDir(path).signature()
+        before = _layout(path)
         report = _verify(path)
-        if report["intact"] or before is None or StateDir(path).signature() == before:
+        if report["intact"] or before is None or _layout(path) == before:
             return report
-    return report
+    raise StateError(f"{path}: the STATE changed under each of {READ_TRIES} checks (a writer committing without "
+                     f"pause); the last one said: {report['problems'][0]}")
+
+
+def _layout(path: Path):
+    """What a writer changes in a STATE: the CURRENT file in place and the version and model folders; None
+    for what is not a STATE."""
+    sig = StateDir(path).signature()
+    if sig is None:
+        return None
+    listing = []
+    for sub in (path / STEPS, path / MODELS):
+        try:
+            listing.append(tuple(sorted(os.listdir(sub))))
+        except OSError:
+            listing.append(None)
+    return sig, tuple(listing)
 
 
 def _verify(path: Path) -> dict:
