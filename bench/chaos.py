@@ -20,6 +20,9 @@ Parts (each a sub-command; ``all`` runs them in this order):
   commits back to back beside a loop of readers). Every reader must say what a clean
   run of 3, 3.1 or 3.2 says (the same table bytes, the same status fields, verify intact): the old version
   before CURRENT's rename, the new one from it on; a killed writer's rerun completes.
+* ``redeliver``: ``update --outcomes F`` and ``retire --ids F`` while another thread renames one of two versions
+  of F over it again and again: the log names the bytes the command applied (their hash) and the predictions
+  are a clean run's of that version.
 * ``resume``: each integration (bench/_resume_trainer.py: verl <= 0.7's sampler, TRL's callback, OpenRLHF's
   prompt chooser and recorder) run for 6 steps, killed at a random moment and resumed from a random checkpoint
   it wrote against the STATE as the kill left it: a resume goes on only where the STATE is at the checkpoint's
@@ -79,7 +82,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
 STEPS = 6  # reference steps
 DEBRIS = (".staging-", ".tmp")
-PARTS = ("kill", "race", "readers", "resume", "tamper", "diskfull", "links", "big", "soak")  # all: in this order
+PARTS = ("kill", "race", "readers", "redeliver", "resume", "tamper", "diskfull", "links", "big", "soak")  # all: in this order
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -443,6 +446,68 @@ def part_race(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
             break
     tally.record("race", "updates under concurrent reads", writer.wait() == 0 and w.predictions(s) == w.pred[STEPS],
                  "the writer failed or ended elsewhere")
+
+
+# ---------------------------------------------------------------------------------------------------
+# an input file re-delivered while a command reads it
+
+
+def part_redeliver(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    """``update --outcomes F`` and ``retire --ids F`` while another thread renames one of two versions of F over
+    it again and again (the documented way to replace a file: write aside, rename), so that some reads land
+    between two renames. Whichever version a command applied, the log must name that version's bytes (its hash)
+    and the predictions must be a clean run's of that version, byte for byte: the old rows under the new
+    file's hash (the bug of 2026-11-26) fails here."""
+    import threading
+
+    folder = w.work / "trial" / "redeliver"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    a = w.outcomes[4].read_bytes()
+    b = "".join(json.dumps({**r, "s": r["n"] - r["s"]}) + "\n"
+                for r in map(json.loads, a.decode().splitlines())).encode()
+    ids = [json.loads(x)["id"] for x in a.decode().splitlines()]
+    cases = {"update": ((a, b), lambda s, f: ("update", "--state", s, "--step", 4, "--outcomes", f), "outcomes_hash"),
+             "retire": (("".join(f"{i}\n" for i in ids[:10]).encode(), "".join(f"{i}\n" for i in ids[10:20]).encode()),
+                        lambda s, f: ("retire", "--state", s, "--ids", f), "ids_hash")}
+    for name, (versions, argv, key) in cases.items():
+        ext = ".jsonl" if name == "update" else ".txt"
+        want = {}
+        for v, data in enumerate(versions):  # a clean run of each version
+            s, f = w.fresh(3, f"redeliver_ref_{name}_{v}"), folder / f"ref-{name}-{v}{ext}"
+            f.write_bytes(data)
+            gd(*argv(s, f), check=True)
+            want[hashlib.sha256(data).hexdigest()[:16]] = w.predictions(s)
+        if len(set(want.values())) != 2:
+            raise RuntimeError(f"redeliver: the two versions of {name}'s file give the same STATE")
+        seen = set()
+        for i in range(trials):
+            s, f = w.fresh(3, f"redeliver_{name}"), folder / f"{name}{ext}"
+            f.write_bytes(versions[0])
+            stop, swaps = threading.Event(), [0]
+
+            def renamer():
+                k = 0
+                while not stop.is_set():
+                    k += 1
+                    tmp = folder / f".{name}-{k}{ext}.tmp"
+                    tmp.write_bytes(versions[k % 2])
+                    os.replace(tmp, f)
+                    swaps[0] += 1
+                    time.sleep(rng.uniform(0, 0.002))
+
+            th = threading.Thread(target=renamer)
+            th.start()
+            p = gd(*argv(s, f))
+            stop.set()
+            th.join()
+            entry = json.loads((s / "log.jsonl").read_text().splitlines()[-1])
+            got = entry.get(key)
+            seen.add(got)
+            tally.record("redeliver", name, p.returncode == 0 and got in want and w.predictions(s) == want[got]
+                         and intact(s), f"trial {i}: exit {p.returncode} {p.stderr.strip()[-200:]!r}, logged {got}, "
+                         f"{swaps[0]} renames during the command")
+        print(f"redeliver {name}: the logged version over {trials} trials: {sorted(map(str, seen))}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------
