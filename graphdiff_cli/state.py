@@ -196,10 +196,8 @@ class State:
         return self._est_index[1]
 
     def _signature(self):
-        """Which CURRENT file is in place: every atomic replace makes a new inode."""
-        path = self.path / layout.CURRENT
-        st = path.stat()
-        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, path.read_bytes())
+        """Which CURRENT file is in place (``StateDir.signature``); an unreadable one raises, never compares equal."""
+        return self.dir.signature(missing_ok=False)
 
     def estimator(self):
         """The ``Estimator`` at the current version: the resident one, unless CURRENT moved under it."""

@@ -222,6 +222,15 @@ def test_a_reward_that_is_not_0_or_1_is_refused_at_once_without_a_threshold(stat
     assert State.open(root).status()["step"] == 1
 
 
+def _killed_after_writing_the_close(rec, pid):
+    """``rec.record(pid, 1.0)`` completes a wave, and the process dies right after writing its closing.json."""
+    real = rec._finish_closing
+    rec._finish_closing = lambda: (_ for _ in ()).throw(KeyboardInterrupt) if (
+        rec.folder / "closing.json").exists() else real()
+    with pytest.raises(KeyboardInterrupt):
+        rec.record(pid, 1.0)
+
+
 def test_a_crashed_runs_close_is_set_aside_after_a_rollback_to_the_resumed_checkpoint(state, capsys):
     """A run killed mid-close of wave 3 leaves closing.json; its checkpoint of step 1 is resumed, and the STATE
     rolled back to 1 as the chooser's refusal says. The resumed run (another run id) used to stop for good on
@@ -233,11 +242,7 @@ def test_a_crashed_runs_close_is_set_aside_after_a_rollback_to_the_resumed_check
         crashed.record(ids[t], 1.0)
         assert crashed.record(ids[t], 0.0) == t
     crashed.record(ids[3], 1.0)
-    real = crashed._finish_closing
-    crashed._finish_closing = lambda: (_ for _ in ()).throw(KeyboardInterrupt) if (
-        crashed.folder / "closing.json").exists() else real()
-    with pytest.raises(KeyboardInterrupt):
-        crashed.record(ids[3], 1.0)  # killed right after writing the close of wave 3
+    _killed_after_writing_the_close(crashed, ids[3])  # the close of wave 3
     folder = root.parent / "STATE.openrlhf"
     assert (folder / "closing.json").exists()
     State.open(root, durable=False).rollback(1)  # resumed from the checkpoint of step 1
@@ -262,11 +267,7 @@ def test_a_crashed_runs_close_is_never_applied_by_the_resumed_run(state, capsys)
     crashed.record(ids[1], 1.0)
     assert crashed.record(ids[1], 0.0) == 1
     crashed.record(ids[2], 1.0)
-    real = crashed._finish_closing
-    crashed._finish_closing = lambda: (_ for _ in ()).throw(KeyboardInterrupt) if (
-        crashed.folder / "closing.json").exists() else real()
-    with pytest.raises(KeyboardInterrupt):
-        crashed.record(ids[2], 1.0)  # killed right after writing the close of wave 2
+    _killed_after_writing_the_close(crashed, ids[2])  # the close of wave 2
     assert State.open(root).step == 1
     resumed = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-2")
     resumed.record(ids[5], 0.0)

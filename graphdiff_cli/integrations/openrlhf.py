@@ -253,9 +253,9 @@ class StepRecorder:
     def _episode(self) -> int:
         """The count at the STATE's step, or at the latest step below it that a recorder closed (a step applied
         by someone else, e.g. ``graphdiff update``, carries the count on); 0 before any: a new episode."""
-        step = self.target.step
-        below = [t for t in self._episodes() if t <= step]
-        return self._episodes()[max(below)] if below else 0
+        step, counts = self.target.step, self._episodes()
+        below = [t for t in counts if t <= step]
+        return counts[max(below)] if below else 0
 
     def _write_episode(self, step: int, prompts: int) -> None:
         """The count after wave ``step``, with the count each step the STATE keeps would read after a rollback

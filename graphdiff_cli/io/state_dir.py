@@ -244,13 +244,16 @@ class StateDir:
         models = size(self.root / MODEL) + size(self.root / MODELS)
         return {"steps": steps, "models": models, "total": size(self.root)}
 
-    def signature(self):
-        """Which CURRENT file is in place (every atomic replace makes a new inode); None when unreadable."""
+    def signature(self, missing_ok: bool = True):
+        """Which CURRENT file is in place (every atomic replace makes a new inode); None when unreadable, or the
+        OSError raised when not ``missing_ok``."""
         path = self.root / CURRENT
         try:
             st = path.stat()
             return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, path.read_bytes())
         except OSError:
+            if not missing_ok:
+                raise
             return None
 
     def consistent(self, read):
