@@ -221,8 +221,14 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
     import zarr
     from zarr.storage import LocalStore
 
+    from concurrent.futures import ThreadPoolExecutor
+
     path = Path(path)
-    with staged_dir(path, replace=True, durable=durable, before_replace=before_replace) as staging:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphdiff-hash") as hasher, \
+            staged_dir(path, replace=True, durable=durable, before_replace=before_replace) as staging:
+        # the content hash beside the chunks' encoding and writes (sha256 releases the GIL): 0.77 s of a
+        # million-prompt step's 2.7 s write that no longer adds to it
+        content = None if content_hash else hasher.submit(hash_arrays, *arrays.values(), extra=kind)
         group = zarr.open_group(LocalStore(staging), mode="w")
         checksums = {}
         for name, arr in arrays.items():
@@ -231,7 +237,7 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
                 z = group.create_array(name, shape=arr.shape, dtype=str, chunks=_chunks(arr, itemsize=64))
                 z[...] = arr.astype(object)
                 checksums[name] = {"rows": 0, "crc": chunk_checksums(arr, 0)}
-            else:  # one chunk row at a time: zarr would encode every chunk at once (see Artifact.array)
+            else:  # a few chunk rows at a time: zarr would encode every chunk at once (see Artifact.array)
                 chunks = _chunks(arr)
                 rows = chunks[0] if arr.ndim else 0
                 checksums[name] = {"rows": int(rows), "crc": chunk_checksums(arr, rows)}
@@ -239,8 +245,9 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
                 if arr.ndim == 0:
                     z[...] = arr
                 else:
-                    for start in range(0, arr.shape[0], chunks[0]):
-                        z[start:start + chunks[0]] = arr[start:start + chunks[0]]
+                    slab = chunks[0] * _write_slab_chunks()
+                    for start in range(0, arr.shape[0], slab):
+                        z[start:start + slab] = arr[start:start + slab]
         stamp = {
             "kind": kind,
             "format_version": encoding_version(kind),
@@ -248,12 +255,20 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "params": _jsonable(params or {}),
             "inputs": _jsonable(inputs or {}),
-            "content_hash": content_hash or hash_arrays(*arrays.values(), extra=kind),
+            "content_hash": content_hash if content is None else content.result(),
             "checksums": {"algorithm": CHECKSUM, "arrays": checksums},
             "attrs_hash": attrs_hash(_jsonable(attrs or {})),
         }
         group.attrs.update({STAMP_KEY: stamp, **_jsonable(attrs or {})})
     return path
+
+
+def _write_slab_chunks() -> int:
+    """Chunk rows handed to zarr at once when writing: zarr encodes them concurrently (a 320 MB float32 array:
+    0.89 s one at a time, 0.68-0.80 s two, 0.62 s four on the 2-core VM), one more 16 MiB chunk held each.
+    The CPUs this process may use, at most 4."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, 4))
 
 
 def _chunks(arr: np.ndarray, itemsize: int | None = None):
