@@ -115,24 +115,44 @@ def test_validate_graph_refusals(graph, match):
         validate_graph(graph)
 
 
-@pytest.mark.parametrize("block_nnz", [1, 7, 1 << 19])
-def test_symmetry_check_in_row_blocks_finds_any_asymmetry(block_nnz):
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_symmetry_check_agrees_with_the_dense_comparison(seed):
     from graphdiff_cli.core.graph import _is_symmetric
 
-    rng = np.random.default_rng(1)
-    a = sp.random(300, 300, density=0.05, random_state=2, format="csr")
+    rng = np.random.default_rng(seed)
+    a = sp.random(300, 300, density=0.05, random_state=seed, format="csr")
     w = (a + a.T).tocsr()
     w.setdiag(0)
     w.eliminate_zeros()
     w.sort_indices()
-    assert _is_symmetric(w, 1e-9, block_nnz)
-    for _ in range(5):  # one perturbed entry anywhere breaks it
+
+    def canonical(m):
+        m = sp.csr_matrix(m)
+        m.sum_duplicates()
+        m.eliminate_zeros()
+        m.sort_indices()
+        return m
+
+    def dense_says(m, atol):
+        d = m.toarray()
+        return bool(np.abs(d - d.T).max() <= atol)
+
+    cases = [w]
+    for _ in range(5):  # one perturbed entry anywhere
         bad = w.copy()
         bad.data[rng.integers(bad.nnz)] += 1e-3
-        assert not _is_symmetric(bad, 1e-9, block_nnz)
-    one_sided = w.tolil()
-    one_sided[299, 0] = 0.5 if w[299, 0] == 0 else 0.0
-    assert not _is_symmetric(one_sided.tocsr(), 1e-9, block_nnz)
+        cases.append(bad)
+    for value in (0.5, 1e-12):  # an entry on one side only: beyond atol, and within it (accepted, as before)
+        one_sided = w.tolil()
+        i, j = next((i, j) for i, j in zip(rng.integers(0, 300, 1000), rng.integers(0, 300, 1000))
+                    if i != j and w[i, j] == 0)
+        one_sided[i, j] = value
+        cases.append(one_sided)
+    for m in cases:
+        m = canonical(m)
+        assert _is_symmetric(m, 1e-9) == dense_says(m, 1e-9)
+    assert _is_symmetric(w, 1e-9) and not _is_symmetric(canonical(cases[1]), 1e-9)
+    assert _is_symmetric(canonical(cases[-1]), 1e-9) and not _is_symmetric(canonical(cases[-2]), 1e-9)
 
 
 @pytest.mark.parametrize("threads", [2, 3, 7])

@@ -127,20 +127,18 @@ def summarize_graph(w: sp.csr_matrix) -> GraphSummary:
     )
 
 
-def _is_symmetric(w: sp.csr_matrix, atol: float, block_nnz: int = 1 << 19) -> bool:
-    """max |W - W^T| <= atol, compared in row blocks of about ``block_nnz`` entries: W - W^T at once
-    would allocate three nnz-sized temporaries (a loaded 150k-prompt state's peak memory)."""
-    n = w.shape[0]
-    a = 0
-    while a < n:
-        b = int(np.searchsorted(w.indptr, w.indptr[a] + block_nnz, side="right"))
-        b = min(n, max(b - 1, a + 1))
-        rows_t = w[:, a:b].T.tocsr()  # rows a..b of W^T: columns a..b of W
-        diff = w[a:b] - rows_t
-        if diff.nnz and float(np.abs(diff.data).max()) > atol:
-            return False
-        a = b
-    return True
+def _is_symmetric(w: sp.csr_matrix, atol: float) -> bool:
+    """max |W - W^T| <= atol for a CSR W in canonical form (sorted indices, no duplicates, no explicit zeros):
+    W^T built once (scipy's O(nnz) transpose, canonical too) and compared array by array, one nnz-sized copy
+    at a time. (The first version compared row blocks with column slices of W, each O(nnz): 13 s at a
+    million prompts, quadratic in the graph's size.)"""
+    t = w.T.tocsr()
+    t.eliminate_zeros()
+    t.sort_indices()
+    if np.array_equal(t.indptr, w.indptr) and np.array_equal(t.indices, w.indices):
+        return not t.data.size or float(np.abs(t.data - w.data).max()) <= atol
+    diff = w - t  # patterns differ: entries of one side only may still be within atol, as before
+    return not diff.nnz or float(np.abs(diff.data).max()) <= atol
 
 
 def validate_graph(graph, n_nodes: int | None = None, rtol: float = 1e-5) -> sp.csr_matrix:
@@ -163,10 +161,10 @@ def validate_graph(graph, n_nodes: int | None = None, rtol: float = 1e-5) -> sp.
         raise DataError("graph weights must be non-negative (W_ij = c_ij > 0 on mutual neighbours)")
     if w.diagonal().any():
         raise DataError("graph has self-loops: W must have a zero diagonal")
-    if not _is_symmetric(w, rtol * max(1.0, float(w.data.max()) if w.data.size else 0.0)):
-        raise DataError("graph is not symmetric: W_ij must equal W_ji")
     w.eliminate_zeros()
     w.sort_indices()
+    if not _is_symmetric(w, rtol * max(1.0, float(w.data.max()) if w.data.size else 0.0)):
+        raise DataError("graph is not symmetric: W_ij must equal W_ji")
     return w
 
 
