@@ -115,6 +115,22 @@ def test_validate_graph_refusals(graph, match):
         validate_graph(graph)
 
 
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_validate_graph_leaves_a_float32_graph_as_it_was(asymmetric):
+    # explicit zeros and duplicates are removed from a float64 copy; the caller's float32 W keeps its values
+    # (a dtype change copied the values but shared the indices that the canonicalisation rewrote)
+    data = np.array([0, 1, 0, 2, 1, 2.5 if asymmetric else 2], np.float32)
+    g = sp.csr_matrix((data, [1, 2, 0, 2, 0, 1], [0, 2, 4, 6]), shape=(3, 3))
+    before = g.toarray().copy()
+    if asymmetric:
+        with pytest.raises(DataError, match="not symmetric"):
+            validate_graph(g)
+    else:
+        w = validate_graph(g)
+        assert w.nnz == 4 and np.array_equal(w.toarray(), before)
+    assert np.array_equal(g.toarray(), before)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_symmetry_check_agrees_with_the_dense_comparison(seed):
     from graphdiff_cli.core.graph import _is_symmetric

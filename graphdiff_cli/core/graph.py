@@ -136,7 +136,9 @@ def _is_symmetric(w: sp.csr_matrix, atol: float) -> bool:
     t.eliminate_zeros()
     t.sort_indices()
     if np.array_equal(t.indptr, w.indptr) and np.array_equal(t.indices, w.indices):
-        return not t.data.size or float(np.abs(t.data - w.data).max()) <= atol
+        step = 1 << 20  # the difference a slice at a time: W^T is the only nnz-sized copy held
+        return all(float(np.abs(t.data[i:i + step] - w.data[i:i + step]).max()) <= atol
+                   for i in range(0, t.data.size, step))
     diff = w - t  # patterns differ: entries of one side only may still be within atol, as before
     return not diff.nnz or float(np.abs(diff.data).max()) <= atol
 
@@ -149,7 +151,9 @@ def validate_graph(graph, n_nodes: int | None = None, rtol: float = 1e-5) -> sp.
     """
     if not sp.issparse(graph):
         raise DataError("graph must be a scipy.sparse matrix (CSR), got " + type(graph).__name__)
-    w = sp.csr_matrix(graph, dtype=np.float64)
+    # canonicalised below in place: a float64 CSR W is the caller's own (its equivalent canonical form), any
+    # other is copied whole (a dtype change alone would copy the values but share the indices it rewrites)
+    w = sp.csr_matrix(graph, dtype=np.float64, copy=getattr(graph, "dtype", None) != np.float64)
     if w.shape[0] != w.shape[1]:
         raise DataError(f"graph must be square, got shape {w.shape}")
     if n_nodes is not None and w.shape[0] != n_nodes:
