@@ -46,9 +46,11 @@ class Estimator:
     """
 
     def __init__(self, graph, labels, n_states: int, *, embeddings=None, preset: str | None = None,
-                 settings: EstimatorSettings | None = None, _q=None, _own_q: bool = False, **overrides):
+                 settings: EstimatorSettings | None = None, _q=None, _own_q: bool = False,
+                 _graph_verified: bool = False, **overrides):
         # _q (internal, from_state_dict): the N x K q to start from instead of A, so loading a state
-        # never holds A and the saved q at once; _own_q: _q may be used in place (nobody else holds it)
+        # never holds A and the saved q at once; _own_q: _q may be used in place (nobody else holds it);
+        # _graph_verified: W was read back from graphdiff's own artifact (from_state_dict's ``verified``)
         if settings is None:
             settings = resolve(preset, **overrides)
         elif preset is not None or overrides:
@@ -64,7 +66,7 @@ class Estimator:
         if labels.size and (labels.min() < 0 or labels.max() >= n_states):
             i = int(np.flatnonzero((labels < 0) | (labels >= n_states))[0])
             raise DataError(f"labels[{i}] = {labels[i]} is out of range [0, {n_states})")
-        w = validate_graph(graph, n_nodes=labels.size)
+        w = validate_graph(graph, n_nodes=labels.size, check_symmetry=not _graph_verified)
         self._embeddings = _check_embeddings(embeddings, labels.size)
         if self._embeddings is None and settings.readout not in (None, "auto"):
             raise InvalidArgumentError(f"readout {settings.readout:g} needs the prompts' embeddings (embeddings=, or "
@@ -586,11 +588,14 @@ class Estimator:
         return out
 
     @classmethod
-    def from_state_dict(cls, state: dict, device: str | None = None, copy: bool = True) -> "Estimator":
+    def from_state_dict(cls, state: dict, device: str | None = None, copy: bool = True,
+                        verified: bool = False) -> "Estimator":
         """The estimator ``state`` describes: ``state_dict``'s, or a state dict of any version read from disk
         (``io.estimator_store.read_state``), migrated first (``versions.upgrade``). ``copy=False`` lets it
         update ``state["q"]`` in place instead of copying it (for callers that hand the arrays over, as
-        ``load`` does)."""
+        ``load`` does). ``verified=True``: the state was just read from an artifact graphdiff wrote, its
+        checksums checked, so W's symmetry, checked when it was written, is not tested again
+        (``validate_graph``'s ``check_symmetry``); every other check is made."""
         state = upgrade(state)
         missing = [name for name in layout.STATE_NAMES if name not in state]
         if missing:
@@ -599,7 +604,8 @@ class Estimator:
         if device is not None:
             cfg["device"] = device
         est = cls(state["graph"], state["labels"], state["n_states"], embeddings=state.get("embeddings"),
-                  settings=from_dict(cfg, "saved estimator settings"), _q=state["q"], _own_q=not copy)
+                  settings=from_dict(cfg, "saved estimator settings"), _q=state["q"], _own_q=not copy,
+                  _graph_verified=verified)
         n, k = est.n_nodes, est.n_states
         for a in layout.DRIVER_ARRAYS:
             value = np.array(state[a.name], dtype=a.dtype)  # a fresh array, owned by the estimator
@@ -645,7 +651,7 @@ class Estimator:
         from ..io.state_dir import StateDir
 
         state = StateDir.open(path).read_state() if is_state_dir(path) else read_state(path)
-        return cls.from_state_dict(state, device=device, copy=False)  # the arrays were just read
+        return cls.from_state_dict(state, device=device, copy=False, verified=True)  # the arrays were just read
 
     def __repr__(self) -> str:
         c = self.settings

@@ -32,7 +32,7 @@ def load_current_state(sd: StateDir, device: str | None = None):
 
     state, model = sd.read_state_and_model()
     retired = np.asarray(state.pop(RETIRED, np.zeros(0, np.int64)), dtype=np.int64)
-    return Estimator.from_state_dict(state, device=device, copy=False), retired, model[1]
+    return Estimator.from_state_dict(state, device=device, copy=False, verified=True), retired, model[1]
 
 
 def active_rows(rows: np.ndarray, retired: np.ndarray) -> np.ndarray:
