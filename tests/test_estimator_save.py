@@ -143,6 +143,10 @@ def test_a_verified_load_skips_only_the_symmetry_test(tmp_path, est, monkeypatch
     assert np.array_equal(loaded.predict(), est.predict())
     with pytest.raises(AssertionError, match="tested again"):
         Estimator.from_state_dict(est.state_dict())  # not verified: the test is made
+    looped = state["graph"].tolil()
+    looped[0, 0] = 1.0
+    with pytest.raises(DataError, match="self-loops"):  # a verified load still makes every other check
+        Estimator.from_state_dict({**est.state_dict(), "graph": looped.tocsr()}, verified=True)
 
 
 def test_a_state_directory_loads_without_testing_w_again(tmp_path, inputs, monkeypatch):

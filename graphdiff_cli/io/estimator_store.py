@@ -101,6 +101,9 @@ def write_state(state: dict, path, *, inputs: dict | None = None, extra_attrs: d
                 durable: bool = True) -> Path:
     """Write an estimator ``state`` dict as one standalone ``estimator-state`` artifact at ``path``.
 
+    W is written as given: it must be a validated graph (``Estimator.state_dict``'s is), since a load of
+    this artifact does not test its symmetry again (``Estimator.from_state_dict``'s ``verified``).
+
     ``path`` must be new, an empty folder or an ``estimator-state`` artifact (``check_save_target``,
     which refuses anything else before a byte is written). The check runs again just before the atomic
     rename that puts the new artifact in place, so what another process put at ``path`` while this one
@@ -142,6 +145,7 @@ def save_model(state: dict, path, ids, *, inputs: dict | None = None, extra_attr
 
     ``ids[i]`` is the prompt id of node i (row i of the embedded prompts file). ``extra_arrays`` go with
     them (what ``graphdiff extend`` needs: the directed kNN lists, the added prompts' embeddings, ...).
+    W must be a validated graph, as in ``write_state``.
     """
     st = state
     _check_current(st, path)
