@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from _emit import emit  # bench/ is on sys.path when a script runs
+from chaos import rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
@@ -125,12 +127,12 @@ def resident_steps(state, work, ids, labels, p_state, rng, args) -> dict:
 
     import torch  # noqa: F401 - the resident process imported it long ago
 
-    rss_before = rss_mb()
+    rss_before = rss_mb(os.getpid())
     t0 = time.perf_counter()
     h = State.open(state, device="cpu")
     h.estimator()
     first_load_s = time.perf_counter() - t0
-    rss_loaded = rss_mb()
+    rss_loaded = rss_mb(os.getpid())
     start = h.step
     per_step = []
     for t in range(start + 1, start + 1 + args.resident_steps):
@@ -149,25 +151,16 @@ def resident_steps(state, work, ids, labels, p_state, rng, args) -> dict:
         per_step.append({"step": t, "wall_s": t3 - t1, "update_s": t2 - t1, "predict_s": t3 - t2,
                          "rows": pred["rows"], "iterations": upd["iterations"],
                          "inference_s": upd["timings"]["inference_s"], "write_s": upd["timings"]["write_s"],
-                         "rss_mb": rss_mb()})
+                         "rss_mb": rss_mb(os.getpid())})
     t4 = time.perf_counter()
     full = h.predict(work / f"resident_all.{args.format}")
     full_s = time.perf_counter() - t4
-    import resource
-
     return {"first_load_s": first_load_s, "rss_mb_before_open": rss_before, "rss_mb_after_load": rss_loaded,
-            "rss_mb_after_predict_all": rss_mb(),
-            "peak_rss_mb_this_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "steps": per_step, "loads": h.loads,
+            "rss_mb_after_predict_all": rss_mb(os.getpid()),
+            "peak_rss_mb_this_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "steps": per_step, "loads": h.loads,
             "step_wall_s_median": statistics.median(x["wall_s"] for x in per_step),
             "predict_all_prompts_s": full_s, "predict_all_rows": full["rows"]}
-
-
-def rss_mb() -> float:
-    """This process's resident memory now (Linux /proc), in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def du_mb(path: Path) -> float:

@@ -120,11 +120,20 @@ def test_what_appears_at_the_path_while_saving_is_seen_before_the_rename(tmp_pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
 
 
+def _refuse_the_symmetry_test(monkeypatch):
+    """Make any test of W's symmetry fail loudly from here on."""
+    import graphdiff_cli.core.graph as graph_mod
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the symmetry of a verified W was tested again")
+
+    monkeypatch.setattr(graph_mod, "_is_symmetric", refuse)
+
+
 def test_a_verified_load_skips_only_the_symmetry_test(tmp_path, est, monkeypatch):
     # a W read back from graphdiff's own artifact (checksums verified) was checked when written: loading it
     # does not test its symmetry again (a copy of W: 2-4 s of a million-prompt load), while a state dict
     # handed in by a caller still gets every check
-    import graphdiff_cli.core.graph as graph_mod
     from graphdiff_cli.errors import DataError
 
     est.save(tmp_path / "saved")
@@ -135,10 +144,7 @@ def test_a_verified_load_skips_only_the_symmetry_test(tmp_path, est, monkeypatch
     with pytest.raises(DataError, match="not symmetric"):
         Estimator.from_state_dict({**state, "graph": w.tocsr()})
 
-    def refuse(*_args, **_kwargs):
-        raise AssertionError("the symmetry of a verified W was tested again")
-
-    monkeypatch.setattr(graph_mod, "_is_symmetric", refuse)
+    _refuse_the_symmetry_test(monkeypatch)
     loaded = Estimator.load(tmp_path / "saved")
     assert np.array_equal(loaded.predict(), est.predict())
     with pytest.raises(AssertionError, match="tested again"):
@@ -150,13 +156,8 @@ def test_a_verified_load_skips_only_the_symmetry_test(tmp_path, est, monkeypatch
 
 
 def test_a_state_directory_loads_without_testing_w_again(tmp_path, inputs, monkeypatch):
-    import graphdiff_cli.core.graph as graph_mod
-
-    graph, clusters, ids = inputs
+    graph, clusters, _ids = inputs
     st = State.init(graph, clusters, tmp_path / "STATE", device="cpu")
     before = st.estimator().predict()
-    def refuse(*_args, **_kwargs):
-        raise AssertionError("the symmetry of a verified W was tested again")
-
-    monkeypatch.setattr(graph_mod, "_is_symmetric", refuse)
+    _refuse_the_symmetry_test(monkeypatch)
     assert np.array_equal(State.open(tmp_path / "STATE", device="cpu").estimator().predict(), before)

@@ -132,9 +132,7 @@ def _is_symmetric(w: sp.csr_matrix, atol: float) -> bool:
     W^T built once (scipy's O(nnz) transpose, canonical too) and compared array by array, one nnz-sized copy
     at a time. (The first version compared row blocks with column slices of W, each O(nnz): 13 s at a
     million prompts, quadratic in the graph's size.)"""
-    t = w.T.tocsr()
-    t.eliminate_zeros()
-    t.sort_indices()
+    t = w.T.tocsr()  # sorted indices, and no zeros or duplicates since W has none
     if np.array_equal(t.indptr, w.indptr) and np.array_equal(t.indices, w.indices):
         step = 1 << 20  # the difference a slice at a time: W^T is the only nnz-sized copy held
         return all(float(np.abs(t.data[i:i + step] - w.data[i:i + step]).max()) <= atol
@@ -337,14 +335,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def matvec_threads() -> int:
-    """Threads for products with W: the CPUs this process may run on, capped by OMP_NUM_THREADS when set
-    (a SLURM job that asks for one core sets it) and by 16."""
+def usable_cpus() -> int:
+    """The CPUs this process may run on, capped by OMP_NUM_THREADS when set (a SLURM job that asks for one
+    core sets it)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         cpus = min(cpus, int(env))
-    return max(1, min(cpus, 16))
+    return max(1, cpus)
+
+
+def matvec_threads() -> int:
+    """Threads for products with W: ``usable_cpus``, at most 16."""
+    return min(usable_cpus(), 16)
 
 
 def row_parallel_matvec(w: sp.csr_matrix, threads: int | None = None):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -221,8 +222,6 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
     import zarr
     from zarr.storage import LocalStore
 
-    from concurrent.futures import ThreadPoolExecutor
-
     path = Path(path)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphdiff-hash") as hasher, \
             staged_dir(path, replace=True, durable=durable, before_replace=before_replace) as staging:
@@ -267,8 +266,9 @@ def _write_slab_chunks() -> int:
     """Chunk rows handed to zarr at once when writing: zarr encodes them concurrently (a 320 MB float32 array:
     0.89 s one at a time, 0.68-0.80 s two, 0.62 s four on the 2-core VM), one more 16 MiB chunk held each.
     The CPUs this process may use, at most 4."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cpus, 4))
+    from ..core.graph import usable_cpus
+
+    return min(usable_cpus(), 4)
 
 
 def _chunks(arr: np.ndarray, itemsize: int | None = None):
