@@ -36,7 +36,9 @@ Parts (each a sub-command; ``all`` runs them in this order):
   config, CURRENT pointed at an older step or outside the STATE, and an emptied log; the attacks that
   pass those checks unless they are held to more: a stamp stripped of its checksums before a chunk swap or
   a config edit, and the current step's folder replaced by a sibling STATE's (same model, other
-  outcomes); ``verify``, ``predict`` and ``update`` must each refuse in one line and leave every byte of the
+  outcomes); and when the current step is a delta (its q the rows changed since the step before), the q arrays
+  of every step it is composed from damaged three ways, the step before removed, or replaced by a sibling
+  STATE's; ``verify``, ``predict`` and ``update`` must each refuse in one line and leave every byte of the
   STATE as it was.
 * ``diskfull``: ``update``, ``predict`` and ``extend`` under a file-size limit (RLIMIT_FSIZE, SIGXFSZ
   ignored so writes fail with EFBIG as on a full disk) at several sizes: a one-line error, the STATE intact
@@ -614,6 +616,12 @@ def part_tamper(w: World, tally: Tally, trials: int, rng: random.Random, only: s
             raise LookupError("identical in both steps")
         shutil.copyfile(a[0], b[0])
 
+    # a delta's q is composed from the steps before it, to its snapshot: their q arrays are read as its own
+    chain, cur = [], base / step_dir
+    while (cur / "q_rows").is_dir():
+        cur = (cur / json.loads((cur / "zarr.json").read_text())["attributes"]["base"]).resolve()
+        chain.append(f"steps/{cur.name}")
+    arrays += [f"{d}/{a}" for d in chain for a in ("q", "q_rows", "q_values") if (base / d / a).is_dir()]
     cases = []
     for rel in arrays:
         if not _chunks(base / rel):
@@ -621,7 +629,7 @@ def part_tamper(w: World, tally: Tally, trials: int, rng: random.Random, only: s
         cases += [(f"{rel}: chunk deleted", lambda s, r=rel: delete(s, r)),
                   (f"{rel}: chunk truncated", lambda s, r=rel: truncate(s, r)),
                   (f"{rel}: byte flipped", lambda s, r=rel: flip(s, r))]
-        if rel.startswith("steps/"):
+        if rel.startswith(step_dir):
             cases.append((f"{rel}: chunk from the previous step", lambda s, r=rel: swap(s, r)))
 
     def edit_config(s):
@@ -655,10 +663,18 @@ def part_tamper(w: World, tally: Tally, trials: int, rng: random.Random, only: s
               ("log.jsonl emptied", lambda s: (s / "log.jsonl").write_text("")),
               ("CURRENT names an older step", current_older),
               ("step stamp stripped, then q chunk from the previous step",
-               lambda s: (strip_stamp(s, step_dir), swap(s, f"{step_dir}/q"))),
+               lambda s: (strip_stamp(s, step_dir),
+                          swap(s, f"{step_dir}/{'q_values' if chain else 'q'}"))),
               ("model stamp stripped, then config.beta edited",
                lambda s: (strip_stamp(s, "model.zarr"), edit_config(s))),
               ("step folder from a sibling STATE", from_sibling)]
+    if chain:  # the step the current delta was made from: removed, or a sibling STATE's in its place
+        def base_from_sibling(s):
+            shutil.rmtree(s / chain[0])
+            shutil.copytree(w.sibling(t) / chain[0], s / chain[0])
+
+        cases += [("the current delta's base step removed", lambda s: shutil.rmtree(s / chain[0])),
+                  ("the current delta's base step from a sibling STATE", base_from_sibling)]
     # who must refuse: the kNN lists are read only by extend (predict and update never read them, so their
     # estimates stay right); every other array by predict and update; verify checks everything
     only_extend = ("model.zarr/knn_indices", "model.zarr/knn_similarities")

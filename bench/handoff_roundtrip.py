@@ -148,14 +148,21 @@ def resident_steps(state, work, ids, labels, p_state, rng, args) -> dict:
         t2 = time.perf_counter()
         pred = h.predict(work / f"resident_pred{t}.{args.format}", ids_file=pool)
         t3 = time.perf_counter()
+        written = state / "steps" / f"{t:08d}.zarr"  # what the step wrote: q whole, or a delta's rows
         per_step.append({"step": t, "wall_s": t3 - t1, "update_s": t2 - t1, "predict_s": t3 - t2,
+                         "written_mb": du_mb(written), "delta": (written / "q_rows").is_dir(),
                          "rows": pred["rows"], "iterations": upd["iterations"],
                          "inference_s": upd["timings"]["inference_s"], "write_s": upd["timings"]["write_s"],
                          "rss_mb": rss_mb(os.getpid())})
     t4 = time.perf_counter()
     full = h.predict(work / f"resident_all.{args.format}")
     full_s = time.perf_counter() - t4
-    return {"first_load_s": first_load_s, "rss_mb_before_open": rss_before, "rss_mb_after_load": rss_loaded,
+    whole = [du_mb(p) for p in (state / "steps").glob("*.zarr") if (p / "q").is_dir()]
+    deltas = [x["written_mb"] for x in per_step if x["delta"]]
+    return {"first_load_s": first_load_s,
+            "whole_step_mb": max(whole) if whole else None,
+            "delta_mb_median": statistics.median(deltas) if deltas else None,
+            "steps_folder_mb": du_mb(state / "steps"), "retained_steps": h.dir.retained_steps(), "rss_mb_before_open": rss_before, "rss_mb_after_load": rss_loaded,
             "rss_mb_after_predict_all": rss_mb(os.getpid()),
             "peak_rss_mb_this_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "steps": per_step, "loads": h.loads,
@@ -183,6 +190,8 @@ def main():
                     "CLI ones (0: skip)")
     ap.add_argument("--workdir", default=None, help="Keep the files here (default: a temporary folder).")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--snapshot-every", type=int, default=None, help="init's --snapshot-every (default: its own)")
+    ap.add_argument("--keep-every", type=int, default=None, help="init's --keep-every (default: its own)")
     ap.add_argument("--graph", default=None, help="an existing graph artifact instead of the planted one")
     ap.add_argument("--clusters", default=None, help="its clusters artifact (with --graph)")
     args = ap.parse_args()
@@ -204,6 +213,9 @@ def main():
         state = work / "STATE"
         shutil.rmtree(state, ignore_errors=True)
         extra = ["--schedule", args.schedule] if args.schedule else []
+        for flag in ("snapshot_every", "keep_every"):
+            if getattr(args, flag) is not None:
+                extra += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
         init, init_wall = run("init", "--graph", graph, "--clusters", clusters,
                               "--out", state, "--device", "cpu", "--max-iters", args.max_iters, *extra)
         rng = np.random.default_rng(1)

@@ -65,9 +65,13 @@ class Transaction:
         """Write the resident estimator (just updated) as the next step, with the log ``entry``."""
         self._check()
         st = self.state
-        pruned = st.dir.commit_step({**st.estimator().state_dict(copy=False), layout.RETIRED: st.retired},
-                                    entry, durable=st.durable)
+        est = st.estimator()
+        # the estimator is the current version's (read from it, or resident since it wrote it), so the rows of q
+        # it changed since are what the step's delta holds
+        pruned = st.dir.commit_step({**est.state_dict(copy=False), layout.RETIRED: st.retired}, entry,
+                                    q_rows=est.q_rows_changed(), durable=st.durable)
         self.committed = True
+        est.mark_saved()
         return pruned
 
     def commit_revision(self, entry: dict, *, retired=None, ids=None, model_arrays=None,
@@ -77,10 +81,12 @@ class Transaction:
         self._check()
         st = self.state
         retired = st.retired if retired is None else np.asarray(retired, dtype=np.int64)
-        pruned = st.dir.commit_revision({**st.estimator().state_dict(copy=False), layout.RETIRED: retired}, entry,
+        est = st.estimator()
+        pruned = st.dir.commit_revision({**est.state_dict(copy=False), layout.RETIRED: retired}, entry,
                                         ids=ids, model_arrays=model_arrays, model_attrs=model_attrs,
                                         durable=st.durable)
         self.committed = True
+        est.mark_saved()
         self._retired = retired
         self._ids = None if ids is None else list(ids)
         return pruned
@@ -141,14 +147,15 @@ class State:
 
     @classmethod
     def init(cls, graph, clusters, path, *, config=None, embeddings=None, keep: int | None = None,
-             keep_every: int | None = None, durable: bool = True, progress: Progress = no_progress,
-             **settings) -> "State":
+             keep_every: int | None = None, snapshot_every: int | None = None, durable: bool = True,
+             progress: Progress = no_progress, **settings) -> "State":
         """A new STATE directory at step 0 from a graph and its clusters artifacts. ``config``: a YAML file
         of estimator settings; ``settings``: any setting of ``graphdiff_cli.settings`` (``preset``, ``beta``,
         ``device``, ...; None = not given), overriding the file's; ``keep`` and ``keep_every``: which states
-        are retained (``retention``). Its report is ``.created``."""
+        are retained, ``snapshot_every``: how often q is written whole (``retention``). Its report is ``.created``."""
         report = handoff.init_state(graph, clusters, path, config=config, embeddings=embeddings, keep=keep,
-                                    keep_every=keep_every, progress=progress, durable=durable, **settings)
+                                    keep_every=keep_every, snapshot_every=snapshot_every, progress=progress,
+                                    durable=durable, **settings)
         st = cls(path, durable=durable)
         st.created = report
         return st
@@ -321,10 +328,12 @@ class State:
         return handoff.rollback(self, to, lock_timeout=lock_timeout, progress=progress)
 
     def retention(self, *, keep: int | None = None, keep_every: int | None = None,
-                  lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> dict:
+                  snapshot_every: int | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> dict:
         """Which states are kept: the last ``keep`` steps and every multiple of ``keep_every`` (so a trainer
-        checkpointing every C steps finds its step), with the disk they use; given either, set it and prune."""
-        return handoff.retention(self, keep=keep, keep_every=keep_every, lock_timeout=lock_timeout)
+        checkpointing every C steps finds its step), with the disk they use; ``snapshot_every``: an update writes
+        q whole at its multiples, else the rows that changed. Given any, set it and prune."""
+        return handoff.retention(self, keep=keep, keep_every=keep_every, snapshot_every=snapshot_every,
+                                 lock_timeout=lock_timeout)
 
     def status(self, *, last: int = 10) -> dict:
         """What the STATE holds: current step, prompts, states, config, the last applied steps, retention."""

@@ -21,7 +21,7 @@ from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.estimator.versions import MIGRATIONS, upgrade
 from graphdiff_cli.io import estimator_store as store
 from graphdiff_cli.io.artifacts import ENCODINGS, read_artifact, write_artifact
-from graphdiff_cli.io.estimator_layout import LAYOUTS, STATE_NAMES, VERSION, legacy_version
+from graphdiff_cli.io.estimator_layout import LAYOUTS, STATE_NAMES, STEP_VERSION, VERSION, legacy_version
 from graphdiff_cli.io.readers import read_graph
 from graphdiff_cli.io.state_dir import StateDir
 from graphdiff_cli.state import State
@@ -70,7 +70,7 @@ def test_a_state_directory_of_79a4679_predicts_and_updates_as_it_did(tmp_path):
     _same(Estimator.load(state, device="cpu"), expected, "STATE", "loaded")
     assert StateDir.open(state).model()[4]["n_states"] == 4  # the version 1 model, as read_model gives it
     State.open(state, durable=False).update(4, write_outcomes(tmp_path / "o4.jsonl", NEXT))
-    assert read_artifact(state / "steps/00000004.zarr", "estimator-step").version == VERSION
+    assert read_artifact(state / "steps/00000004.zarr", "estimator-step").version == STEP_VERSION
     assert read_artifact(state / "model.zarr", "estimator-model").version == 1  # the model is not rewritten
     _same(Estimator.load(state, device="cpu"), expected, "STATE", "next")
 

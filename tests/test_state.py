@@ -157,9 +157,9 @@ def test_retention_keeps_checkpoint_steps_and_can_change_after_init(tmp_path, in
     for t in range(4, 8):
         st.update(t, step_rows(ids, t, seed=1))
     res = st.retention(keep_every=0)
-    assert res["pruned"] == [3] and res["previous"] == {"keep": 2, "keep_every": 3}
+    assert res["pruned"] == [3] and res["previous"] == {"keep": 2, "keep_every": 3, "snapshot_every": 50}
     assert st.dir.retained_steps() == [0, 6, 7] and json.loads((st.path / "retention.json").read_text()) == \
-        {"keep": 2, "keep_every": 0}
+        {"keep": 2, "keep_every": 0, "snapshot_every": 50}
     with pytest.raises(StateError, match="state of step 3 was pruned"):
         st.rollback(3)
     with pytest.raises(InvalidArgumentError, match="--keep must be an integer >= 2"):

@@ -12,10 +12,10 @@ import typer
 from ..core.beta import DEFAULT_GROUP_SIZE
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.outcomes import DEFAULT_SUCCESS_THRESHOLD
-from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY
+from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY, DEFAULT_SNAPSHOT_EVERY
 
 __all__ = ["complete_from", "IdFieldOption", "StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
-           "KeepEveryOption", "DEFAULT_GROUP_SIZE", "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
+           "KeepEveryOption", "SnapshotEveryOption", "DEFAULT_GROUP_SIZE", "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
 
 def complete_from(values):
     """Shell completion of an option's values (``autocompletion=``): the ones that start with what is typed."""
@@ -38,5 +38,9 @@ KeepOption = Annotated[Optional[int], typer.Option("--keep", help="How many of t
 KeepEveryOption = Annotated[Optional[int], typer.Option("--keep-every", help="Also keep every step that is a "
                                                         "multiple of this (set it to your checkpoint interval, or "
                                                         f"a divisor of it; 0: none; default {DEFAULT_KEEP_EVERY}).")]
+SnapshotEveryOption = Annotated[Optional[int], typer.Option("--snapshot-every", help="An update writes q whole at "
+                                                           "every multiple of this (and of --keep-every), else only "
+                                                           "its rows that changed; 1: always whole (default "
+                                                           f"{DEFAULT_SNAPSHOT_EVERY}).")]
 IdFieldOption = Annotated[str, typer.Option("--id-field", help="Column holding the prompt id; a dotted path reads "
                                              "a nested field (extra_info.index in a verl parquet).")]

@@ -210,6 +210,8 @@ class StepResult:
     # in_place=True (run_step_residual): q is the q0 passed in, updated in place, and restore() puts
     # q0 back as it was (``undo``) if the caller must not commit
     restore: Callable[[], None] | None = None
+    # which rows of q the step wrote (a boolean mask of N; the in-place residual step's journal), None: any row
+    rows_touched: np.ndarray | None = None
 
     def undo(self) -> None:
         """Put the rows an in-place step changed back as they were (no-op for a fresh q)."""
@@ -470,6 +472,8 @@ def run_step_residual(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarra
         restore()
         raise
     res.restore = restore
+    if journal is not None:
+        res.rows_touched = journal["seen"]
     return res
 
 

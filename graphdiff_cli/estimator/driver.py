@@ -101,6 +101,9 @@ class Estimator:
             mf.fill_prior(self._q, self._spec.labels, self.settings.epsilon)
         # q = A: the first step may then run in place (undone by rebuilding A), with no copy of q
         self._q_is_prior = q is None
+        # the rows of q changed since the state this estimator was made from (a mask of N; None: unknown), so
+        # that a STATE's step writes only those (``q_rows_changed``)
+        self._q_changed = None
         for a in layout.DRIVER_ARRAYS:  # a, b, the counts, the evidence: io.estimator_layout.STATE_ARRAYS
             setattr(self, a.attr, layout.initial(a, n, k))
         # the online choices' scoreboard, and the counts under every delta for time_forgetting "auto"
@@ -350,8 +353,10 @@ class Estimator:
             # next update
             lp_field, components = lp.grown_field(w, n, self.lp_field_, grown["successes_decayed_"],
                                                    grown["rollouts_decayed_"], self.global_counts_)
+        q_changed = None if self._q_changed is None else np.concatenate([self._q_changed, np.ones(m, dtype=bool)])
         # commit: plain assignments only
         self._spec, self._q, self._embeddings = spec, q, emb
+        self._q_changed = q_changed
         for attr, value in grown.items():
             setattr(self, attr, value)
         self.choices.commit(self.choices.board, time_counts)
@@ -395,7 +400,9 @@ class Estimator:
         lp_field = None
         if self.settings.label_propagation is not None:
             lp_field = self._harmonic(succ_d, roll_d, global_counts, x0=self.lp_field_)
+        changed = None if self._q_changed is None or res.rows_touched is None else self._q_changed | res.rows_touched
         self._q, self.a_, self.b_ = res.q, res.a, res.b
+        self._q_changed = changed
         self.lp_field_ = lp_field
         self.choices.commit(board, time_counts)
         self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
@@ -627,10 +634,21 @@ class Estimator:
         est.step_ = int(state["step"])
         if bool(np.asarray(state["at_fixed_point"])):
             est._dirty = np.asarray(state["dirty"], dtype=np.int64).copy()
+        est._q_changed = np.zeros(n, dtype=bool)  # q is the state's
         # a saved step-0 state (what init writes) holds A: checked, so its first step can run in place
         est._q_is_prior = est.step_ == 0 and est._dirty is None and mf.is_prior(est._q, est._spec.labels,
                                                                                   est.settings.epsilon)
         return est
+
+    def q_rows_changed(self) -> np.ndarray | None:
+        """The rows of q that changed since the state this estimator was made from (``from_state_dict``, ``load``)
+        or last marked saved (``mark_saved``), sorted; None when unknown (an estimator built from a graph, or a
+        step that may have moved every row: the first after init, the full-sweep schedules)."""
+        return None if self._q_changed is None else np.flatnonzero(self._q_changed)
+
+    def mark_saved(self) -> None:
+        """Say that the estimator's state as it is now is on disk: ``q_rows_changed`` counts from here."""
+        self._q_changed = np.zeros(self.n_nodes, dtype=bool)
 
     def save(self, path) -> None:
         """Write the estimator as a stamped Zarr v3 group, atomically (staging folder, then rename).

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArtifactError
-from .estimator_layout import MODEL_VERSION
+from .estimator_layout import MODEL_VERSION, STEP_VERSION
 from .estimator_layout import VERSION as STATE_VERSION
 from .staging import staged_dir
 
@@ -50,7 +50,7 @@ ENCODINGS: dict[str, tuple[int, tuple[int, ...]]] = {
     "clusters": (1, (1,)),
     "estimator-model": (MODEL_VERSION, (1, MODEL_VERSION)),
     "estimator-state": (STATE_VERSION, (1, 7, STATE_VERSION)),
-    "estimator-step": (STATE_VERSION, (1, 7, STATE_VERSION)),
+    "estimator-step": (STEP_VERSION, (1, 7, STATE_VERSION, STEP_VERSION)),
 }
 
 

@@ -27,6 +27,11 @@ an artifact holds tell which it is (``legacy_version``). From version 7 on the s
    and its ridge strength's board ``readout_errors`` (each empty without a read-out), and a read-out axis in
    ``mix_errors`` (time, weight, read-out weight, kappa). The embeddings themselves are static: the model
    artifact (and a standalone state) holds them as ``embeddings`` when the estimator has them.
+
+The ``estimator-step`` artifact of a STATE has an encoding of its own from version 9 on (``STEP_VERSION``):
+the state of version 8, with q either whole (a snapshot) or as a *delta* of the step it was made from (its
+base): the rows of q that changed since (``q_rows``, ``q_values``), every other array whole (issue 32:
+"a step costs what changed"). Reading it composes the base's q and the deltas (``io.estimator_store``).
 """
 
 from __future__ import annotations
@@ -118,6 +123,11 @@ STATE_NAMES = tuple(a.name for a in STATE_ARRAYS)
 
 # besides the arrays: ``n_states`` (K), ``config`` (the settings), ``step``, ``graph`` and ``labels``
 VERSION = 8
+# the estimator-step artifact: 7 and 8 hold a state of that version; 9 a state of version 8 whose q may be a delta
+STEP_VERSION = 9
+STEP_LAYOUT = {1: 1, 7: 7, 8: 8, 9: 8}  # the state layout a step of each encoding version holds (1: 1-6)
+# the arrays of a delta step that stand for q: the rows changed since its base step, and their values
+Q_ROWS, Q_VALUES = "q_rows", "q_values"
 # the estimator-model artifact: 1 wrote the settings with n_states inside them, twice (stamp params and the
 # config attribute); 2 writes the attributes n_states and config (the settings) once
 MODEL_VERSION = 2

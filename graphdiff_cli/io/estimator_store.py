@@ -15,7 +15,9 @@ Two layouts:
   one small ``estimator-step`` artifact per applied version holding only what a step changes (every
   array of ``state_dict`` but the graph and labels). A step artifact names its model by a path relative
   to itself (attribute ``model``) and by content hash (``inputs.model``), so a 150k-prompt graph is not
-  rewritten at every step.
+  rewritten at every step. From encoding version 9 a step may be a *delta*: q as the rows that changed
+  since its base step (``q_rows``, ``q_values``), the base named the same two ways (attribute ``base``,
+  ``inputs.base``); ``compose_q`` reads it back from the snapshot and the deltas after it.
 
 ``read_state`` opens either kind, or a STATE directory: a folder with a ``CURRENT`` JSON pointer
 ``{"step": T, "path": "<relative path>"}`` (with ``"revision": R`` after an extend or retire) is read as the
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +38,8 @@ import scipy.sparse as sp
 
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import hash_arrays, read_artifact, stamped_kind, write_artifact
-from .estimator_layout import LAYOUTS, MODEL_VERSION, VERSION, legacy_version
-from .layout import CURRENT, step_relpath
+from .estimator_layout import LAYOUTS, MODEL_VERSION, Q_ROWS, Q_VALUES, STEP_LAYOUT, VERSION, legacy_version
+from .layout import CURRENT, step_relpath, step_version
 
 KIND = "estimator-state"
 MODEL_KIND = "estimator-model"
@@ -170,20 +173,57 @@ def step_inputs(entry: dict) -> dict:
     return {k: entry[k + "_hash"] for k in STEP_INPUTS if entry.get(k + "_hash")}
 
 
+@dataclass(frozen=True)
+class Delta:
+    """What makes a step artifact a delta: the step artifact ``base`` it was made from (an opened ``Artifact``
+    of the same model, the version before it) and the rows of q that changed since (``rows``, sorted, unique)."""
+
+    base: object
+    rows: np.ndarray
+
+    @property
+    def depth(self) -> int:
+        """How many deltas lie between the new step and the snapshot its q is composed from, itself included."""
+        return delta_depth(self.base) + 1
+
+
+def delta_depth(step_art) -> int:
+    """0 for a step artifact holding q whole (a snapshot, and every step written before version 9), else the
+    number of deltas from its snapshot to it."""
+    depth = step_art.attr("delta_depth") if step_art.attr("base") is not None else 0
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise ArtifactError(f"{step_art.path}: damaged delta_depth attribute {depth!r}")
+    return depth
+
+
 def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict | None = None,
-              extra_attrs: dict | None = None, durable: bool = True) -> Path:
+              extra_attrs: dict | None = None, delta: Delta | None = None, durable: bool = True) -> Path:
     """Write what a step changes (q, a, b, counts, window evidence, ...) as an ``estimator-step`` artifact.
 
     ``model_path`` is the model artifact this step belongs to; it is recorded relative to ``path`` so
-    the STATE directory can be moved as a whole.
+    the STATE directory can be moved as a whole. With ``delta`` q is written as the rows that changed since
+    ``delta.base`` (``q_rows``, ``q_values``), named by relative path and content hash as the model is; every
+    other array is written whole (each is N long at most, 1/K of q).
     """
     st = state
     _check_current(st, path)
     step = st["step"]
     arrays = {k: v for k, v in st.items() if k not in _STATIC}
     rel = os.path.relpath(Path(model_path).resolve(), Path(path).resolve())
-    return write_artifact(path, STEP_KIND, arrays, inputs={"model": model_content, **(inputs or {})},
-                          attrs={"step": step, "model": rel, **(extra_attrs or {})}, durable=durable)
+    attrs = {"step": step, "model": rel, **(extra_attrs or {})}
+    made_from = {"model": model_content}
+    if delta is not None:
+        q = arrays.pop("q")
+        rows = np.asarray(delta.rows, dtype=np.int64)
+        if rows.ndim != 1 or (rows.size and (rows[0] < 0 or rows[-1] >= q.shape[0] or np.any(np.diff(rows) <= 0))):
+            raise ArtifactError(f"{path}: internal: the changed rows of q must be sorted, unique and in [0, "
+                                f"{q.shape[0]})")
+        arrays[Q_ROWS], arrays[Q_VALUES] = rows, q[rows]
+        attrs.update(base=os.path.relpath(Path(delta.base.path).resolve(), Path(path).resolve()),
+                     delta_depth=delta.depth)
+        made_from["base"] = delta.base.content_hash
+    return write_artifact(path, STEP_KIND, arrays, inputs={**made_from, **(inputs or {})}, attrs=attrs,
+                          durable=durable)
 
 
 def read_pointer(root) -> tuple[int, int, str]:
@@ -331,6 +371,69 @@ def _read_step(art, model) -> dict:
             "labels": labels, "embeddings": model_embeddings(m_art), **read_step_arrays(art)}
 
 
+def _read_step_v9(art, model) -> dict:
+    """Version 9 of a step: version 8's state, its q whole or composed from its base's and its own rows."""
+    state = _read_step(art, model)
+    if art.attr("base") is not None:
+        state["q"] = compose_q(art, state.pop(Q_ROWS), state.pop(Q_VALUES))
+    return state
+
+
+def step_base(step_art):
+    """The step artifact a delta step ``step_art`` was made from, opened and checked to be the one it was made
+    from (content hash), of the same model and an earlier version in the same folder; None for a snapshot."""
+    rel = step_art.attr("base")
+    if rel is None:
+        return None
+    path = Path(os.path.normpath(step_art.path / rel)) if isinstance(rel, str) else None
+    own, base_version = step_version(step_art.path.name), step_version(path.name) if path is not None else None
+    if path is None or path.parent != Path(os.path.normpath(step_art.path.parent)) or base_version is None or own is None \
+            or base_version >= own:
+        raise ArtifactError(f"{step_art.path}: damaged base attribute {str(rel)[:200]!r} (a delta step names an "
+                            "earlier step folder beside it)")
+    fix = "the STATE is damaged (graphdiff rollback --to a retained step whose chain is whole; verify lists them)"
+    try:
+        base = read_artifact(path, STEP_KIND)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{step_art.path}: holds the rows of q that changed since {path.name}, which cannot be "
+                            f"read ({exc}); {fix}") from None
+    if base.content_hash != step_art.inputs.get("base"):
+        raise ArtifactError(f"{step_art.path}: was made from a {path.name} with content hash "
+                            f"{step_art.inputs.get('base')}, but {path.name} has {base.content_hash}; {fix}")
+    if base.inputs.get("model") != step_art.inputs.get("model"):
+        raise ArtifactError(f"{step_art.path}: its base {path.name} belongs to another model; {fix}")
+    if delta_depth(base) != delta_depth(step_art) - 1:
+        raise ArtifactError(f"{step_art.path}: says it is {delta_depth(step_art)} deltas from its snapshot, but its "
+                            f"base {path.name} is {delta_depth(base)}; {fix}")
+    return base
+
+
+def step_chain(step_art) -> list:
+    """The step artifacts q of ``step_art`` is composed from: its snapshot first, ``step_art`` last, each base
+    checked (``step_base``); reads stamps only."""
+    chain = [step_art]
+    while (base := step_base(chain[-1])) is not None:  # each one delta nearer its snapshot: the loop ends
+        chain.append(base)
+    return chain[::-1]
+
+
+def compose_q(step_art, rows=None, values=None) -> np.ndarray:
+    """q of the step artifact ``step_art``: its snapshot's q with the rows of every delta after it applied in
+    order (``rows``, ``values``: ``step_art``'s own, when already read). Every array is checksum-verified as it
+    is read; a delta whose rows do not fit the q they apply to is refused."""
+    chain = step_chain(step_art)
+    q = chain[0].array("q")
+    for art in chain[1:]:
+        r, v = (rows, values) if art is step_art and rows is not None else (art.array(Q_ROWS), art.array(Q_VALUES))
+        if (r.ndim != 1 or r.dtype.kind not in "iu" or v.shape != (r.size,) + q.shape[1:] or v.dtype != q.dtype
+                or (r.size and (r.min() < 0 or r.max() >= q.shape[0]))):
+            raise ArtifactError(f"{art.path}: holds {v.dtype} rows of shape {v.shape} at {r.size} places that do not "
+                                f"fit the {q.dtype} q of shape {q.shape} it applies to; the STATE is damaged "
+                                "(graphdiff rollback --to a retained step)")
+        q[r] = v
+    return q
+
+
 # one reader per (kind, version) this graphdiff reads (io.artifacts.ENCODINGS lists the same versions)
 _READERS = {
     (MODEL_KIND, 1): _model_config_v1,
@@ -341,6 +444,7 @@ _READERS = {
     (STEP_KIND, 1): _read_step_legacy,
     (STEP_KIND, 7): _read_step,
     (STEP_KIND, VERSION): _read_step,
+    (STEP_KIND, 9): _read_step_v9,
 }
 
 
@@ -364,7 +468,8 @@ def read_state(path, model=None, *, version=None, entry: dict | None = None) -> 
     state = _READERS[(art.kind, art.version)](art, model)
     if state["config"] is None or state["step"] is None or state.get("n_states", 0) is None:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks its n_states, config or step attribute")
-    version = art.version if art.version != 1 else legacy_version(state)
+    version = art.version if art.kind != STEP_KIND else STEP_LAYOUT[art.version]
+    version = version if version != 1 else legacy_version(state)
     missing = sorted(LAYOUTS[version or 1] - set(state))
     if missing:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks array(s) {', '.join(missing)}")

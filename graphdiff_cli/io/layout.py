@@ -19,6 +19,7 @@ step artifacts), ``io.state_dir`` (commits, log, pruning), the prompt-set stages
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 CURRENT = "CURRENT"      # the pointer to the current version
@@ -42,6 +43,15 @@ def step_relpath(step: int, revision: int = 0) -> str:
     """Where a STATE directory keeps the state of ``step`` (revision 0: what its update wrote; revision r > 0:
     the r-th change of the prompt set after it, by extend or retire). The only paths CURRENT may name."""
     return f"{STEPS}/{step:08d}.zarr" if revision == 0 else f"{STEPS}/{step:08d}.{revision}.zarr"
+
+
+_STEP_NAME = re.compile(r"^(\d{8})(?:\.([1-9]\d*))?\.zarr$")
+
+
+def step_version(name: str) -> tuple[int, int] | None:
+    """The version (step, revision) a step folder's name ``step_relpath`` gave it says, or None for any other name."""
+    m = _STEP_NAME.match(name)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
 def outcomes_dir(root) -> Path:

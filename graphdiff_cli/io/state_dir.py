@@ -45,12 +45,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
 from .atomic import append_nofollow, atomic_write_text, fsync_dir, make_dirs, refuse_links
-from .estimator_store import (STEP_KIND, check_step_artifact, pointer_text, read_current, read_model, read_pointer,
-                              read_state, save_model, save_step, step_inputs, step_model_path)
-from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, RETENTION, STEPS, step_relpath
+from .estimator_store import (STEP_KIND, Delta, check_step_artifact, pointer_text, read_current, read_model,
+                              read_pointer, read_state, save_model, save_step, step_chain, step_inputs, step_model_path)
+from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, RETENTION, STEPS, step_relpath, step_version
 from .locks import DEFAULT_LOCK_TIMEOUT, file_lock
 from .debris import owner
 from .staging import staged_dir
@@ -61,7 +63,8 @@ DEFAULT_KEEP = 5
 # every step that is a multiple of this is kept too, so that a trainer resuming from a checkpoint (taken every
 # 50, 100, 500 steps: TRL's save_steps default is 500) finds its step: ~550 KB a step at 3,000 prompts
 DEFAULT_KEEP_EVERY = 50
-_STEP_NAME = re.compile(r"^(\d{8})(?:\.([1-9]\d*))?\.zarr$")
+# an update writes q whole at every multiple of this (and of keep_every), else the rows that changed (a delta)
+DEFAULT_SNAPSHOT_EVERY = 50
 _MODEL_NAME = re.compile(r"^(\d+)\.(\d+)\.zarr$")
 
 # Test hook: with GRAPHDIFF_TEST_PAUSE_AFTER=<point> an update or rollback stops after that write
@@ -128,7 +131,7 @@ class StateDir:
 
     @classmethod
     def create(cls, root, state: dict, ids, *, keep: int = DEFAULT_KEEP, keep_every: int = DEFAULT_KEEP_EVERY,
-               inputs: dict | None = None,
+               snapshot_every: int = DEFAULT_SNAPSHOT_EVERY, inputs: dict | None = None,
                init_entry: dict | None = None, model_arrays: dict | None = None, model_attrs: dict | None = None,
                durable: bool = True) -> "StateDir":
         """Make a new STATE directory at step 0 for a fresh estimator's ``state`` dict, atomically.
@@ -137,7 +140,7 @@ class StateDir:
         leaves no STATE at all rather than half of one. An existing non-empty ``root`` is refused.
         """
         root = Path(root)
-        retention = Retention(keep, keep_every)
+        retention = Retention(keep, keep_every, snapshot_every)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise StateError(f"{root}: already exists and is not empty; choose another --out or remove it")
         if state["step"] != 0:
@@ -318,9 +321,9 @@ class StateDir:
         steps = self.root / STEPS
         if steps.is_dir():
             for p in steps.iterdir():
-                m = _STEP_NAME.match(p.name)
-                if m and p.is_dir():
-                    out[(int(m.group(1)), int(m.group(2) or 0))] = p
+                v = step_version(p.name)
+                if v is not None and p.is_dir():
+                    out[v] = p
         return dict(sorted(out.items()))
 
     def retained_versions(self, upto: tuple[int, int] | None = None) -> list[tuple[int, int]]:
@@ -459,19 +462,39 @@ class StateDir:
                 removed.append(f"{MODELS}/{p.name}")
         return removed
 
-    def commit_step(self, state: dict, entry: dict, *, durable: bool = True) -> list[int]:
+    def commit_step(self, state: dict, entry: dict, *, q_rows=None, durable: bool = True) -> list[int]:
         """Make an estimator ``state`` dict (one step past the current one) the current state; returns the
         pruned steps.
+
+        ``q_rows``: the rows of q that changed since the current version (``Estimator.q_rows_changed`` of an
+        estimator read from it); given, the step is written as a delta of the current version unless the
+        retention's ``snapshot_at`` says a snapshot, the chain would reach ``snapshot_every`` deltas, or half of q
+        changed (None: a snapshot).
 
         Order: step artifact, log, CURRENT, prune. A crash between any two leaves CURRENT at the
         previous step, and re-running the step completes (invariant 2 of the module docstring).
         """
-        cur = self.current_step
+        cur = self.current_version()
         t = int(state["step"])
-        if t != cur + 1:
-            raise StateError(f"internal: committing step {t} onto step {cur}")
+        if t != cur[0] + 1:
+            raise StateError(f"internal: committing step {t} onto step {cur[0]}")
         self.clean_debris()
-        return self._commit(state, entry, (t, 0), durable=durable)
+        return self._commit(state, entry, (t, 0), durable=durable, delta=self._delta(cur, t, state, q_rows))
+
+    def _delta(self, cur: tuple[int, int], t: int, state: dict, q_rows) -> Delta | None:
+        """The ``Delta`` update ``t`` is written as, onto the current version ``cur``, or None for a snapshot (also
+        when the retention file or the current step cannot be read: a snapshot needs neither)."""
+        if q_rows is None:
+            return None
+        try:
+            retention = self.retention
+            rows = np.asarray(q_rows, dtype=np.int64)
+            if retention.snapshot_at(t) or rows.size * 2 > len(state["q"]):
+                return None
+            delta = Delta(read_artifact(self.root / step_relpath(*cur), STEP_KIND), rows)
+            return delta if delta.depth < retention.snapshot_every else None
+        except ArtifactError:
+            return None
 
     def commit_revision(self, state: dict, entry: dict, *, ids=None, model_arrays: dict | None = None,
                         model_attrs: dict | None = None, durable: bool = True) -> list[int]:
@@ -495,13 +518,15 @@ class StateDir:
         return self._commit(state, entry, (t, r + 1), model=model, durable=durable)
 
     def _commit(self, state: dict, entry: dict, version: tuple[int, int], *, durable: bool,
-                model: Path | None = None) -> list[int]:
-        """Write ``state`` as ``version`` (of ``model``, default the current version's), then the log line,
-        then CURRENT, then prune (callers cleaned the debris first)."""
+                model: Path | None = None, delta: Delta | None = None) -> list[int]:
+        """Write ``state`` as ``version`` (of ``model``, default the current version's; a ``delta`` of the current
+        version when given), then the log line, then CURRENT, then prune (callers cleaned the debris first)."""
         rel = step_relpath(*version)
         m_art = self.model()[0] if model is None else self.model_at(model)[0]  # default: the current version's
+        if delta is not None and delta.base.inputs.get("model") != m_art.content_hash:
+            delta = None  # the version it would be a delta of belongs to another model: never for an update
         save_step(state, self.root / rel, m_art.path, m_art.content_hash, inputs=step_inputs(entry),
-                  extra_attrs={"revision": version[1]} if version[1] else None, durable=durable)
+                  extra_attrs={"revision": version[1]} if version[1] else None, delta=delta, durable=durable)
         _pause("artifact")
         exact = self._read_log(upto=self.current_version(), keep_entries=False)[1]
         new = {**entry, "step": version[0], "state": rel, "applied_at": _now()}
@@ -548,12 +573,30 @@ class StateDir:
         kept) and the models none of the rest names; returns the steps none of whose versions is left."""
         retained = self.retained_versions()
         kept_steps = retention.kept({t for t, _r in retained})
-        drop = [v for v in retained if v[0] not in kept_steps and v != (0, 0)]
+        kept = self.chains({v for v in retained if v[0] in kept_steps or v == (0, 0)})
+        drop = [v for v in retained if v not in kept]
         for v in drop:
             _remove_tree(self.root / step_relpath(*v))
         self._prune_models()
         left = {t for t, _r in self.retained_versions()}
         return sorted({t for t, _r in drop} - left)
+
+    def chains(self, versions) -> set[tuple[int, int]]:
+        """``versions`` and every version their q is composed from (the bases of delta steps, to the snapshots),
+        read from the step artifacts' stamps; an unreadable one raises (pruning then removes nothing)."""
+        out, todo = set(), sorted(versions)
+        while todo:
+            v = todo.pop()
+            if v in out:
+                continue
+            out.add(v)
+            base = read_artifact(self.root / step_relpath(*v), STEP_KIND).attr("base")
+            if base is not None:
+                bv = step_version(Path(str(base)).name)
+                if bv is None or bv >= v:
+                    raise ArtifactError(f"{self.root / step_relpath(*v)}: damaged base attribute {str(base)[:200]!r}")
+                todo.append(bv)
+        return out
 
     def rollback(self, to, revision: int | None = None) -> list[int]:
         """Make step ``to`` current again (its newest retained revision, or ``revision``); later versions and
@@ -580,6 +623,7 @@ class StateDir:
         entries = self.log_entries(upto=target)
         art = read_artifact(dirs[target], STEP_KIND)  # refuse to point CURRENT at a damaged state
         check_step_artifact(art, target, said_by="its name says", entry=entries[-1])
+        step_chain(art)  # and at a delta whose bases are not all there
         if target == cur:
             return []
         self.clean_debris()
@@ -636,30 +680,44 @@ def check_keep(keep) -> int:
 class Retention:
     """Which steps' states a STATE keeps: the last ``keep`` and every multiple of ``keep_every`` (0: none),
     besides step 0. Checkpoint-aligned: a trainer that saves every C steps and sets keep_every to C (or a
-    divisor of it) always finds the step it resumes from."""
+    divisor of it) always finds the step it resumes from.
+
+    ``snapshot_every`` S: an update writes q whole (a snapshot) at every multiple of S or of ``keep_every``,
+    else only the rows that changed since the step before (a delta); pruning keeps every step a kept step's q
+    is composed from (1: every step a snapshot, as before version 9 of the step artifact)."""
 
     keep: int = DEFAULT_KEEP
     keep_every: int = DEFAULT_KEEP_EVERY
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
 
     def __post_init__(self):
         check_keep(self.keep)
         if isinstance(self.keep_every, bool) or not isinstance(self.keep_every, int) or self.keep_every < 0:
             raise InvalidArgumentError(f"--keep-every must be an integer >= 0 (0: keep only the last --keep), got "
                                        f"{self.keep_every!r}")
+        if isinstance(self.snapshot_every, bool) or not isinstance(self.snapshot_every, int) or self.snapshot_every < 1:
+            raise InvalidArgumentError(f"--snapshot-every must be an integer >= 1 (1: every step writes q whole), got "
+                                       f"{self.snapshot_every!r}")
 
     def kept(self, steps) -> set[int]:
-        """The steps of ``steps`` this retention keeps."""
+        """The steps of ``steps`` this retention keeps (without the steps their q is composed from)."""
         steps = sorted(steps)
         return set(steps[-self.keep:]) | {0} | ({t for t in steps if t % self.keep_every == 0} if self.keep_every else set())
 
+    def snapshot_at(self, step: int) -> bool:
+        """Whether update ``step`` writes q whole whatever changed (its chain of deltas starts again)."""
+        return step % self.snapshot_every == 0 or bool(self.keep_every and step % self.keep_every == 0)
+
     def text(self) -> str:
-        return json.dumps({"keep": self.keep, "keep_every": self.keep_every}) + "\n"
+        return json.dumps({"keep": self.keep, "keep_every": self.keep_every,
+                           "snapshot_every": self.snapshot_every}) + "\n"
 
     @classmethod
     def read(cls, path) -> "Retention":
         try:
             doc = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(int(doc["keep"]), int(doc["keep_every"]))
-        except (OSError, ValueError, KeyError, TypeError, InvalidArgumentError) as exc:
+            # a retention written before deltas existed has no snapshot_every: the default
+            return cls(int(doc["keep"]), int(doc["keep_every"]), int(doc.get("snapshot_every", DEFAULT_SNAPSHOT_EVERY)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidArgumentError) as exc:
             raise ArtifactError(f"{path}: damaged retention file ({exc.__class__.__name__}); rewrite it with "
                                 "graphdiff retention --keep N --keep-every C") from None

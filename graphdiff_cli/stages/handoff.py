@@ -10,6 +10,7 @@ prints. The STATE format is specified in docs/handoff.md.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from ..errors import AlreadyAppliedError, ArtifactError, InvalidArgumentError, S
 from ..io.artifacts import has_array, hash_file, read_artifact
 from ..io.layout import JOINED, RETIRED
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
-from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY, Retention, StateDir, check_lock_timeout
+from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY, DEFAULT_SNAPSHOT_EVERY, Retention, StateDir, check_lock_timeout
 from .progress import Progress, no_progress
 
 PREDICT_COLUMNS = ["id", "p", "difficulty", "p_model", "uncertainty", "mean", "variance", "n_seen", "p_zero_variance"]
@@ -54,17 +55,18 @@ def init_settings(config=None, **flags):
     """(EstimatorSettings, keep) for init: the preset's values < the config file's estimator section
     (``settings.config_layer``: a whole config's ``estimator:`` or a file of only its keys) < flags given
     on the command line (None = not given). The preset is the flag ``preset``, else the file's, else
-    "default". ``keep`` and ``keep_every`` (STATE retention) are flags only; None = ``DEFAULT_KEEP``,
-    ``DEFAULT_KEEP_EVERY``."""
+    "default". ``keep``, ``keep_every`` and ``snapshot_every`` (STATE retention) are flags only; None = the
+    defaults of ``Retention``."""
     from ..io.readers import read_mapping
     from ..settings import config_layer, parse_flag, resolve_layers
 
-    keep, keep_every = flags.pop("keep", None), flags.pop("keep_every", None)
+    keep, keep_every, every = flags.pop("keep", None), flags.pop("keep_every", None), flags.pop("snapshot_every", None)
     layers = [config_layer(*read_mapping(config), config)] if config is not None else []
     given = {k: parse_flag(k, v) if k != "preset" else v for k, v in flags.items() if v is not None}
     settings = resolve_layers(layers + [(given, lambda key: f"--{key.replace('_', '-')}")])
     return settings, Retention(DEFAULT_KEEP if keep is None else keep,
-                               DEFAULT_KEEP_EVERY if keep_every is None else keep_every)
+                               DEFAULT_KEEP_EVERY if keep_every is None else keep_every,
+                               DEFAULT_SNAPSHOT_EVERY if every is None else every)
 
 
 def readout_embeddings(graph, embeddings, settings) -> tuple:
@@ -90,7 +92,7 @@ def readout_embeddings(graph, embeddings, settings) -> tuple:
 def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: Progress = no_progress,
                durable: bool = True, **flags) -> dict:
     """A new STATE directory at step 0 from a graph and its clusters (``flags``: ``preset``, ``keep``,
-    ``keep_every`` and
+    ``keep_every``, ``snapshot_every`` and
     any setting of ``graphdiff_cli.settings``; None = not given). The STATE keeps the graph's directed kNN
     lists and names the embeddings it was built from (``embeddings``, else where build-graph read them),
     which ``graphdiff extend`` needs."""
@@ -113,14 +115,15 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
     est = Estimator(inp.w, inp.labels, n_states=inp.k, embeddings=emb, settings=settings)
     progress(2, 3)
     sd = StateDir.create(out, est.state_dict(copy=False), inp.ids, keep=retention.keep,
-                         keep_every=retention.keep_every, durable=durable,
+                         keep_every=retention.keep_every, snapshot_every=retention.snapshot_every, durable=durable,
                          inputs={"graph": g_hash, "clusters": c_hash},
                          model_arrays=model_arrays, model_attrs=model_attrs,
                          init_entry={"graph": str(graph), "graph_hash": g_hash,
                                      "clusters": str(clusters), "clusters_hash": c_hash})
     progress(3, 3)
     return {"command": "init", "state": str(out), "step": 0, "n_prompts": len(inp.ids), "states": inp.k,
-            "edges": int(inp.w.nnz // 2), "keep": retention.keep, "keep_every": retention.keep_every, "config": {"n_states": inp.k, **settings.as_dict()},
+            "edges": int(inp.w.nnz // 2), "keep": retention.keep, "keep_every": retention.keep_every,
+            "snapshot_every": retention.snapshot_every, "config": {"n_states": inp.k, **settings.as_dict()},
             "model_hash": sd.model()[0].content_hash, "device": str(est.device_), "readout": readout,
             "timings": {"total_s": time.perf_counter() - t0}}
 
@@ -351,37 +354,43 @@ def _status(sd, view, last: int) -> dict:
             "n_prompts": len(ids), "active": len(ids) - retired, "retired": retired,
             "joined": {str(int(t)): int(c) for t, c in zip(steps, counts)},
             "states": int(config["n_states"]), "edges": int(w.nnz // 2), "config": config,
-            "keep": (ret := sd.retention).keep, "keep_every": ret.keep_every, "disk_bytes": sd.disk_bytes(),
+            "keep": (ret := sd.retention).keep, "keep_every": ret.keep_every, "snapshot_every": ret.snapshot_every,
+            "disk_bytes": sd.disk_bytes(),
             "model_hash": m_art.content_hash, "inputs": m_art.inputs, "retained": sorted({t for t, _r in retained}),
             "retained_versions": [f"{t}.{r}" if r else str(t) for t, r in retained],
             "applied": entries[-last:] if last > 0 else [],
             "n_applied": sum(1 for e in entries if e.get("step", 0) > 0 and not e.get("revision"))}
 
 
-def retention(state, *, keep: int | None = None, keep_every: int | None = None,
+def retention(state, *, keep: int | None = None, keep_every: int | None = None, snapshot_every: int | None = None,
               lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> dict:
     """Which states the STATE of a ``State`` keeps (the last ``keep`` steps and every multiple of
-    ``keep_every``), and its disk use; given either, set it (under the lock) and prune by it at once."""
+    ``keep_every``), how often an update writes q whole (``snapshot_every``), and its disk use; given any, set
+    it (under the lock) and prune by it at once."""
     sd = state.dir
+    given = {k: v for k, v in (("keep", keep), ("keep_every", keep_every), ("snapshot_every", snapshot_every))
+             if v is not None}
     try:
         before = sd.retention
-    except ArtifactError:  # a damaged retention.json: giving both numbers rewrites it
+    except ArtifactError:  # a damaged retention.json: giving keep and keep_every rewrites it
         if keep is None or keep_every is None:
             raise
         before = None
     pruned: list[int] = []
-    if keep is not None or keep_every is not None:
+    if given:
         check_lock_timeout(lock_timeout)
         with sd.locked(lock_timeout):
-            if before is not None:  # again under the lock: another writer's change of the other number stays
+            if before is not None:  # again under the lock: another writer's change of the other numbers stays
                 before = sd.retention
-            new = Retention(before.keep if keep is None else keep,
-                            before.keep_every if keep_every is None else keep_every)
+            new = dataclasses.replace(before or Retention(), **given)
             pruned = sd.set_retention(new)
     now = sd.retention
-    return {"command": "retention", "state": str(sd.root), "keep": now.keep, "keep_every": now.keep_every,
-            "previous": None if before is None else {"keep": before.keep, "keep_every": before.keep_every},
-            "pruned": pruned,
+
+    def numbers(r):
+        return {"keep": r.keep, "keep_every": r.keep_every, "snapshot_every": r.snapshot_every}
+
+    return {"command": "retention", "state": str(sd.root), **numbers(now),
+            "previous": None if before is None else numbers(before), "pruned": pruned,
             "retained": sd.retained_steps(), "disk_bytes": sd.disk_bytes()}
 
 

@@ -3,7 +3,8 @@
 Everything a reader would refuse is looked for at once and reported one line each, instead of failing on the
 first: CURRENT (it names its own step's folder), the model artifacts (model.zarr and those extend wrote
 under models/: stamp, attribute hash, every array against its checksums), the log (every step up to CURRENT, once, in order), and every retained step
-artifact (every array its stamp lists, its step attribute, the model it belongs to). Debris above CURRENT is a
+artifact (every array its stamp lists, its step attribute, the model it belongs to, and for a delta the step it
+was made from, to its snapshot). Debris above CURRENT is a
 notice, not a problem. Reads only; writes nothing.
 """
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from ..errors import ArtifactError, StateError
 from ..io.artifacts import read_artifact, stamped_kind
-from ..io.estimator_store import MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir, step_model_path
+from ..io.estimator_store import (MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir, step_base,
+                                  step_model_path)
 from ..io.layout import RETENTION, STEPS
 from ..io.state_dir import MODEL, MODELS, READ_TRIES, Retention, StateDir
 
@@ -109,6 +111,7 @@ def _verify(path: Path) -> dict:
                     if target not in models:
                         raise ArtifactError(f"{folder}: belongs to model {art.attr('model')}, which is missing")
                     check_step_artifact(art, v, models[target], said_by="its name says", entry=entries.get(v))
+                    step_base(art)  # a delta's base is the step it was made from (which is checked in turn)
                 except ArtifactError as exc:
                     problems.append(str(exc))
         if (path / RETENTION).exists():

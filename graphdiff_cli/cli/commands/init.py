@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..common import command, emit, progress
-from ..options import KeepEveryOption, KeepOption
+from ..options import KeepEveryOption, KeepOption, SnapshotEveryOption
 from ..settings_options import with_settings
 
 
@@ -28,6 +28,7 @@ def init(
                                               "read them; checked by content hash)."),
     keep: KeepOption = None,
     keep_every: KeepEveryOption = None,
+    snapshot_every: SnapshotEveryOption = None,
     settings_flags: dict = None,
 ):
     """Create the STATE directory a trainer updates once per step (step 0: prior only, no outcomes).
@@ -38,7 +39,7 @@ def init(
 
     with progress("creating the state") as update:
         res = State.init(graph, clusters, out, config=config, embeddings=embeddings, progress=update, keep=keep,
-                         keep_every=keep_every, **settings_flags).created
+                         keep_every=keep_every, snapshot_every=snapshot_every, **settings_flags).created
     emit(res, f"STATE {res['state']} at step 0: {res['n_prompts']} prompts, K = {res['states']} states, "
               f"{res['edges']} edges (keeps the last {res['keep']} states"
               + (f" and every {res['keep_every']}th)" if res["keep_every"] else ")") + "; " + _readout_line(res["readout"]))
