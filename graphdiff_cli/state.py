@@ -69,9 +69,10 @@ class Transaction:
         # the estimator is the current version's (read from it, or resident since it wrote it), so the rows of q
         # it changed since are what the step's delta holds
         pruned = st.dir.commit_step({**est.state_dict(copy=False), layout.RETIRED: st.retired}, entry,
-                                    q_rows=est.q_rows_changed(), durable=st.durable)
+                                    q_rows=est.q_rows_changed(), since=st._est_source, durable=st.durable)
         self.committed = True
         est.mark_saved()
+        st._est_source = st.dir.committed_hash
         return pruned
 
     def commit_revision(self, entry: dict, *, retired=None, ids=None, model_arrays=None,
@@ -87,6 +88,7 @@ class Transaction:
                                         durable=st.durable)
         self.committed = True
         est.mark_saved()
+        st._est_source = st.dir.committed_hash
         self._retired = retired
         self._ids = None if ids is None else list(ids)
         return pruned
@@ -113,6 +115,7 @@ class State:
         self.retired = np.zeros(0, np.int64)  # node indices of the retired prompts at the resident version
         self._est_ids: list[str] = []         # the prompt ids of the resident estimator's nodes
         self._est_index = None                # (self._est_ids, its IdIndex)
+        self._est_source = None               # content hash of the step artifact the resident estimator equals
         self._current_sig = None              # the CURRENT file the resident estimator is
         self._index, self._index_sig = None, None
         self.loads = 0                        # how many times the STATE was read (1 when nobody else writes)
@@ -211,7 +214,7 @@ class State:
         before = self._signature()
         if self._est is not None and before == self._current_sig:
             return self._est
-        self._est, self.retired, self._est_ids = handoff.load_current_state(self.dir, self.device)
+        self._est, self.retired, self._est_ids, self._est_source = handoff.load_current_state(self.dir, self.device)
         self.loads += 1
         # a CURRENT replaced while we read: keep the estimator (it is a whole version's) but look again next time
         self._current_sig = before if self._signature() == before else None

@@ -340,8 +340,9 @@ def test_the_episode_file_keeps_only_the_steps_a_rollback_can_reach(state):
     for t in range(1, 10):
         assert rec.record(ids[t], 1.0) == t
     counts = json.loads((root.parent / "STATE.openrlhf" / "episode.json").read_text())["by_step"]
-    # written as wave 9 closed, when the STATE kept 0, 4, 7 and 8 (0: no count, a new episode): one count per
-    # step a rollback can reach and the new one, not one per step of the run
-    assert counts == {"4": 4, "7": 7, "8": 8, "9": 9}
+    # written as wave 9 closed, when the STATE kept 0, 4, 7 and 8 and the steps 7's q is composed from, 5 and 6
+    # (a delta of each step before it since the snapshot at 4; 0: no count, a new episode): one count per step a
+    # rollback can reach and the new one, not one per step of the run
+    assert counts == {"4": 4, "5": 5, "6": 6, "7": 7, "8": 8, "9": 9}
     State.open(root, durable=False).rollback(4)
     assert rec._episode() == 4  # the count at the checkpoint's step

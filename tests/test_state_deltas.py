@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from _handoff_fixtures import make_inputs, step_rows, tree_hash
-from graphdiff_cli.errors import ArtifactError, StateError
+from graphdiff_cli.errors import ArtifactError
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io.artifacts import read_artifact
 from graphdiff_cli.io.estimator_layout import Q_ROWS, Q_VALUES
@@ -69,7 +69,7 @@ def test_a_step_writes_the_rows_that_changed_and_reads_back_as_the_estimator_hel
             assert np.isin(moved, rows_written).all() and rows_written.size < N // 2
             assert art.attr("base") == f"../{t - 1:08d}.zarr" and art.attr("delta_depth") == t - (1 if t < 5 else t // 5 * 5)
             assert "q" not in art.names and art.array(Q_VALUES).shape == (rows_written.size, 6)
-        assert "q" not in step_art(full, t).names or step_art(full, t).attr("base") is None
+        assert "q" in step_art(full, t).names and step_art(full, t).attr("base") is None  # --snapshot-every 1
     # step 1 follows init (every row may move), 5 and 10 are multiples of snapshot_every
     assert kinds == ["whole", "delta", "delta", "delta", "whole", "delta", "delta", "delta", "delta", "whole",
                      "delta", "delta"]
@@ -90,9 +90,16 @@ def test_pruning_keeps_what_a_retained_delta_is_composed_from(tmp_path, inputs):
     assert retained[11] == [0, 5, 6, 7, 8, 9, 10, 11]
     assert retained[12] == [0, 10, 11, 12]
     assert st.verify()["intact"]
-    # a smaller keep prunes at once, by the chains on disk
+    # a kept step whose zarr.json cannot be read: which steps it needs is unknown, so nothing is pruned (warned)
+    meta = st.path / step_relpath(11) / "zarr.json"
+    good = meta.read_bytes()
+    meta.write_text("{")
     res = st.retention(keep=2)
-    assert res["snapshot_every"] == 5 and st.dir.retained_steps() == [0, 10, 11, 12]
+    assert res["pruned"] == [] and "00000011.zarr: unreadable zarr.json" in res["warnings"][0]
+    assert st.dir.retained_steps() == [0, 10, 11, 12]
+    meta.write_bytes(good)
+    res = st.retention(keep=2, keep_every=3)
+    assert res["snapshot_every"] == 5 and res["warnings"] == [] and st.dir.retained_steps() == [0, 10, 11, 12]
 
 
 def test_rollback_to_a_delta_reads_it_and_the_next_update_builds_on_it(tmp_path, inputs):
@@ -111,7 +118,8 @@ def test_rollback_to_a_delta_reads_it_and_the_next_update_builds_on_it(tmp_path,
     assert_same_state(Estimator.load(st.path, device="cpu").state_dict(), st.estimator().state_dict())
 
 
-def test_extend_and_retire_write_q_whole_and_updates_go_on_as_deltas(tmp_path, inputs):
+def test_a_retire_writes_q_whole_and_updates_go_on_as_deltas_of_it(tmp_path, inputs):
+    """(extend's revision is written whole too: it never hands the writer changed rows)"""
     graph, clusters, ids = inputs
     st = State.init(graph, clusters, tmp_path / "S", device="cpu", snapshot_every=50, durable=False)
     for t in range(1, 4):
@@ -159,6 +167,8 @@ def test_q_rows_changed_covers_every_row_a_step_moved(inputs):
     labels = read_artifact(clusters, "clusters").array("labels")
     est = Estimator(w, labels, n_states=6, device="cpu")
     assert est.q_rows_changed() is None  # built from a graph: nothing on disk to compare with
+    est = Estimator.from_state_dict(est.state_dict())  # as read from step 0
+    assert est.q_rows_changed().size == 0
     est.update(np.arange(10), np.full(10, 8), np.arange(10) % 8)
     assert est.q_rows_changed() is None  # the first step relaxes every row
     est.mark_saved()
@@ -172,3 +182,42 @@ def test_q_rows_changed_covers_every_row_a_step_moved(inputs):
     paper.mark_saved()
     paper.update(np.arange(10), np.full(10, 8), np.arange(10) % 8)
     assert paper.q_rows_changed() is None  # a full sweep: any row
+
+
+def test_rows_counted_from_another_step_than_the_current_one_write_q_whole(tmp_path, inputs):
+    """The resident estimator's changed rows count from the step artifact it read or wrote; when the current step's
+    folder is not that one (put back by hand under the same CURRENT), the update writes q whole."""
+    graph, clusters, ids = inputs
+    st = State.init(graph, clusters, tmp_path / "S", device="cpu", durable=False)
+    for t in range(1, 4):
+        st.update(t, rows_at(ids, t))
+    assert step_art(st, 3).attr("base") is not None and st._est_source == step_art(st, 3).content_hash
+    st._est_source = "0" * 16  # as if steps/00000003.zarr had been replaced since the estimator wrote it
+    st.update(4, rows_at(ids, 4))
+    assert step_art(st, 4).attr("base") is None and "q" in step_art(st, 4).names
+    assert_same_state(Estimator.load(st.path, device="cpu").state_dict(), st.estimator().state_dict())
+    st.update(5, rows_at(ids, 5))
+    assert step_art(st, 5).attr("base") == "../00000004.zarr"
+
+
+def test_verify_refuses_a_delta_whose_rows_do_not_fit(tmp_path, inputs):
+    """A delta written with rows out of order (its checksums intact: a writer's bug, not damage) is named by verify
+    and refused by every reader, as one whose rows lie outside q."""
+    from graphdiff_cli.io.artifacts import write_artifact
+
+    graph, clusters, ids = inputs
+    st = State.init(graph, clusters, tmp_path / "S", device="cpu", durable=False)
+    for t in range(1, 4):
+        st.update(t, rows_at(ids, t))
+    art = step_art(st, 3)
+    arrays = {name: art.array(name) for name in art.names}
+    arrays[Q_ROWS] = arrays[Q_ROWS][::-1].copy()
+    attrs = {k: v for k, v in art.group.attrs.items() if k != "graphdiff"}
+    stamp = art.stamp
+    shutil.rmtree(art.path)
+    write_artifact(art.path, "estimator-step", arrays, inputs=stamp["inputs"], attrs=attrs,
+                   content_hash=stamp["content_hash"], durable=False)
+    report = State.open(st.path).verify()
+    assert not report["intact"] and any("do not fit" in p for p in report["problems"])
+    with pytest.raises(ArtifactError, match="do not fit"):
+        Estimator.load(st.path, device="cpu")

@@ -37,7 +37,8 @@ KeepOption = Annotated[Optional[int], typer.Option("--keep", help="How many of t
                                                    f"(older ones are pruned after each update; default {DEFAULT_KEEP}).")]
 KeepEveryOption = Annotated[Optional[int], typer.Option("--keep-every", help="Also keep every step that is a "
                                                         "multiple of this (set it to your checkpoint interval, or "
-                                                        f"a divisor of it; 0: none; default {DEFAULT_KEEP_EVERY}).")]
+                                                        "a divisor of it; each is written whole; 0: none; default "
+                                                        f"{DEFAULT_KEEP_EVERY}).")]
 SnapshotEveryOption = Annotated[Optional[int], typer.Option("--snapshot-every", help="An update writes q whole at "
                                                            "every multiple of this (and of --keep-every), else only "
                                                            "its rows that changed; 1: always whole (default "

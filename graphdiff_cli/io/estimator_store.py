@@ -46,7 +46,9 @@ MODEL_KIND = "estimator-model"
 STEP_KIND = "estimator-step"
 
 # what a step never changes (n_states, config, step: attributes; version: the stamp's)
-_STATIC = ("version", "n_states", "config", "step", "graph", "labels", "embeddings")
+_STATIC = ("version", "n_states", "config", "step", "graph", "labels", "embeddings", "source_hash")
+# the content hash of the step artifact a state dict was read from (``read_state`` sets it; not an array)
+SOURCE_HASH = "source_hash"
 
 
 def model_hash(graph: sp.csr_matrix, labels: np.ndarray) -> str:
@@ -196,6 +198,14 @@ def delta_depth(step_art) -> int:
     return depth
 
 
+def q_dtype(step_art) -> str:
+    """The dtype of the q a step artifact's state holds (a delta's: its snapshot's, which its rows are written in)."""
+    dtype = step_art.attr("q_dtype")
+    if isinstance(dtype, str):
+        return dtype
+    return str(step_art.group["q"].dtype) if "q" in step_art.names else "unknown"  # written before version 9
+
+
 def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict | None = None,
               extra_attrs: dict | None = None, delta: Delta | None = None, durable: bool = True) -> Path:
     """Write what a step changes (q, a, b, counts, window evidence, ...) as an ``estimator-step`` artifact.
@@ -210,7 +220,7 @@ def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict
     step = st["step"]
     arrays = {k: v for k, v in st.items() if k not in _STATIC}
     rel = os.path.relpath(Path(model_path).resolve(), Path(path).resolve())
-    attrs = {"step": step, "model": rel, **(extra_attrs or {})}
+    attrs = {"step": step, "model": rel, "q_dtype": str(np.asarray(st["q"]).dtype), **(extra_attrs or {})}
     made_from = {"model": model_content}
     if delta is not None:
         q = arrays.pop("q")
@@ -218,6 +228,8 @@ def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict
         if rows.ndim != 1 or (rows.size and (rows[0] < 0 or rows[-1] >= q.shape[0] or np.any(np.diff(rows) <= 0))):
             raise ArtifactError(f"{path}: internal: the changed rows of q must be sorted, unique and in [0, "
                                 f"{q.shape[0]})")
+        if q_dtype(delta.base) != str(q.dtype):
+            raise ArtifactError(f"{path}: internal: a delta of {q.dtype} rows onto a {q_dtype(delta.base)} q")
         arrays[Q_ROWS], arrays[Q_VALUES] = rows, q[rows]
         attrs.update(base=os.path.relpath(Path(delta.base.path).resolve(), Path(path).resolve()),
                      delta_depth=delta.depth)
@@ -379,18 +391,27 @@ def _read_step_v9(art, model) -> dict:
     return state
 
 
-def step_base(step_art):
-    """The step artifact a delta step ``step_art`` was made from, opened and checked to be the one it was made
-    from (content hash), of the same model and an earlier version in the same folder; None for a snapshot."""
-    rel = step_art.attr("base")
+def base_path(step_path, rel) -> Path | None:
+    """The folder a step artifact at ``step_path`` names as its base (its attribute ``base``, ``rel``): None for
+    a snapshot (no base); refused unless it is an earlier version's step folder beside it."""
     if rel is None:
         return None
-    path = Path(os.path.normpath(step_art.path / rel)) if isinstance(rel, str) else None
-    own, base_version = step_version(step_art.path.name), step_version(path.name) if path is not None else None
-    if path is None or path.parent != Path(os.path.normpath(step_art.path.parent)) or base_version is None or own is None \
-            or base_version >= own:
-        raise ArtifactError(f"{step_art.path}: damaged base attribute {str(rel)[:200]!r} (a delta step names an "
+    step_path = Path(os.path.normpath(step_path))
+    path = Path(os.path.normpath(step_path / rel)) if isinstance(rel, str) else None
+    own, base = step_version(step_path.name), step_version(path.name) if path is not None else None
+    if path is None or path.parent != step_path.parent or base is None or own is None or base >= own:
+        raise ArtifactError(f"{step_path}: damaged base attribute {str(rel)[:200]!r} (a delta step names an "
                             "earlier step folder beside it)")
+    return path
+
+
+def step_base(step_art):
+    """The step artifact a delta step ``step_art`` was made from, opened and checked to be the one it was made
+    from (content hash), of the same model, an earlier version in the same folder and one delta nearer its
+    snapshot; None for a snapshot."""
+    path = base_path(step_art.path, step_art.attr("base"))
+    if path is None:
+        return None
     fix = "the STATE is damaged (graphdiff rollback --to a retained step whose chain is whole; verify lists them)"
     try:
         base = read_artifact(path, STEP_KIND)
@@ -425,13 +446,20 @@ def compose_q(step_art, rows=None, values=None) -> np.ndarray:
     q = chain[0].array("q")
     for art in chain[1:]:
         r, v = (rows, values) if art is step_art and rows is not None else (art.array(Q_ROWS), art.array(Q_VALUES))
-        if (r.ndim != 1 or r.dtype.kind not in "iu" or v.shape != (r.size,) + q.shape[1:] or v.dtype != q.dtype
-                or (r.size and (r.min() < 0 or r.max() >= q.shape[0]))):
-            raise ArtifactError(f"{art.path}: holds {v.dtype} rows of shape {v.shape} at {r.size} places that do not "
-                                f"fit the {q.dtype} q of shape {q.shape} it applies to; the STATE is damaged "
-                                "(graphdiff rollback --to a retained step)")
+        check_delta_rows(art, r, v, q.shape, q.dtype)
         q[r] = v
     return q
+
+
+def check_delta_rows(art, rows, values, shape, dtype=None) -> None:
+    """Refuse a delta whose ``rows`` (1-D integers, sorted, unique, in [0, N)) and ``values`` (one row of q each)
+    do not fit a q of ``shape`` (and ``dtype``, when given)."""
+    if not (rows.ndim == 1 and rows.dtype.kind in "iu" and values.shape == (rows.size,) + tuple(shape[1:])
+            and (dtype is None or values.dtype == dtype)
+            and (rows.size == 0 or (rows[0] >= 0 and rows[-1] < shape[0] and bool(np.all(np.diff(rows) > 0))))):
+        raise ArtifactError(f"{art.path}: holds {values.dtype} rows of shape {values.shape} at {rows.size} places "
+                            f"that do not fit the {dtype or ''} q of shape {tuple(shape)} it applies to (sorted, "
+                            "unique rows of it); the STATE is damaged (graphdiff rollback --to a retained step)")
 
 
 # one reader per (kind, version) this graphdiff reads (io.artifacts.ENCODINGS lists the same versions)
@@ -474,4 +502,6 @@ def read_state(path, model=None, *, version=None, entry: dict | None = None) -> 
     if missing:
         raise ArtifactError(f"{art.path}: {art.kind} artifact lacks array(s) {', '.join(missing)}")
     state["version"] = version
+    if art.kind == STEP_KIND:
+        state[SOURCE_HASH] = art.content_hash
     return state

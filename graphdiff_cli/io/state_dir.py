@@ -7,6 +7,7 @@ Layout (specified in docs/handoff.md)::
       model.zarr          estimator-model artifact written by init: W, labels, prompt ids, kNN lists, config
       models/T.R.zarr     the model after the prompt set changed (graphdiff extend), written with its version
       steps/00000000.zarr estimator-step artifacts: q, a, b, successes, rollouts, window evidence, ...
+                          (q whole, or the rows changed since the step before: a delta, composed on reading)
       steps/0000000T.R.zarr  revision R of step T: the state after the R-th extend or retire since update T
       log.jsonl           one JSON line per applied version (step 0 = init), with each input file's hash
       .lock               flock'ed by every writer (update, extend, retire, rollback)
@@ -23,12 +24,13 @@ Invariants, which make every write crash-safe (kill -9 at any moment leaves the 
    by the next writer (together with staging folders, trash folders and temporary files).
 3. A writer holds ``STATE/.lock`` (fcntl.flock, exclusive) from its first check to its last write.
    Readers (predict, status, ``Estimator.load``) take no lock: they read CURRENT, then that step's
-   artifact; pruning keeps the previous state (with keep >= 2), so a reader racing one update still
-   finds the state its CURRENT named.
+   artifact (and the steps a delta's q is composed from); pruning keeps the previous state and every step a
+   kept delta is composed from (with keep >= 2), so a reader racing one update still finds the state its
+   CURRENT named.
 
 An update writes, in order: the step artifact (staging folder + rename), the log (one line appended and
 fsynced; rewritten atomically only when debris above CURRENT must go), CURRENT (atomic replace), then
-prunes states older than the last ``keep`` (step 0 is always kept). A reader that meets an append cut
+prunes states older than the last ``keep`` (step 0, and every step a kept delta is composed from, are kept). A reader that meets an append cut
 short (a last line without its newline) skips it: it is above CURRENT.
 """
 
@@ -50,8 +52,9 @@ import numpy as np
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import read_artifact
 from .atomic import append_nofollow, atomic_write_text, fsync_dir, make_dirs, refuse_links
-from .estimator_store import (STEP_KIND, Delta, check_step_artifact, pointer_text, read_current, read_model,
-                              read_pointer, read_state, save_model, save_step, step_chain, step_inputs, step_model_path)
+from .estimator_store import (STEP_KIND, Delta, base_path, check_step_artifact, pointer_text, q_dtype, read_current,
+                              read_model, read_pointer, read_state, save_model, save_step, step_chain, step_inputs,
+                              step_model_path)
 from .layout import CURRENT, LAYOUT_VERSION, LOCK, LOG, MODEL, MODELS, RETENTION, STEPS, step_relpath, step_version
 from .locks import DEFAULT_LOCK_TIMEOUT, file_lock
 from .debris import owner
@@ -115,6 +118,7 @@ class StateDir:
         self._models: dict[tuple, tuple] = {}  # read_model tuples by (path, zarr.json inode, mtime)
         self.removed_versions: list[str] = []  # what the last rollback removed, as "T" / "T.R"
         self.prune_skipped: str | None = None  # why the last commit's pruning did not run (a damaged file)
+        self.committed_hash: str | None = None  # the content hash of the step artifact the last commit wrote
         self.sync_failed: str | None = None  # the last commit's: committed, but the folder's fsync failed
 
     # -- opening -----------------------------------------------------------------------------------
@@ -226,9 +230,15 @@ class StateDir:
         return self.retention.keep
 
     def set_retention(self, retention: "Retention") -> list[int]:
-        """Write a new retention (callers hold the lock) and prune by it at once; returns the pruned steps."""
+        """Write a new retention (callers hold the lock) and prune by it at once; returns the pruned steps (none,
+        with ``prune_skipped`` saying why, when a retained step cannot be read: as after a commit)."""
         atomic_write_text(self.root / RETENTION, retention.text())
-        return self.prune(retention)
+        self.prune_skipped = None
+        try:
+            return self.prune(retention)
+        except (ArtifactError, OSError) as exc:
+            self.prune_skipped = str(exc)
+            return []
 
     def disk_bytes(self) -> dict[str, int]:
         """Bytes on disk of the retained states (steps/), the models (model.zarr, models/) and all of it."""
@@ -462,14 +472,17 @@ class StateDir:
                 removed.append(f"{MODELS}/{p.name}")
         return removed
 
-    def commit_step(self, state: dict, entry: dict, *, q_rows=None, durable: bool = True) -> list[int]:
+    def commit_step(self, state: dict, entry: dict, *, q_rows=None, since: str | None = None,
+                    durable: bool = True) -> list[int]:
         """Make an estimator ``state`` dict (one step past the current one) the current state; returns the
         pruned steps.
 
-        ``q_rows``: the rows of q that changed since the current version (``Estimator.q_rows_changed`` of an
-        estimator read from it); given, the step is written as a delta of the current version unless the
-        retention's ``snapshot_at`` says a snapshot, the chain would reach ``snapshot_every`` deltas, or half of q
-        changed (None: a snapshot).
+        ``q_rows``: the rows of q that changed since the step artifact whose content hash is ``since``
+        (``Estimator.q_rows_changed`` of an estimator read from it or that wrote it). Given, and that artifact
+        still the current version's, the step is written as a delta of it unless the retention's ``snapshot_at``
+        says a snapshot, the chain would reach ``snapshot_every`` deltas, more than half of q changed or q's
+        dtype is not the chain's; otherwise q is written whole (a snapshot). ``committed_hash`` is then the
+        content hash of the artifact written.
 
         Order: step artifact, log, CURRENT, prune. A crash between any two leaves CURRENT at the
         previous step, and re-running the step completes (invariant 2 of the module docstring).
@@ -479,19 +492,23 @@ class StateDir:
         if t != cur[0] + 1:
             raise StateError(f"internal: committing step {t} onto step {cur[0]}")
         self.clean_debris()
-        return self._commit(state, entry, (t, 0), durable=durable, delta=self._delta(cur, t, state, q_rows))
+        return self._commit(state, entry, (t, 0), durable=durable,
+                            delta=self._delta(cur, t, state, q_rows, since))
 
-    def _delta(self, cur: tuple[int, int], t: int, state: dict, q_rows) -> Delta | None:
+    def _delta(self, cur: tuple[int, int], t: int, state: dict, q_rows, since) -> Delta | None:
         """The ``Delta`` update ``t`` is written as, onto the current version ``cur``, or None for a snapshot (also
         when the retention file or the current step cannot be read: a snapshot needs neither)."""
-        if q_rows is None:
+        if q_rows is None or since is None:
             return None
         try:
             retention = self.retention
             rows = np.asarray(q_rows, dtype=np.int64)
             if retention.snapshot_at(t) or rows.size * 2 > len(state["q"]):
                 return None
-            delta = Delta(read_artifact(self.root / step_relpath(*cur), STEP_KIND), rows)
+            base = read_artifact(self.root / step_relpath(*cur), STEP_KIND)
+            if base.content_hash != since or q_dtype(base) != str(np.asarray(state["q"]).dtype):
+                return None  # not the state the rows are counted from (a folder put back by hand), or another dtype
+            delta = Delta(base, rows)
             return delta if delta.depth < retention.snapshot_every else None
         except ArtifactError:
             return None
@@ -527,6 +544,7 @@ class StateDir:
             delta = None  # the version it would be a delta of belongs to another model: never for an update
         save_step(state, self.root / rel, m_art.path, m_art.content_hash, inputs=step_inputs(entry),
                   extra_attrs={"revision": version[1]} if version[1] else None, delta=delta, durable=durable)
+        self.committed_hash = read_artifact(self.root / rel, STEP_KIND).content_hash
         _pause("artifact")
         exact = self._read_log(upto=self.current_version(), keep_entries=False)[1]
         new = {**entry, "step": version[0], "state": rel, "applied_at": _now()}
@@ -583,19 +601,24 @@ class StateDir:
 
     def chains(self, versions) -> set[tuple[int, int]]:
         """``versions`` and every version their q is composed from (the bases of delta steps, to the snapshots),
-        read from the step artifacts' stamps; an unreadable one raises (pruning then removes nothing)."""
+        from each step folder's ``zarr.json`` (its attribute ``base``; no array is read). One that cannot be read
+        or names no earlier step folder raises ``ArtifactError``: which steps it needs is then unknown, so pruning
+        removes nothing (the commit's result warns, and ``verify`` names the folder)."""
         out, todo = set(), sorted(versions)
         while todo:
             v = todo.pop()
             if v in out:
                 continue
             out.add(v)
-            base = read_artifact(self.root / step_relpath(*v), STEP_KIND).attr("base")
+            folder = self.root / step_relpath(*v)
+            try:
+                rel = json.loads((folder / "zarr.json").read_text())["attributes"].get("base")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ArtifactError(f"{folder}: unreadable zarr.json ({exc.__class__.__name__}), so the steps its q is "
+                                    "composed from are unknown") from None
+            base = base_path(folder, rel)
             if base is not None:
-                bv = step_version(Path(str(base)).name)
-                if bv is None or bv >= v:
-                    raise ArtifactError(f"{self.root / step_relpath(*v)}: damaged base attribute {str(base)[:200]!r}")
-                todo.append(bv)
+                todo.append(step_version(base.name))
         return out
 
     def rollback(self, to, revision: int | None = None) -> list[int]:

@@ -28,12 +28,14 @@ PREDICT_COLUMNS = ["id", "p", "difficulty", "p_model", "uncertainty", "mean", "v
 
 def load_current_state(sd: StateDir, device: str | None = None):
     """(the ``Estimator`` at a STATE's current version, the node indices of its retired prompts, the prompt
-    ids of its nodes), all from one read of CURRENT."""
+    ids of its nodes, the content hash of the step artifact read), all from one read of CURRENT."""
     from ..estimator import Estimator
+    from ..io.estimator_store import SOURCE_HASH
 
     state, model = sd.read_state_and_model()
     retired = np.asarray(state.pop(RETIRED, np.zeros(0, np.int64)), dtype=np.int64)
-    return Estimator.from_state_dict(state, device=device, copy=False, verified=True), retired, model[1]
+    source = state.pop(SOURCE_HASH)
+    return Estimator.from_state_dict(state, device=device, copy=False, verified=True), retired, model[1], source
 
 
 def active_rows(rows: np.ndarray, retired: np.ndarray) -> np.ndarray:
@@ -384,13 +386,14 @@ def retention(state, *, keep: int | None = None, keep_every: int | None = None, 
                 before = sd.retention
             new = dataclasses.replace(before or Retention(), **given)
             pruned = sd.set_retention(new)
+    warnings = [f"{sd.prune_skipped}; nothing is pruned until then"] if pruned == [] and sd.prune_skipped else []
     now = sd.retention
 
     def numbers(r):
         return {"keep": r.keep, "keep_every": r.keep_every, "snapshot_every": r.snapshot_every}
 
     return {"command": "retention", "state": str(sd.root), **numbers(now),
-            "previous": None if before is None else numbers(before), "pruned": pruned,
+            "previous": None if before is None else numbers(before), "pruned": pruned, "warnings": warnings,
             "retained": sd.retained_steps(), "disk_bytes": sd.disk_bytes()}
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from ..errors import ArtifactError, StateError
 from ..io.artifacts import read_artifact, stamped_kind
-from ..io.estimator_store import (MODEL_KIND, STEP_KIND, check_step_artifact, is_state_dir, step_base,
-                                  step_model_path)
+from ..io.estimator_layout import Q_ROWS, Q_VALUES
+from ..io.estimator_store import (MODEL_KIND, STEP_KIND, check_delta_rows, check_step_artifact, is_state_dir,
+                                  step_chain, step_model_path)
 from ..io.layout import RETENTION, STEPS
 from ..io.state_dir import MODEL, MODELS, READ_TRIES, Retention, StateDir
 
@@ -111,7 +112,9 @@ def _verify(path: Path) -> dict:
                     if target not in models:
                         raise ArtifactError(f"{folder}: belongs to model {art.attr('model')}, which is missing")
                     check_step_artifact(art, v, models[target], said_by="its name says", entry=entries.get(v))
-                    step_base(art)  # a delta's base is the step it was made from (which is checked in turn)
+                    if art.attr("base") is not None:  # a delta: its chain, and rows that fit its snapshot's q
+                        snapshot = step_chain(art)[0].group["q"]
+                        check_delta_rows(art, art.array(Q_ROWS), art.array(Q_VALUES), snapshot.shape, snapshot.dtype)
                 except ArtifactError as exc:
                     problems.append(str(exc))
         if (path / RETENTION).exists():

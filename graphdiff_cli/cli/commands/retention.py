@@ -3,7 +3,7 @@ step), the disk they use, and a change of it at any time."""
 
 from __future__ import annotations
 
-from ..common import command, emit
+from ..common import command, emit, warn
 from ..options import (DEFAULT_LOCK_TIMEOUT, KeepEveryOption, KeepOption, LockTimeoutOption, SnapshotEveryOption,
                        StateOption)
 
@@ -27,6 +27,8 @@ def retention(
 
     res = State.open(state).retention(keep=keep, keep_every=keep_every, snapshot_every=snapshot_every,
                                       lock_timeout=lock_timeout)
+    for line in res["warnings"]:
+        warn(line)
     disk = res["disk_bytes"]
     every = f" and every multiple of {res['keep_every']}" if res["keep_every"] else ""
     emit(res, f"STATE {res['state']}: keeps the last {res['keep']} steps{every} (and step 0), q whole every "
