@@ -188,6 +188,26 @@ class Delta:
         """How many deltas lie between the new step and the snapshot its q is composed from, itself included."""
         return delta_depth(self.base) + 1
 
+    def chain_bytes(self) -> tuple[int, int]:
+        """(bytes on disk of the snapshot the new step's q is composed from, bytes of the deltas between that
+        snapshot and the new step): the base's folder measured now, the rest carried in the deltas' attributes
+        ``snapshot_bytes`` and ``chain_bytes`` (a chain written before they existed: measured)."""
+        size = folder_bytes(self.base.path)
+        if self.base.attr("base") is None:
+            return size, 0
+        snap, chain = self.base.attr("snapshot_bytes"), self.base.attr("chain_bytes")
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (snap, chain)):
+            raise ArtifactError(f"{self.base.path}: damaged snapshot_bytes / chain_bytes attributes")
+        return snap, chain + size
+
+
+def folder_bytes(path) -> int:
+    """Bytes of the files under ``path`` (an artifact's folder: its chunks and metadata)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        total += sum(os.stat(os.path.join(root, f)).st_size for f in files)
+    return total
+
 
 def delta_depth(step_art) -> int:
     """0 for a step artifact holding q whole (a snapshot, and every step written before version 9), else the
@@ -231,8 +251,9 @@ def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict
         if q_dtype(delta.base) != str(q.dtype):
             raise ArtifactError(f"{path}: internal: a delta of {q.dtype} rows onto a {q_dtype(delta.base)} q")
         arrays[Q_ROWS], arrays[Q_VALUES] = rows, q[rows]
+        snapshot_bytes, chain_bytes = delta.chain_bytes()
         attrs.update(base=os.path.relpath(Path(delta.base.path).resolve(), Path(path).resolve()),
-                     delta_depth=delta.depth)
+                     delta_depth=delta.depth, snapshot_bytes=snapshot_bytes, chain_bytes=chain_bytes)
         made_from["base"] = delta.base.content_hash
     return write_artifact(path, STEP_KIND, arrays, inputs={**made_from, **(inputs or {})}, attrs=attrs,
                           durable=durable)

@@ -480,8 +480,9 @@ class StateDir:
         ``q_rows``: the rows of q that changed since the step artifact whose content hash is ``since``
         (``Estimator.q_rows_changed`` of an estimator read from it or that wrote it). Given, and that artifact
         still the current version's, the step is written as a delta of it unless the retention's ``snapshot_at``
-        says a snapshot, the chain would reach ``snapshot_every`` deltas, more than half of q changed or q's
-        dtype is not the chain's; otherwise q is written whole (a snapshot). ``committed_hash`` is then the
+        says a snapshot, the chain would reach ``snapshot_every`` deltas, the deltas since the chain's snapshot
+        already take as many bytes on disk as it does, more than half of q changed or q's dtype is not the
+        chain's; otherwise q is written whole (a snapshot). ``committed_hash`` is then the
         content hash of the artifact written.
 
         Order: step artifact, log, CURRENT, prune. A crash between any two leaves CURRENT at the
@@ -509,7 +510,12 @@ class StateDir:
             if base.content_hash != since or q_dtype(base) != str(np.asarray(state["q"]).dtype):
                 return None  # not the state the rows are counted from (a folder put back by hand), or another dtype
             delta = Delta(base, rows)
-            return delta if delta.depth < retention.snapshot_every else None
+            if delta.depth >= retention.snapshot_every:
+                return None
+            snapshot_bytes, chain_bytes = delta.chain_bytes()
+            # the deltas since the snapshot already take its room on disk: a snapshot now keeps what a kept step
+            # needs to about twice a snapshot (and reading it to the snapshot and as much again)
+            return delta if chain_bytes < snapshot_bytes else None
         except ArtifactError:
             return None
 
