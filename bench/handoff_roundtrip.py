@@ -13,7 +13,9 @@ inference and write (from --json). Then the resident handoff on the same STATE, 
 (``graphdiff_cli.State``, what ``graphdiff watch`` and the trainer integrations use): the STATE read
 once, then per step update + predictions of the next candidate pool only (``--batch`` ids), each step
 timed from outcomes file in to predictions file out, with the ratio to the two-process round trip of the
-same run. Prints one JSON object (and writes it to --out if given). Not run by the tests.
+same run, and what each step wrote (``written_mb``: its step folder; ``delta``: rows of q, or q whole) and the
+STATE's steps/ folder at the end. Prints one JSON object (and writes it to --out if given). Not run by the
+tests. ``--snapshot-every 1`` writes every step whole (the layout before delta steps).
 
     .venv/bin/python bench/handoff_roundtrip.py --n 150000 --k 320 --deg 40 --batch 256 --max-iters 50
 
