@@ -590,7 +590,9 @@ def _chunks(array_dir: Path) -> list[Path]:
 
 
 def part_tamper(w: World, tally: Tally, trials: int, rng: random.Random, only: str | None = None) -> None:
-    t = 3
+    # the current step: 3, or 2 when 3 was written whole (its deltas' bytes reached its snapshot's), so that the
+    # STATE ends in a delta (2 always is one: it follows the snapshot after init)
+    t = 3 if (w.snap[3] / "steps/00000003.zarr/q_rows").is_dir() else 2
     base = w.snap[t]
     step_dir = f"steps/{t:08d}.zarr"
     arrays = [f"{step_dir}/{a.name}" for a in sorted((base / step_dir).iterdir()) if a.is_dir()]
@@ -611,6 +613,8 @@ def part_tamper(w: World, tally: Tally, trials: int, rng: random.Random, only: s
 
     def swap(s, rel):
         src = s / rel.replace(step_dir, f"steps/{t - 1:08d}.zarr")
+        if not src.is_dir():
+            raise LookupError("not in the previous step (a delta after a snapshot)")
         a, b = _chunks(src), _chunks(s / rel)
         if not a or not b or a[0].read_bytes() == b[0].read_bytes():
             raise LookupError("identical in both steps")
@@ -662,9 +666,10 @@ def part_tamper(w: World, tally: Tally, trials: int, rng: random.Random, only: s
               ("CURRENT points outside the STATE", current_to("../../../../etc")),
               ("log.jsonl emptied", lambda s: (s / "log.jsonl").write_text("")),
               ("CURRENT names an older step", current_older),
-              ("step stamp stripped, then q chunk from the previous step",
+              ("step stamp stripped, then a byte of q_values flipped" if chain else
+               "step stamp stripped, then q chunk from the previous step",
                lambda s: (strip_stamp(s, step_dir),
-                          swap(s, f"{step_dir}/{'q_values' if chain else 'q'}"))),
+                          flip(s, f"{step_dir}/q_values") if chain else swap(s, f"{step_dir}/q"))),
               ("model stamp stripped, then config.beta edited",
                lambda s: (strip_stamp(s, "model.zarr"), edit_config(s))),
               ("step folder from a sibling STATE", from_sibling)]
