@@ -27,7 +27,8 @@ def _human(res: dict) -> str:
              + f"), device {c.get('device')}",
              f"retained states: {', '.join(res.get('retained_versions') or map(str, res['retained']))} "
              f"(the last {res['keep']}" + (f", every multiple of {res['keep_every']}" if res.get("keep_every") else "")
-             + f" and step 0; {res['disk_bytes']['total'] / 1e6:.1f} MB on disk)"]
+             + f", step 0 and what their deltas are composed from; q whole every {res['snapshot_every']} steps at "
+               f"most; {res['disk_bytes']['total'] / 1e6:.1f} MB on disk)"]
     for e in res["applied"]:
         at = f"{e['step']}.{e['revision']}" if e.get("revision") else str(e["step"])
         if e.get("event") == "init":
