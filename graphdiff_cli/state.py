@@ -24,7 +24,6 @@ returns a JSON-able dict (what ``--json`` prints); ``estimates`` returns arrays.
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 from typing import Iterable
 
