@@ -191,7 +191,8 @@ class Delta:
     def chain_bytes(self) -> tuple[int, int]:
         """(bytes on disk of the snapshot the new step's q is composed from, bytes of the deltas between that
         snapshot and the new step): the base's folder measured now, the rest carried in the deltas' attributes
-        ``snapshot_bytes`` and ``chain_bytes`` (a chain written before they existed: measured)."""
+        ``snapshot_bytes`` and ``chain_bytes`` (a base delta without them raises: the writer then writes a
+        snapshot)."""
         size = folder_bytes(self.base.path)
         if self.base.attr("base") is None:
             return size, 0

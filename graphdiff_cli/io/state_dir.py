@@ -516,7 +516,7 @@ class StateDir:
             # the deltas since the snapshot already take its room on disk: a snapshot now keeps what a kept step
             # needs to about twice a snapshot (and reading it to the snapshot and as much again)
             return delta if chain_bytes < snapshot_bytes else None
-        except ArtifactError:
+        except (ArtifactError, OSError):
             return None
 
     def commit_revision(self, state: dict, entry: dict, *, ids=None, model_arrays: dict | None = None,

@@ -386,7 +386,8 @@ def retention(state, *, keep: int | None = None, keep_every: int | None = None, 
                 before = sd.retention
             new = dataclasses.replace(before or Retention(), **given)
             pruned = sd.set_retention(new)
-    warnings = [f"{sd.prune_skipped}; nothing is pruned until then"] if pruned == [] and sd.prune_skipped else []
+    # set_retention's own pruning (prune_skipped may otherwise hold an earlier commit's)
+    warnings = [f"{sd.prune_skipped}; nothing is pruned until then"] if given and sd.prune_skipped else []
     now = sd.retention
 
     def numbers(r):

@@ -113,8 +113,13 @@ def _verify(path: Path) -> dict:
                         raise ArtifactError(f"{folder}: belongs to model {art.attr('model')}, which is missing")
                     check_step_artifact(art, v, models[target], said_by="its name says", entry=entries.get(v))
                     if art.attr("base") is not None:  # a delta: its chain, and rows that fit its snapshot's q
-                        snapshot = step_chain(art)[0].group["q"]
-                        check_delta_rows(art, art.array(Q_ROWS), art.array(Q_VALUES), snapshot.shape, snapshot.dtype)
+                        snapshot = step_chain(art)[0]
+                        try:
+                            q = snapshot.group["q"]
+                        except Exception as exc:  # noqa: BLE001 - zarr's errors for a damaged array vary
+                            raise ArtifactError(f"{snapshot.path}: its q cannot be opened ({exc.__class__.__name__}), "
+                                                f"so neither can {folder.name}'s") from None
+                        check_delta_rows(art, art.array(Q_ROWS), art.array(Q_VALUES), q.shape, q.dtype)
                 except ArtifactError as exc:
                     problems.append(str(exc))
         if (path / RETENTION).exists():
