@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -45,10 +46,10 @@ KIND = "estimator-state"
 MODEL_KIND = "estimator-model"
 STEP_KIND = "estimator-step"
 
-# what a step never changes (n_states, config, step: attributes; version: the stamp's)
-_STATIC = ("version", "n_states", "config", "step", "graph", "labels", "embeddings", "source_hash")
 # the content hash of the step artifact a state dict was read from (``read_state`` sets it; not an array)
 SOURCE_HASH = "source_hash"
+# what a step never changes (n_states, config, step: attributes; version: the stamp's)
+_STATIC = ("version", "n_states", "config", "step", "graph", "labels", "embeddings", SOURCE_HASH)
 
 
 def model_hash(graph: sp.csr_matrix, labels: np.ndarray) -> str:
@@ -178,7 +179,8 @@ def step_inputs(entry: dict) -> dict:
 @dataclass(frozen=True)
 class Delta:
     """What makes a step artifact a delta: the step artifact ``base`` it was made from (an opened ``Artifact``
-    of the same model, the version before it) and the rows of q that changed since (``rows``, sorted, unique)."""
+    of the same model, the version before it) and the rows of q that changed since (``rows``, sorted, unique).
+    ``chain_bytes`` is measured once, for the writer's choice and for the attributes written."""
 
     base: object
     rows: np.ndarray
@@ -188,6 +190,7 @@ class Delta:
         """How many deltas lie between the new step and the snapshot its q is composed from, itself included."""
         return delta_depth(self.base) + 1
 
+    @cached_property
     def chain_bytes(self) -> tuple[int, int]:
         """(bytes on disk of the snapshot the new step's q is composed from, bytes of the deltas between that
         snapshot and the new step): the base's folder measured now, the rest carried in the deltas' attributes
@@ -252,7 +255,7 @@ def save_step(state: dict, path, model_path, model_content: str, *, inputs: dict
         if q_dtype(delta.base) != str(q.dtype):
             raise ArtifactError(f"{path}: internal: a delta of {q.dtype} rows onto a {q_dtype(delta.base)} q")
         arrays[Q_ROWS], arrays[Q_VALUES] = rows, q[rows]
-        snapshot_bytes, chain_bytes = delta.chain_bytes()
+        snapshot_bytes, chain_bytes = delta.chain_bytes
         attrs.update(base=os.path.relpath(Path(delta.base.path).resolve(), Path(path).resolve()),
                      delta_depth=delta.depth, snapshot_bytes=snapshot_bytes, chain_bytes=chain_bytes)
         made_from["base"] = delta.base.content_hash

@@ -512,7 +512,7 @@ class StateDir:
             delta = Delta(base, rows)
             if delta.depth >= retention.snapshot_every:
                 return None
-            snapshot_bytes, chain_bytes = delta.chain_bytes()
+            snapshot_bytes, chain_bytes = delta.chain_bytes
             # the deltas since the snapshot already take its room on disk: a snapshot now keeps what a kept step
             # needs to about twice a snapshot (and reading it to the snapshot and as much again)
             return delta if chain_bytes < snapshot_bytes else None

@@ -17,8 +17,8 @@ from ..errors import ArtifactError, StateError
 from ..io.artifacts import read_artifact, stamped_kind
 from ..io.estimator_layout import Q_ROWS, Q_VALUES
 from ..io.estimator_store import (MODEL_KIND, STEP_KIND, check_delta_rows, check_step_artifact, is_state_dir,
-                                  step_chain, step_model_path)
-from ..io.layout import RETENTION, STEPS
+                                  step_base, step_model_path)
+from ..io.layout import RETENTION, STEPS, step_version
 from ..io.state_dir import MODEL, MODELS, READ_TRIES, Retention, StateDir
 
 
@@ -96,6 +96,9 @@ def _verify(path: Path) -> dict:
             except ArtifactError as exc:
                 problems.append(str(exc))
             checked.append("log.jsonl")
+        # the (shape, dtype) of each checked version's q, or why it is unknown, for the deltas made from it: the
+        # versions come in order, so a delta's base is met before it and each step is opened once
+        q_meta: dict[tuple[int, int], tuple | str] = {}
         for v, folder in sd.version_dirs().items():
             rel = f"{folder.parent.name}/{folder.name}"
             name = f"{v[0]}.{v[1]}" if v[1] else str(v[0])
@@ -112,14 +115,19 @@ def _verify(path: Path) -> dict:
                     if target not in models:
                         raise ArtifactError(f"{folder}: belongs to model {art.attr('model')}, which is missing")
                     check_step_artifact(art, v, models[target], said_by="its name says", entry=entries.get(v))
-                    if art.attr("base") is not None:  # a delta: its chain, and rows that fit its snapshot's q
-                        snapshot = step_chain(art)[0]
+                    base = step_base(art)  # a delta's base: the step it was made from (checked in turn)
+                    if base is None:
                         try:
-                            q = snapshot.group["q"]
+                            q = art.group["q"]
+                            q_meta[v] = (q.shape, q.dtype)
                         except Exception as exc:  # noqa: BLE001 - zarr's errors for a damaged array vary
-                            raise ArtifactError(f"{snapshot.path}: its q cannot be opened ({exc.__class__.__name__}), "
-                                                f"so neither can {folder.name}'s") from None
-                        check_delta_rows(art, art.array(Q_ROWS), art.array(Q_VALUES), q.shape, q.dtype)
+                            q_meta[v] = f"{folder}: its q cannot be opened ({exc.__class__.__name__})"
+                    else:  # its rows must fit its snapshot's q
+                        q_meta[v] = q_meta.get(step_version(base.path.name),
+                                               f"{base.path}: its q was not checked (its problem is listed)")
+                        if isinstance(q_meta[v], str):
+                            raise ArtifactError(f"{q_meta[v]}, so neither can {folder.name}'s")
+                        check_delta_rows(art, art.array(Q_ROWS), art.array(Q_VALUES), *q_meta[v])
                 except ArtifactError as exc:
                     problems.append(str(exc))
         if (path / RETENTION).exists():
