@@ -7,7 +7,9 @@ ART_DIR is a workflow run folder (artifacts/demo, artifacts/oneshot, artifacts/m
 ``graph/*.zarr``, ``clusters/*.zarr`` and ``data/log.jsonl`` are read with plain zarr and json, so
 the script runs unchanged against any version of graphdiff. For each preset the log is replayed step
 by step; before each step's update every field of ``Estimator.estimates`` for that step's prompts is
-recorded, and after the last step the estimates of every prompt. ``--compare`` prints the largest
+recorded, and after the last step the estimates of every prompt. ``--embeddings`` also hands the estimator
+the run's ``embeddings.zarr`` (rows matched by id), so the default preset's read-out of the embedding is in the
+replay (without it the read-out is off). ``--compare`` prints the largest
 absolute difference per preset and field and exits 1 when any exceeds ``--atol`` (1e-9).
 """
 
@@ -41,10 +43,19 @@ def _read(art: Path):
     return w, labels, k, index, rows, graph.name, clusters.name
 
 
-def fingerprint(art: Path, presets=("default", "paper")) -> dict[str, np.ndarray]:
+def _embeddings(art: Path, index: dict) -> np.ndarray:
+    import zarr
+
+    e = zarr.open_group(str(art / "embeddings.zarr"), mode="r")
+    pos = {str(pid): i for i, pid in enumerate(e["ids"][:])}
+    return np.asarray(e["embeddings"][:])[[pos[pid] for pid in index]]
+
+
+def fingerprint(art: Path, presets=("default", "paper"), embeddings: bool = False) -> dict[str, np.ndarray]:
     from graphdiff_cli.estimator import Estimator, preset_settings
 
     w, labels, k, index, rows, gname, cname = _read(art)
+    emb = _embeddings(art, index) if embeddings else None
     print(f"{art}: graph {gname}, clusters {cname}, N={w.shape[0]}, K={k}, {len(rows)} log rows", file=sys.stderr)
     steps = np.array([int(r["step"]) for r in rows])
     node = np.array([index[str(r["id"])] for r in rows])
@@ -53,7 +64,7 @@ def fingerprint(art: Path, presets=("default", "paper")) -> dict[str, np.ndarray
     cuts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1], True])
     out = {}
     for preset in presets:
-        est = Estimator(w, labels, n_states=k, **preset_settings(preset))
+        est = Estimator(w, labels, n_states=k, embeddings=emb, **preset_settings(preset))
         per_step: dict[str, list] = {}
         for a, b in zip(cuts[:-1], cuts[1:]):
             e = est.estimates(node[a:b])
@@ -75,8 +86,9 @@ def main() -> int:
     ap.add_argument("--compare", type=Path)
     ap.add_argument("--atol", type=float, default=1e-9)
     ap.add_argument("--presets", default="default,paper")
+    ap.add_argument("--embeddings", action="store_true", help="replay with ART_DIR/embeddings.zarr (the read-out)")
     args = ap.parse_args()
-    fp = fingerprint(args.art, tuple(args.presets.split(",")))
+    fp = fingerprint(args.art, tuple(args.presets.split(",")), args.embeddings)
     np.savez_compressed(args.out, **fp)
     if args.compare is None:
         return 0
