@@ -144,7 +144,13 @@ class OnlineChoices:
         score_ridge = self.in_play("readout_errors")
         if not len(obs) or not (score_kappa or score_belief or self.joint or score_ridge):
             return board
-        states, propagated, readout = est._graph_parts(obs.ids, p_then)
+        # the states' estimate under the counts in use and under every time forgetting in play, from one read
+        # of the prompts' neighbourhood (their rows of W and their neighbours' rows of q)
+        counts = self._candidate_counts()
+        shifted = None
+        if self.joint:  # the counts in use are the candidates' when no time forgetting is chosen online
+            shifted = est._states_estimates(obs.ids, p_then, counts if self.time_counts is None else [None] + counts)
+        states, propagated, readout = est._graph_parts(obs.ids, p_then, states=None if shifted is None else shifted[0])
         p_graph = est._combine(states, propagated, readout)
         rate = obs.s / np.maximum(obs.n, 1)
         no_u = np.zeros(len(obs))  # u only shapes the variance, which is not scored
@@ -152,8 +158,8 @@ class OnlineChoices:
             board["readout_errors"] = board["readout_errors"] + [
                 np.abs(r - rate).sum() for r in est._readout_estimates(obs.ids, ro.RIDGE_GRID)]
         if self.joint:
-            board["mix_errors"] = board["mix_errors"] + self._candidate_errors(est, obs.ids, p_then, propagated,
-                                                                               readout, rate)
+            board["mix_errors"] = board["mix_errors"] + self._candidate_errors(
+                est, obs.ids, propagated, readout, rate, counts, shifted if self.time_counts is None else shifted[1:])
         if score_kappa:
             board["kappa_errors"] = board["kappa_errors"] + [
                 np.abs(est._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum() for k in bl.KAPPA_GRID]
@@ -162,14 +168,18 @@ class OnlineChoices:
                 p_graph, est.successes_decayed_[obs.ids], est.rollouts_decayed_[obs.ids], obs.n, obs.s, bl.KAPPA_GRID)
         return board
 
-    def _candidate_errors(self, est, rows, p_model, propagated, readout, rate) -> np.ndarray:
+    def _candidate_counts(self) -> list:
+        """The counts under each time forgetting in play ((successes, rollouts)), or [None]: the counts in use."""
+        return [None] if self.time_counts is None else [(tc[0], tc[1]) for tc in self.time_counts]
+
+    def _candidate_errors(self, est, rows, propagated, readout, rate, counts, shifted) -> np.ndarray:
         """Absolute errors, summed over these prompts, of the p-hat each (time forgetting, propagation
         weight, read-out weight, kappa) in play would have given them before their outcomes (the propagated
-        estimate and the read-out are those of the counts in use: one harmonic field and one fit per step)."""
+        estimate and the read-out are those of the counts in use: one harmonic field and one fit per step);
+        ``shifted``: the states' estimate under each of ``counts``."""
         out = np.zeros((self.times.size, self.weights.size, self.readouts.size, self.kappas.size))
         no_u = np.zeros(rows.size)
-        counts = [None] if self.time_counts is None else [(tc[0], tc[1]) for tc in self.time_counts]
-        for i, states in enumerate(est._states_estimates(rows, p_model, counts)):  # one neighbourhood read
+        for i, states in enumerate(shifted):
             # every (weight, read-out weight) candidate of the graph's estimate at once: W x R x rows
             wt = self.weights[:, None, None]
             graph = states[None, None] if propagated is None else (1.0 - wt) * states + wt * propagated

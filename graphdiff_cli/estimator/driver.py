@@ -506,10 +506,10 @@ class Estimator:
         r = self.readout_
         return (1.0 - r) * m + r * readout
 
-    def _graph_parts(self, rows: np.ndarray, p_model: np.ndarray):
+    def _graph_parts(self, rows: np.ndarray, p_model: np.ndarray, states: np.ndarray | None = None):
         """(the states' estimate, label propagation's estimate, the read-out; each of the last two None when
-        off) for ``rows``."""
-        states = self._states_estimate(rows, p_model)
+        off) for ``rows``; ``states`` when the caller has it already (``_states_estimate``'s)."""
+        states = self._states_estimate(rows, p_model) if states is None else states
         readout = self._readout_estimates(rows, [self.choices.ridge])[0] if self.readout_on else None
         if self.settings.label_propagation is None:
             return states, None, readout
