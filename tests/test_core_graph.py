@@ -195,3 +195,23 @@ def test_row_parallel_matvec_equals_the_plain_product_to_the_bit(threads):
     assert np.array_equal(row_parallel_matvec(w32, threads=threads)(x), w32 @ x)
     small = w[:100, :100]
     assert row_parallel_matvec(small, threads=threads) == small.__matmul__
+
+
+def test_single_blas_thread_limits_blas_inside_and_restores_it_after_also_on_error():
+    from threadpoolctl import threadpool_info
+
+    from graphdiff_cli.core.graph import single_blas_thread
+
+    def blas_threads():
+        return sorted(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
+
+    before = blas_threads()
+    assert before, "numpy's BLAS should be visible to threadpoolctl"
+    with single_blas_thread():
+        assert set(blas_threads()) == {1}
+    assert blas_threads() == before
+    with pytest.raises(RuntimeError), single_blas_thread():
+        raise RuntimeError("boom")
+    assert blas_threads() == before
+    with single_blas_thread():  # the lock was released on the error: entering again does not deadlock
+        pass

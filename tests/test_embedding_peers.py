@@ -69,9 +69,13 @@ def test_ridge_online_choices_equal_a_brute_force_replay():
         # brute force: the fits from scratch, strengths by the smallest summed absolute error so far
         g = S.sum() / C.sum() if C.sum() else 0.5
         # 10 before any error and while it ties the smallest (readout.choose_ridge's start)
-        tied = err_r[1] <= err_r.min() * (1 + readout.TIE_RTOL) + 1e-12
-        lam = 10.0 if tied else readout.RIDGE_GRID[int(np.argmin(err_r))]
-        kappa = belief.KAPPA_GRID[int(np.argmin(err_k))]
+        # ties: within TIE_RTOL of the smallest (relative), then the first
+        def first_within(err):
+            return int(np.flatnonzero(err <= err.min() + abs(err.min()) * belief.TIE_RTOL + 1e-12)[0])
+
+        tied = err_r[1] <= err_r.min() + abs(err_r.min()) * belief.TIE_RTOL + 1e-12
+        lam = 10.0 if tied else readout.RIDGE_GRID[first_within(err_r)]
+        kappa = belief.KAPPA_GRID[first_within(err_k)]
         m_all = _ridge_from_scratch(e, S, C, lam, g)
         want = (kappa * m_all + S) / (kappa + C)
         assert (est.ridge, est.kappa) == (lam, kappa)

@@ -206,3 +206,37 @@ def test_offset_mixing_refuses_a_time_forgetting_and_ignores_auto():
     est.update([3], [8], [1])
     assert est.time_counts_ is None and est.time_forgetting_ == 1.0
     assert est.rollouts_decayed_[1] == 8.0
+
+
+def test_rounding_never_decides_an_online_choice():
+    """Candidates that the outcomes cannot tell apart (every kappa while each prompt is on its first visit)
+    sum to one error up to rounding, and rounding varies with the BLAS build and its thread
+    count: the MATH log's replay chose kappa 0.05 on one BLAS thread and 0.67 on two at step 29 (p-hat apart by
+    up to 0.07 on that step's prompts). Errors within TIE_RTOL are a tie: the start if tied, else the first."""
+    from graphdiff_cli.core import readout as ro
+
+    e = np.full((3, 5, 5, 12), 1000.0)
+    e[2, 0, 3, 4] -= 2e-13  # rounding, not evidence: at the argmin, but tied with (2, 0, 3, 0) and the rest
+    e[1:, 0, 3, :] -= 0.5   # evidence: (time 1 and 2, weight 0, read-out 3) are better than the rest
+    assert bl.choose_mix(e, start=(0, 2, 2, 0)) == (1, 0, 3, 0)
+    e[0, 2, 2, 0] -= 0.5 - 5e-4  # the start within 1e-6 (relative) of the best: kept
+    assert bl.choose_mix(e, start=(0, 2, 2, 0)) == (0, 2, 2, 0)
+    e[1, 0, 3, 0] -= 1e-2  # told apart by more than TIE_RTOL: the best wins
+    assert bl.choose_mix(e, start=(0, 2, 2, 0)) == (1, 0, 3, 0)
+
+    k = np.full(bl.KAPPA_GRID.size, 500.0)
+    k[7] -= 1e-13
+    assert bl.choose_prior_strength(k) == bl.KAPPA_GRID[0]
+    k[7] -= 1.0
+    assert bl.choose_prior_strength(k) == bl.KAPPA_GRID[7]
+    ll = np.full(bl.KAPPA_GRID.size, -800.0)
+    ll[9] += 1e-13
+    assert bl.choose_belief_strength(ll) == bl.KAPPA_GRID[0]
+    ll[9] += 1.0
+    assert bl.choose_belief_strength(ll) == bl.KAPPA_GRID[9]
+    r = np.array([300.0, 300.0 + 1e-4, 300.0 - 1e-13])
+    assert ro.choose_ridge(r) == ro.RIDGE_GRID[1]  # the start, tied
+    r = np.array([300.0 - 1e-13, 301.0, 300.0])
+    assert ro.choose_ridge(r) == ro.RIDGE_GRID[0]  # the start out; the first of the tied
+    r = np.array([300.0, 301.0, 299.0])
+    assert ro.choose_ridge(r) == ro.RIDGE_GRID[2]

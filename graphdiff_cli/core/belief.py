@@ -47,12 +47,13 @@ def choose_prior_strength(errors) -> float:
 
     A prequential choice: every prediction was made before its outcome, as in `graphdiff evaluate`, so
     the choice adapts to the log (a prompt seen fifty times needs the graph less than one seen twice)
-    without hindsight. Ties, e.g. before any prompt has been seen twice, go to the smaller kappa.
+    without hindsight. Ties (``tied``: within ``TIE_RTOL``), e.g. before any prompt has been seen twice, go to
+    the smaller kappa.
     """
     errors = np.asarray(errors, dtype=np.float64)
     if errors.shape != KAPPA_GRID.shape:
         raise ValueError(f"expected {KAPPA_GRID.size} errors, got shape {errors.shape}")
-    return float(KAPPA_GRID[int(np.argmin(errors))])
+    return float(KAPPA_GRID[first_tied(errors)])
 
 
 BELIEF_CLIP = 1e-4  # the graph's estimate enters a belief clipped to [eps, 1 - eps]: a Beta needs a, b > 0
@@ -96,13 +97,14 @@ BELIEF_START = 2.0
 def choose_belief_strength(loglik) -> float:
     """nu for belief_strength="auto": the KAPPA_GRID value whose beliefs gave the groups seen so far the
     highest prequential log-likelihood (a proper score of the whole predictive distribution of s, where
-    p-hat's absolute error scores only its median). Before any group: the grid value nearest 2."""
+    p-hat's absolute error scores only its median). Before any group: the grid value nearest 2; ties
+    (``tied``: within ``TIE_RTOL``) go to the smaller nu."""
     loglik = np.asarray(loglik, dtype=np.float64)
     if loglik.shape != KAPPA_GRID.shape:
         raise ValueError(f"expected {KAPPA_GRID.size} log-likelihoods, got shape {loglik.shape}")
     if not loglik.any():
         return float(KAPPA_GRID[int(np.argmin(np.abs(np.log(KAPPA_GRID / BELIEF_START))))])
-    return float(KAPPA_GRID[int(np.argmax(loglik))])
+    return float(KAPPA_GRID[first_tied(loglik, best_is="max")])
 
 
 def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successes_nb: np.ndarray,
@@ -167,8 +169,27 @@ TIME_GRID = np.array([1.0, 0.97, 0.9])
 
 
 # summed errors closer than this (relative) are a tie: before the first outcome every candidate predicts the
-# global rate, up to rounding (differences of ~1e-8 of the sum on the real log)
+# global rate, up to rounding (differences of ~1e-8 of the sum on the real log); and candidates that differ only
+# where no outcome can tell them apart (every kappa, while each prompt is on its first visit) sum to the same
+# error up to rounding, which varies with the BLAS build and its thread count
 TIE_RTOL = 1e-6
+
+
+def tied(scores, best_is="min") -> np.ndarray:
+    """The mask of ``scores`` within ``TIE_RTOL`` (relative) of the best (the smallest, or the largest for
+    ``best_is="max"``): the candidates that the outcomes have not told apart. A choice taken among these by
+    plain argmin/argmax would follow rounding, so that two machines (or two BLAS thread counts) replaying one
+    log could choose differently; every online choice takes a fixed one of them instead."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if best_is == "max":
+        scores = -scores
+    best = float(scores.min())
+    return scores <= best + abs(best) * TIE_RTOL + 1e-12
+
+
+def first_tied(scores, best_is="min") -> int:
+    """The first (flat) index among the ``tied`` best of ``scores``."""
+    return int(np.flatnonzero(np.ravel(tied(scores, best_is)))[0])
 
 
 def choose_mix(errors, start=None) -> tuple[int, ...]:
@@ -177,14 +198,15 @@ def choose_mix(errors, start=None) -> tuple[int, ...]:
     weights, the kappas in play; an axis of one value where that choice is fixed). Before any error:
     ``start`` (default: the first value of every axis), and after: ``start`` as long as it ties the smallest
     error (the first step, before which every candidate predicted the same, leaves all tied: the start stays
-    until the outcomes tell the candidates apart); other ties go to the first of each axis, as for kappa alone."""
+    until the outcomes tell the candidates apart); other ties go to the first in the order of the axes (the
+    smallest index of the first axis, then of the second, ...), as for kappa alone. Ties are ``tied``'s: within
+    ``TIE_RTOL``, so that rounding never decides."""
     errors = np.asarray(errors, dtype=np.float64)
     if errors.ndim < 1:
         raise ValueError(f"expected an error array with one axis per choice, got shape {errors.shape}")
     start = (0,) * errors.ndim if start is None else tuple(int(x) for x in start)
     if len(start) != errors.ndim:
         raise ValueError(f"start {start} has {len(start)} indices for {errors.ndim} axes")
-    best = float(errors.min())
-    if errors[start] <= best * (1.0 + TIE_RTOL) + 1e-12:
+    if tied(errors)[start]:
         return start
-    return tuple(int(x) for x in np.unravel_index(int(np.argmin(errors)), errors.shape))
+    return tuple(int(x) for x in np.unravel_index(first_tied(errors), errors.shape))

@@ -6,14 +6,10 @@ Shared by the label-propagation peer (``baselines.LabelPropagation``) and graphd
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import row_parallel_matvec
-
-_SOLVE_LOCK = threading.Lock()
+from .graph import row_parallel_matvec, single_blas_thread
 
 
 def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray, fill: float,
@@ -33,7 +29,6 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     """
     from scipy.sparse.csgraph import connected_components
     from scipy.sparse.linalg import LinearOperator, cg, spsolve
-    from threadpoolctl import threadpool_limits
 
     n = w.shape[0]
     f = np.full(n, float(fill))
@@ -69,11 +64,8 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     op = LinearOperator((n, n), matvec=lap, dtype=np.float64)
     pre = LinearOperator((n, n), matvec=lambda x: inv_deg * x, dtype=np.float64)
     start = None if x0 is None else mask * np.asarray(x0, dtype=np.float64)
-    # CG's dot products call OpenBLAS, whose threads then spin for a while and take the cores the threaded
-    # product with W needs (22 instead of 13 ms per product on two cores); vectors this short gain nothing
-    # from BLAS threads. The limit is process-wide, so solves from several threads take turns (each uses
-    # every core already): entered and left by one thread at a time, the saved setting is always restored.
-    with _SOLVE_LOCK, threadpool_limits(limits=1, user_api="blas"):
+    # CG's dot products on one BLAS thread (``single_blas_thread``): vectors this short gain nothing from more
+    with single_blas_thread():
         full, info = cg(op, rhs, x0=start, rtol=rtol, atol=0.0, maxiter=20 * solve.size + 100, M=pre)
     sol = full[solve]
     if info != 0:  # not converged (should not happen for an SPD system): fall back to the exact solve

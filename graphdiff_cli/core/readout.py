@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .belief import TIE_RTOL  # summed errors closer than this (relative) are a tie, as in the joint choice
+from .belief import first_tied, tied  # ties: within belief.TIE_RTOL (relative), as in the joint choice
+from .graph import single_blas_thread
 
 # the ridge strengths chosen among online (the issue's measurements: 10 ranked best on the cold start of a
 # 29k-problem pool and 100 on the real One-Shot log; 1 had the lowest absolute error at 30% revealed)
@@ -74,7 +75,8 @@ def solve(gram: np.ndarray, moment: np.ndarray, ridge: float) -> np.ndarray | No
     idx = np.arange(1, a.shape[0])
     a[idx, idx] += ridge
     try:
-        return sla.solve(a, moment, assume_a="pos")
+        with single_blas_thread():  # d + 1 unknowns: BLAS threads would only spin (``single_blas_thread``)
+            return sla.solve(a, moment, assume_a="pos")
     except (np.linalg.LinAlgError, sla.LinAlgError):  # numerically singular (e.g. ridge tiny): least squares
         return np.linalg.lstsq(a, moment, rcond=None)[0]
 
@@ -101,11 +103,10 @@ def predict_embeddings(theta: np.ndarray | None, embeddings: np.ndarray, fill: f
 def choose_ridge(errors) -> float:
     """The ``RIDGE_GRID`` value whose read-out had the smallest summed prequential absolute error; the middle
     one, 10, before any error and while it ties the smallest (within ``TIE_RTOL``: after the first step every
-    strength predicted the global rate)."""
+    strength predicted the global rate); other ties go to the smaller strength."""
     errors = np.asarray(errors, dtype=np.float64)
     if errors.shape != RIDGE_GRID.shape:
         raise ValueError(f"expected {RIDGE_GRID.size} errors, got shape {errors.shape}")
-    best = float(errors.min())
-    if errors[1] <= best * (1.0 + TIE_RTOL) + 1e-12:
+    if tied(errors)[1]:
         return float(RIDGE_GRID[1])
-    return float(RIDGE_GRID[int(np.argmin(errors))])
+    return float(RIDGE_GRID[first_tied(errors)])
