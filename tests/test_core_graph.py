@@ -215,3 +215,12 @@ def test_single_blas_thread_limits_blas_inside_and_restores_it_after_also_on_err
     assert blas_threads() == before
     with single_blas_thread():  # the lock was released on the error: entering again does not deadlock
         pass
+
+
+def test_single_blas_thread_nests_in_one_thread():
+    from threadpoolctl import threadpool_info
+
+    from graphdiff_cli.core.graph import single_blas_thread
+
+    with single_blas_thread(), single_blas_thread():  # a solve inside a solve would otherwise hang
+        assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}

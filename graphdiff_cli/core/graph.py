@@ -347,7 +347,7 @@ def usable_cpus() -> int:
     return max(1, cpus)
 
 
-_BLAS_LOCK = threading.Lock()
+_BLAS_LOCK = threading.RLock()  # re-entrant: a caller inside may call another
 
 
 @contextmanager

@@ -74,11 +74,11 @@ def solve(gram: np.ndarray, moment: np.ndarray, ridge: float) -> np.ndarray | No
     a = gram.copy()
     idx = np.arange(1, a.shape[0])
     a[idx, idx] += ridge
-    try:
-        with single_blas_thread():  # d + 1 unknowns: BLAS threads would only spin (``single_blas_thread``)
+    with single_blas_thread():  # d + 1 unknowns: BLAS threads would only spin (``single_blas_thread``)
+        try:
             return sla.solve(a, moment, assume_a="pos")
-    except (np.linalg.LinAlgError, sla.LinAlgError):  # numerically singular (e.g. ridge tiny): least squares
-        return np.linalg.lstsq(a, moment, rcond=None)[0]
+        except (np.linalg.LinAlgError, sla.LinAlgError):  # numerically singular (e.g. ridge tiny): least squares
+            return np.linalg.lstsq(a, moment, rcond=None)[0]
 
 
 def predict(theta: np.ndarray | None, x: np.ndarray, fill: float) -> np.ndarray:

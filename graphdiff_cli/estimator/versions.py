@@ -5,7 +5,11 @@
 per version, in order, so each is written once against the version before it. ``MIGRATIONS[v]`` takes a
 version-v state dict and returns the version v + 1 one, without changing its argument. A migration
 fills in what its version added as the estimator started it then (the estimator that wrote the older
-state had no such evidence), so an upgraded state predicts what the older graphdiff predicted.
+state had no such evidence), so an upgraded state predicts what the older graphdiff predicted. Two exceptions
+come from the tie rule of the online choices, not from a migration, and hold for a state of any version: see
+``_v7_to_v8``; and since 2026-11-27 (``core.belief.tied``) candidates within ``TIE_RTOL`` of the best are a
+tie, so a saved board whose best candidates differ only by rounding chooses the start or the first of them,
+where the older code took whichever rounding made smallest (the choice that varied with the BLAS thread count).
 """
 
 from __future__ import annotations
