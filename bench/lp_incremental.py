@@ -70,25 +70,24 @@ class System:
         x = self.mask * x
         return self.mask * (self.deg * x - self.prod(x))
 
-    def capped_cg(self, x0, k):
-        """k Jacobi-PCG products from x0 (no fallback: the iterate as it stands)."""
+    def pcg(self, rhs, x0, rtol, maxiter):
+        """Jacobi-preconditioned CG on L_UU (no fallback: the iterate as it stands after ``maxiter``)."""
         n = self.mask.size
         inv = np.where(self.free, 1 / np.where(self.deg > 0, self.deg, 1), 0)
         with threadpool_limits(1, "blas"):
-            sol, _ = cg(LinearOperator((n, n), self.lap), self.rhs, x0=self.mask * x0, rtol=1e-6, atol=0.0,
-                        maxiter=k, M=LinearOperator((n, n), lambda v: inv * v))
+            return cg(LinearOperator((n, n), self.lap), rhs, x0=x0, rtol=rtol, atol=0.0, maxiter=maxiter,
+                      M=LinearOperator((n, n), lambda v: inv * v))[0]
+
+    def capped_cg(self, x0, k):
+        """k Jacobi-PCG products from x0."""
+        sol = self.pcg(self.rhs, self.mask * x0, 1e-6, k)
         f = self.start.copy()
         f[self.free] = np.clip(sol[self.free], self.vals.min(), self.vals.max())
         return f
 
     def tau(self):
         """L_UU^-1 1 on the free prompts (0 elsewhere), by Jacobi-PCG to 1e-8."""
-        n = self.mask.size
-        inv = np.where(self.free, 1 / np.where(self.deg > 0, self.deg, 1), 0)
-        with threadpool_limits(1, "blas"):
-            t, _ = cg(LinearOperator((n, n), self.lap), self.mask.copy(), rtol=1e-8, atol=0.0, maxiter=5000,
-                      M=LinearOperator((n, n), lambda v: inv * v))
-        return self.mask * t
+        return self.mask * self.pcg(self.mask.copy(), None, 1e-8, 5000)
 
     def push(self, f, tol, max_sweeps=2000):
         """Gauss-Southwell push, every node over the tolerance at once: (field, sweeps, entries of W read)."""

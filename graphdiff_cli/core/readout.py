@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .belief import first_tied, tied  # ties: within belief.TIE_RTOL (relative), as in the joint choice
+from .belief import choose_mix  # ties: within belief.TIE_RTOL (relative), the start kept while tied
 from .graph import single_blas_thread
 
 # the ridge strengths chosen among online (the measurements: 10 ranked best on the cold start of a
@@ -107,6 +107,4 @@ def choose_ridge(errors) -> float:
     errors = np.asarray(errors, dtype=np.float64)
     if errors.shape != RIDGE_GRID.shape:
         raise ValueError(f"expected {RIDGE_GRID.size} errors, got shape {errors.shape}")
-    if tied(errors)[1]:
-        return float(RIDGE_GRID[1])
-    return float(RIDGE_GRID[first_tied(errors)])
+    return float(RIDGE_GRID[choose_mix(errors, start=(1,))[0]])

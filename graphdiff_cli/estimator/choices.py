@@ -147,10 +147,12 @@ class OnlineChoices:
         # the states' estimate under the counts in use and under every time forgetting in play, from one read
         # of the prompts' neighbourhood (their rows of W and their neighbours' rows of q)
         counts = self._candidate_counts()
-        shifted = None
-        if self.joint:  # the counts in use are the candidates' when no time forgetting is chosen online
-            shifted = est._states_estimates(obs.ids, p_then, counts if self.time_counts is None else [None] + counts)
-        states, propagated, readout = est._graph_parts(obs.ids, p_then, states=None if shifted is None else shifted[0])
+        in_use = shifted = None
+        if self.joint:  # the counts in use are the candidates' own when no time forgetting is chosen online
+            lead = [] if self.time_counts is None else [None]
+            every = est._states_estimates(obs.ids, p_then, lead + counts)
+            in_use, shifted = every[0], every[len(lead):]
+        states, propagated, readout = est._graph_parts(obs.ids, p_then, states=in_use)
         p_graph = est._combine(states, propagated, readout)
         rate = obs.s / np.maximum(obs.n, 1)
         no_u = np.zeros(len(obs))  # u only shapes the variance, which is not scored
@@ -158,8 +160,8 @@ class OnlineChoices:
             board["readout_errors"] = board["readout_errors"] + [
                 np.abs(r - rate).sum() for r in est._readout_estimates(obs.ids, ro.RIDGE_GRID)]
         if self.joint:
-            board["mix_errors"] = board["mix_errors"] + self._candidate_errors(
-                est, obs.ids, propagated, readout, rate, counts, shifted if self.time_counts is None else shifted[1:])
+            board["mix_errors"] = board["mix_errors"] + self._candidate_errors(est, obs.ids, propagated, readout,
+                                                                               rate, counts, shifted)
         if score_kappa:
             board["kappa_errors"] = board["kappa_errors"] + [
                 np.abs(est._mix(obs.ids, p_graph, no_u, k)[0] - rate).sum() for k in bl.KAPPA_GRID]

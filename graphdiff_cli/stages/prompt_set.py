@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError
 from ..io.artifacts import has_array
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
-from ..io.layout import (ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET)
+from ..io.layout import ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET
 from .progress import Progress, no_progress
 
 

@@ -3,7 +3,6 @@ an extend or retire (``--to T.R``)."""
 
 from __future__ import annotations
 
-
 import typer
 
 from ..common import command, emit, progress, warn
