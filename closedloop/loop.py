@@ -98,7 +98,7 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from .policy import greedy_accuracy, load_policy, pass_counts
+    from .policy import greedy_accuracy, heldout, load_policy, pass_counts
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -213,11 +213,13 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
         """Greedy exact-match accuracy and (``eval_samples`` > 0) the mean pass rate of sampled completions
         (the same seed at every evaluation of every run, so paired runs draw alike)."""
         t0 = time.perf_counter()
-        acc, ok = greedy_accuracy(trainer.model, tok, test_rows, max_new_tokens=cfg.max_completion_length)
-        out = {"heldout_acc": acc, "heldout_acc_by_cell": _by_cell(test_rows, ok)}
-        if cfg.eval_samples:
-            c = pass_counts(trainer.model, tok, test_rows, n=cfg.eval_samples,
+        if cfg.eval_samples:  # one read of each prompt for both (policy.heldout)
+            ok, c = heldout(trainer.model, tok, test_rows, cfg.eval_samples,
                             max_new_tokens=cfg.max_completion_length, seed=cfg.seed)
+        else:
+            ok = greedy_accuracy(trainer.model, tok, test_rows, max_new_tokens=cfg.max_completion_length)[1]
+        out = {"heldout_acc": float(ok.mean()), "heldout_acc_by_cell": _by_cell(test_rows, ok)}
+        if cfg.eval_samples:
             out["heldout_sampled"] = float(c.mean() / cfg.eval_samples)
             out["heldout_sampled_by_cell"] = _by_cell(test_rows, c / cfg.eval_samples)
         eval_seconds.append(time.perf_counter() - t0)

@@ -96,33 +96,69 @@ def supervised_warmup(model, tok, rows, steps: int, batch_size: int = 64, lr: fl
     return log
 
 
+def _prefix(model, ids, att):
+    """The key/value cache of every prompt token but the last (positions numbered from the attention mask, as
+    ``generate`` numbers left-padded prompts), or None for one-token prompts."""
+    if ids.shape[1] < 2:
+        return None
+    pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 1)
+    return model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1], use_cache=True,
+                 logits_to_keep=1).cache
+
+
+def _complete(model, tok, ids, att, cache, num_samples, greedy, max_new_tokens, temperature) -> list[str]:
+    """``num_samples`` completions of each prompt row, generation going on from ``cache`` (consumed) if given."""
+    kw = {}
+    if cache is not None:
+        cache.batch_repeat_interleave(num_samples)
+        kw["cache"] = cache
+    if num_samples > 1:
+        ids, att = ids.repeat_interleave(num_samples, 0), att.repeat_interleave(num_samples, 0)
+    gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=not greedy,
+                         temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **kw)
+    return tok.batch_decode(gen[:, ids.shape[1]:].cpu(), skip_special_tokens=True)
+
+
+def _chunks(model, tok, prompts, per_call):
+    for i in range(0, len(prompts), per_call):
+        enc = tok(prompts[i:i + per_call], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = enc.to(model.device)
+        yield enc["input_ids"], enc["attention_mask"]
+
+
+def _default_batch(model) -> int:
+    """Sequences per generation call: a GPU takes a whole measurement at once; a CPU core works best on a few
+    hundred."""
+    return 8192 if model.device.type == "cuda" else 512
+
+
 def generate(model, tok, prompts: list[str], num_samples: int = 1, greedy: bool = True, max_new_tokens: int = 8,
              batch_size: int | None = None, temperature: float = 1.0, seed: int = 0) -> list[list[str]]:
-    """Completions (decoded, specials dropped) for each prompt: ``num_samples`` each."""
+    """Completions (decoded, specials dropped) for each prompt: ``num_samples`` each.
+
+    Each generation call takes ``batch_size`` sequences: ``batch_size // num_samples`` prompts, each repeated
+    ``num_samples`` times. With several samples a prompt is read once: the model runs over every prompt token
+    but the last, that key/value cache is repeated ``num_samples`` times, and generation goes on from it (the
+    prompts' prefill was most of a sampled evaluation's and the oracle's cost on a CPU). Where ``batch_size``
+    is a multiple of ``num_samples`` the calls hold the same sequences in the same order as repeating the
+    prompts would, so the sampler draws the same numbers (tests/test_closedloop.py compares the two).
+    """
     import torch
 
-    out: list[list[str]] = []
     was_training = model.training
     model.eval()
-    flat = [p for p in prompts for _ in range(num_samples)]
-    if batch_size is None:  # a GPU takes a whole measurement at once; a CPU core works best on a few hundred
-        batch_size = 8192 if model.device.type == "cuda" else 512
+    per_call = max(1, (batch_size or _default_batch(model)) // num_samples)  # prompts per generation call
     texts: list[str] = []
     # the caller's RNG (GRPO's sampling) is left as it was: evaluation draws from a forked one
     with torch.random.fork_rng(), torch.no_grad():
         torch.manual_seed(seed)
-        for i in range(0, len(flat), batch_size):
-            chunk = flat[i:i + batch_size]
-            enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=not greedy,
-                                 temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-            texts += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:].cpu(), skip_special_tokens=True)
+        for ids, att in _chunks(model, tok, prompts, per_call):
+            cache = _prefix(model, ids, att) if num_samples > 1 else None
+            texts += _complete(model, tok, ids, att, cache, num_samples, greedy, max_new_tokens, temperature)
     if was_training:
         model.train()
-    for j in range(len(prompts)):
-        out.append(texts[j * num_samples:(j + 1) * num_samples])
-    return out
+    return [texts[j * num_samples:(j + 1) * num_samples] for j in range(len(prompts))]
 
 
 def greedy_accuracy(model, tok, rows, max_new_tokens: int = 8) -> tuple[float, np.ndarray]:
@@ -131,6 +167,38 @@ def greedy_accuracy(model, tok, rows, max_new_tokens: int = 8) -> tuple[float, n
                      max_new_tokens=max_new_tokens)
     ok = np.array([verify(c[0], r["answer"]) for c, r in zip(comps, rows)])
     return float(ok.mean()), ok
+
+
+def heldout(model, tok, rows, samples: int, max_new_tokens: int = 8, seed: int = 0,
+            batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One evaluation: per row, greedy correctness (0/1) and successes out of ``samples`` completions at
+    temperature 1. Each prompt is read once for both: its prefix cache is copied for the greedy completion
+    and repeated for the samples. The samples are ``pass_counts(rows, n=samples, seed=seed)``'s (the same
+    generation calls; greedy decoding draws no random number), the greedy completions ``greedy_accuracy``'s
+    (tests/test_closedloop.py compares both)."""
+    import copy
+
+    import torch
+
+    if samples < 1:
+        raise ValueError("heldout needs samples >= 1 (greedy alone: greedy_accuracy)")
+    was_training = model.training
+    model.eval()
+    greedy_texts: list[str] = []
+    sampled: list[str] = []
+    with torch.random.fork_rng(), torch.no_grad():
+        torch.manual_seed(seed)
+        for ids, att in _chunks(model, tok, [r["prompt"] for r in rows],
+                                max(1, (batch_size or _default_batch(model)) // samples)):
+            cache = _prefix(model, ids, att)
+            greedy_texts += _complete(model, tok, ids, att, copy.deepcopy(cache), 1, True, max_new_tokens, 1.0)
+            sampled += _complete(model, tok, ids, att, cache, samples, False, max_new_tokens, 1.0)
+    if was_training:
+        model.train()
+    ok = np.array([verify(c, r["answer"]) for c, r in zip(greedy_texts, rows)])
+    counts = np.array([sum(verify(c, r["answer"]) for c in sampled[j * samples:(j + 1) * samples])
+                       for j, r in enumerate(rows)], dtype=np.int64)
+    return ok, counts
 
 
 def pass_counts(model, tok, rows, n: int = 8, max_new_tokens: int = 8, seed: int = 0) -> np.ndarray:

@@ -172,6 +172,45 @@ def _tiny_policy(path):
     return train, test
 
 
+def test_sampling_reads_each_prompt_once_and_draws_as_repeating_it_would():
+    """``generate`` prefills a prompt once for all its samples (``heldout`` once for its greedy and sampled
+    completions); with the same sequences per call the sampler draws the same numbers as the plain way (each
+    prompt repeated), so the completions are the same."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from closedloop.policy import build_model, build_tokenizer, generate, heldout, supervised_warmup
+
+    train, test, sft = tasks.make_splits(train_per_cell=2, test_per_cell=1, sft_per_cell=8, seed=2)
+    tok = build_tokenizer(tasks.alphabet(train + test + sft))
+    model = build_model(tok, hidden=64, layers=2, heads=2, intermediate=128, seed=0)
+    supervised_warmup(model, tok, sft, steps=100, batch_size=32, lr=3e-3)  # attends by position: a prefix
+    # numbered unlike generate's continuation would change most completions (23 of 192 left the same)
+    prompts = [r["prompt"] for r in train]  # 48 prompts of different lengths (left padding)
+    assert len({len(p) for p in prompts}) > 3
+    for n, greedy in ((4, False), (3, False), (2, True)):
+        kw = dict(greedy=greedy, batch_size=4 * n, seed=7, max_new_tokens=6)
+        shared = generate(model, tok, prompts, num_samples=n, **kw)
+        flat = generate(model, tok, [p for p in prompts for _ in range(n)], num_samples=1, **kw)
+        assert [len(c) for c in shared] == [n] * len(prompts)
+        assert [t for c in shared for t in c] == [c[0] for c in flat]
+        assert len({t for c in shared for t in c}) > (len(prompts) if not greedy else 1)  # not comparing blanks
+    # one evaluation reads each prompt once for its greedy and its sampled completions, and gives both
+    ok, counts = heldout(model, tok, train, 4, max_new_tokens=6, seed=7, batch_size=16)
+    sampled = generate(model, tok, prompts, num_samples=4, greedy=False, batch_size=16, seed=7, max_new_tokens=6)
+    greedy = generate(model, tok, prompts, num_samples=1, greedy=True, max_new_tokens=6)
+    assert counts.tolist() == [sum(tasks.verify(c, r["answer"]) for c in cs) for cs, r in zip(sampled, train)]
+    assert ok.tolist() == [tasks.verify(c[0], r["answer"]) for c, r in zip(greedy, train)]
+    assert 0 < counts.sum() < 4 * len(train) and 0 < ok.sum() < len(train)  # not all right or all wrong
+    # the caller's random stream is left where it was
+    for call in (lambda: generate(model, tok, prompts[:5], num_samples=4, greedy=False, seed=1),
+                 lambda: heldout(model, tok, train[:5], 4, seed=1)):
+        torch.manual_seed(3)
+        before = torch.rand(1)
+        torch.manual_seed(3)
+        call()
+        assert torch.equal(torch.rand(1), before)
+
+
 @pytest.mark.slow
 def test_two_grpo_steps_with_graphdiff(tmp_path):
     pytest.importorskip("trl")
