@@ -96,14 +96,23 @@ def supervised_warmup(model, tok, rows, steps: int, batch_size: int = 64, lr: fl
     return log
 
 
+def _cache_name(model) -> str:
+    """The keyword of a key/value cache in ``model``'s forward and ``generate``: ``cache`` from transformers
+    5.24, ``past_key_values`` before it (trl >= 1.16 allows transformers >= 4.56)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _prefix(model, ids, att):
     """The key/value cache of every prompt token but the last (positions numbered from the attention mask, as
     ``generate`` numbers left-padded prompts), or None for one-token prompts."""
     if ids.shape[1] < 2:
         return None
-    pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 1)
-    return model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1], use_cache=True,
-                 logits_to_keep=1).cache
+    pos = (att.cumsum(-1) - 1).masked_fill(att == 0, 0)
+    out = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1], use_cache=True,
+                logits_to_keep=1)
+    return getattr(out, _cache_name(model))
 
 
 def _complete(model, tok, ids, att, cache, num_samples, greedy, max_new_tokens, temperature) -> list[str]:
@@ -111,7 +120,7 @@ def _complete(model, tok, ids, att, cache, num_samples, greedy, max_new_tokens, 
     kw = {}
     if cache is not None:
         cache.batch_repeat_interleave(num_samples)
-        kw["cache"] = cache
+        kw[_cache_name(model)] = cache
     if num_samples > 1:
         ids, att = ids.repeat_interleave(num_samples, 0), att.repeat_interleave(num_samples, 0)
     gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=not greedy,
@@ -142,7 +151,9 @@ def generate(model, tok, prompts: list[str], num_samples: int = 1, greedy: bool 
     but the last, that key/value cache is repeated ``num_samples`` times, and generation goes on from it (the
     prompts' prefill was most of a sampled evaluation's and the oracle's cost on a CPU). Where ``batch_size``
     is a multiple of ``num_samples`` the calls hold the same sequences in the same order as repeating the
-    prompts would, so the sampler draws the same numbers (tests/test_closedloop.py compares the two).
+    prompts would, so the sampler draws the same numbers from probabilities equal up to rounding (the prefix
+    and the last token are computed apart): the completions were identical on this project's CPU
+    (tests/test_closedloop.py compares the two; bench/closedloop_generation.py on a real policy).
     """
     import torch
 
@@ -174,8 +185,8 @@ def heldout(model, tok, rows, samples: int, max_new_tokens: int = 8, seed: int =
     """One evaluation: per row, greedy correctness (0/1) and successes out of ``samples`` completions at
     temperature 1. Each prompt is read once for both: its prefix cache is copied for the greedy completion
     and repeated for the samples. The samples are ``pass_counts(rows, n=samples, seed=seed)``'s (the same
-    generation calls; greedy decoding draws no random number), the greedy completions ``greedy_accuracy``'s
-    (tests/test_closedloop.py compares both)."""
+    generation calls; greedy decoding draws no random number), the greedy completions ``greedy_accuracy``'s,
+    up to rounding as in ``generate`` (tests/test_closedloop.py compares both)."""
     import copy
 
     import torch

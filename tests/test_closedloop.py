@@ -187,10 +187,18 @@ def test_sampling_reads_each_prompt_once_and_draws_as_repeating_it_would():
     # numbered unlike generate's continuation would change most completions (23 of 192 left the same)
     prompts = [r["prompt"] for r in train]  # 48 prompts of different lengths (left padding)
     assert len({len(p) for p in prompts}) > 3
+    read = []  # input tokens the model is run over, per call (prefix, prefill and each decoding step)
+    model.model.register_forward_pre_hook(lambda mod, args, kw: read.append(kw["input_ids"].numel()),
+                                          with_kwargs=True)
     for n, greedy in ((4, False), (3, False), (2, True)):
         kw = dict(greedy=greedy, batch_size=4 * n, seed=7, max_new_tokens=6)
+        read.clear()
         shared = generate(model, tok, prompts, num_samples=n, **kw)
+        read_shared = sum(read)
+        read.clear()
         flat = generate(model, tok, [p for p in prompts for _ in range(n)], num_samples=1, **kw)
+        prompt_tokens = sum(len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+        assert sum(read) - read_shared > (n - 1) * prompt_tokens  # each prompt was read once, not n times
         assert [len(c) for c in shared] == [n] * len(prompts)
         assert [t for c in shared for t in c] == [c[0] for c in flat]
         assert len({t for c in shared for t in c}) > (len(prompts) if not greedy else 1)  # not comparing blanks
