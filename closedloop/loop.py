@@ -216,12 +216,12 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
         if cfg.eval_samples:  # one read of each prompt for both (policy.heldout)
             ok, c = heldout(trainer.model, tok, test_rows, cfg.eval_samples,
                             max_new_tokens=cfg.max_completion_length, seed=cfg.seed)
+            out = {"heldout_sampled": float(c.mean() / cfg.eval_samples),
+                   "heldout_sampled_by_cell": _by_cell(test_rows, c / cfg.eval_samples)}
         else:
             ok = greedy_accuracy(trainer.model, tok, test_rows, max_new_tokens=cfg.max_completion_length)[1]
-        out = {"heldout_acc": float(ok.mean()), "heldout_acc_by_cell": _by_cell(test_rows, ok)}
-        if cfg.eval_samples:
-            out["heldout_sampled"] = float(c.mean() / cfg.eval_samples)
-            out["heldout_sampled_by_cell"] = _by_cell(test_rows, c / cfg.eval_samples)
+            out = {}
+        out = {"heldout_acc": float(ok.mean()), "heldout_acc_by_cell": _by_cell(test_rows, ok), **out}
         eval_seconds.append(time.perf_counter() - t0)
         return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -129,17 +130,42 @@ def _complete(model, tok, ids, att, cache, num_samples, greedy, max_new_tokens, 
     return tok.batch_decode(gen[:, ids.shape[1]:].cpu(), skip_special_tokens=True)
 
 
-def _chunks(model, tok, prompts, per_call):
+def _default_batch(model) -> int:
+    """Sequences per generation call: a GPU takes a whole measurement at once; a CPU core works best on a few
+    hundred."""
+    return 8192 if model.device.type == "cuda" else 512
+
+
+def _chunks(model, tok, prompts, num_samples, batch_size):
+    """(input ids, attention mask) of ``batch_size // num_samples`` prompts at a time, left-padded."""
+    per_call = max(1, (batch_size or _default_batch(model)) // num_samples)
     for i in range(0, len(prompts), per_call):
         enc = tok(prompts[i:i + per_call], return_tensors="pt", padding=True, add_special_tokens=False)
         enc = enc.to(model.device)
         yield enc["input_ids"], enc["attention_mask"]
 
 
-def _default_batch(model) -> int:
-    """Sequences per generation call: a GPU takes a whole measurement at once; a CPU core works best on a few
-    hundred."""
-    return 8192 if model.device.type == "cuda" else 512
+@contextmanager
+def _inference(model, seed: int):
+    """Evaluation mode, no gradients, and a forked RNG seeded with ``seed``: the caller's random stream (GRPO's
+    sampling) and the model's training mode are left as they were."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(), torch.no_grad():
+            torch.manual_seed(seed)
+            yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def _successes(texts: list[str], rows, n: int) -> np.ndarray:
+    """Per row, how many of its ``n`` consecutive completions in ``texts`` are right."""
+    return np.array([sum(verify(c, r["answer"]) for c in texts[j * n:(j + 1) * n]) for j, r in enumerate(rows)],
+                    dtype=np.int64)
 
 
 def generate(model, tok, prompts: list[str], num_samples: int = 1, greedy: bool = True, max_new_tokens: int = 8,
@@ -155,20 +181,11 @@ def generate(model, tok, prompts: list[str], num_samples: int = 1, greedy: bool 
     and the last token are computed apart): the completions were identical on this project's CPU
     (tests/test_closedloop.py compares the two; bench/closedloop_generation.py on a real policy).
     """
-    import torch
-
-    was_training = model.training
-    model.eval()
-    per_call = max(1, (batch_size or _default_batch(model)) // num_samples)  # prompts per generation call
     texts: list[str] = []
-    # the caller's RNG (GRPO's sampling) is left as it was: evaluation draws from a forked one
-    with torch.random.fork_rng(), torch.no_grad():
-        torch.manual_seed(seed)
-        for ids, att in _chunks(model, tok, prompts, per_call):
+    with _inference(model, seed):
+        for ids, att in _chunks(model, tok, prompts, num_samples, batch_size):
             cache = _prefix(model, ids, att) if num_samples > 1 else None
             texts += _complete(model, tok, ids, att, cache, num_samples, greedy, max_new_tokens, temperature)
-    if was_training:
-        model.train()
     return [texts[j * num_samples:(j + 1) * num_samples] for j in range(len(prompts))]
 
 
@@ -176,7 +193,7 @@ def greedy_accuracy(model, tok, rows, max_new_tokens: int = 8) -> tuple[float, n
     """Held-out accuracy (greedy decoding, exact match) and the per-row 0/1 correctness."""
     comps = generate(model, tok, [r["prompt"] for r in rows], num_samples=1, greedy=True,
                      max_new_tokens=max_new_tokens)
-    ok = np.array([verify(c[0], r["answer"]) for c, r in zip(comps, rows)])
+    ok = _successes([c[0] for c in comps], rows, 1).astype(np.float64)
     return float(ok.mean()), ok
 
 
@@ -189,34 +206,23 @@ def heldout(model, tok, rows, samples: int, max_new_tokens: int = 8, seed: int =
     up to rounding as in ``generate`` (tests/test_closedloop.py compares both)."""
     import copy
 
-    import torch
-
     if samples < 1:
         raise ValueError("heldout needs samples >= 1 (greedy alone: greedy_accuracy)")
-    was_training = model.training
-    model.eval()
     greedy_texts: list[str] = []
     sampled: list[str] = []
-    with torch.random.fork_rng(), torch.no_grad():
-        torch.manual_seed(seed)
-        for ids, att in _chunks(model, tok, [r["prompt"] for r in rows],
-                                max(1, (batch_size or _default_batch(model)) // samples)):
+    with _inference(model, seed):
+        for ids, att in _chunks(model, tok, [r["prompt"] for r in rows], samples, batch_size):
             cache = _prefix(model, ids, att)
             greedy_texts += _complete(model, tok, ids, att, copy.deepcopy(cache), 1, True, max_new_tokens, 1.0)
             sampled += _complete(model, tok, ids, att, cache, samples, False, max_new_tokens, 1.0)
-    if was_training:
-        model.train()
-    ok = np.array([verify(c, r["answer"]) for c, r in zip(greedy_texts, rows)])
-    counts = np.array([sum(verify(c, r["answer"]) for c in sampled[j * samples:(j + 1) * samples])
-                       for j, r in enumerate(rows)], dtype=np.int64)
-    return ok, counts
+    return _successes(greedy_texts, rows, 1).astype(np.float64), _successes(sampled, rows, samples)
 
 
 def pass_counts(model, tok, rows, n: int = 8, max_new_tokens: int = 8, seed: int = 0) -> np.ndarray:
     """Successes out of ``n`` sampled completions (temperature 1) for each row."""
     comps = generate(model, tok, [r["prompt"] for r in rows], num_samples=n, greedy=False,
                      max_new_tokens=max_new_tokens, seed=seed)
-    return np.array([sum(verify(c, r["answer"]) for c in cs) for cs, r in zip(comps, rows)], dtype=np.int64)
+    return _successes([c for cs in comps for c in cs], rows, n)
 
 
 def save_policy(model, tok, path) -> None:
