@@ -1,4 +1,4 @@
-"""``python -m closedloop {data,graph,sft,run,report}``: the closed-loop benchmark's stages.
+"""``python -m closedloop {data,graph,sft,run,report,verdicts}``: the closed-loop benchmark's stages.
 
     python -m closedloop data   --out artifacts/closedloop/data
     python -m closedloop graph  --data artifacts/closedloop/data --out artifacts/closedloop/graph
@@ -6,6 +6,7 @@
     python -m closedloop run    --data ... --state artifacts/closedloop/graph/STATE --policy ... \\
                                               --scheduler gd-thompson --seed 0 --out artifacts/closedloop/runs/gd-thompson/s0
     python -m closedloop report --runs artifacts/closedloop/runs --out artifacts/closedloop/report
+    python -m closedloop verdicts artifacts/grid-a/report artifacts/grid-b/report --out verdicts.md
 
 Run from the repository root (or with it on PYTHONPATH). The whole grid: ``snakemake --cores all
 closedloop --configfile configs/closedloop.yaml`` (targets before ``--configfile``, which takes every
@@ -181,6 +182,15 @@ def cmd_report(a) -> None:
     print(json.dumps(res))
 
 
+def cmd_verdicts(a) -> None:
+    from .verdicts import write
+
+    names = tuple(a.names.split(",")) if a.names else None
+    if names is not None and len(names) != 2:
+        raise InvalidArgumentError(f"--names takes two comma-separated names, got {a.names!r}")
+    print(json.dumps(write(a.reports[0], a.reports[1], a.out, names=names)))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m closedloop", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -251,6 +261,12 @@ def main(argv=None) -> None:
     rp.add_argument("--out", required=True)
     rp.add_argument("--sft", default=None, help="folder of policy/s<seed>/ (SFT summaries)")
     rp.set_defaults(fn=cmd_report)
+
+    v = sub.add_parser("verdicts", help="two reports' verdicts side by side: which figures flip between grids")
+    v.add_argument("reports", nargs=2, metavar="REPORT", help="folders written by `report` (their metrics.json)")
+    v.add_argument("--out", required=True, help="markdown file (and its .json sibling)")
+    v.add_argument("--names", default=None, help="the two grids' names, comma-separated (default: their parents)")
+    v.set_defaults(fn=cmd_verdicts)
 
     a = p.parse_args(argv)
     try:

@@ -357,6 +357,60 @@ def test_two_grpo_steps_of_dynamic_sampling_and_an_oracle_arm(tmp_path):
     assert "oracle-ds" in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_verdicts_of_two_grids_mark_what_flips(tmp_path):
+    """Two reports' figures paired by name: an interval that crosses its null in one grid and excludes it in the
+    other is a flip, so is a target met in one and not the other; undecided figures are neither; the schedulers'
+    order is compared by Kendall's tau; the command writes both files and a missing report is one clear error."""
+    from closedloop.__main__ import main
+    from closedloop.verdicts import agreement, rows
+
+    def b(value, lo, hi):
+        return {"value": value, "lo": lo, "hi": hi, "se": 0.01, "mdd": 0.03, "seeds": 6}
+
+    def metrics(ratio, diff, p, met, accs):
+        return {"schedulers": {n: [{"final_acc": a}, {"final_acc": a + 0.002}] for n, a in accs.items()},
+                "ds_equal_steps": {"gd-ds": {"rollout_ratio": ratio, "final_difference": {"heldout_acc": diff}}},
+                "saving_along_ds": {"gd-ds": {"0.25": b(1.2, 1.1, 1.3), "1.0": {"value": 0.5, "lo": None}}},
+                "oracle_share": [{"rule": "skip", "metric": "heldout_acc", "estimator": e,
+                                  "oracle_gain_acc": b(0.03, 0.02, 0.04), "share_acc": b(0.1, -0.2, 0.4)}
+                                 for e in ("greso", "gd-skip")],
+                "sign_tests": {"acc_at_equal_rollouts": {"pairs": 18, "graphdiff_better": 14, "native_better": 4,
+                                                         "p_value": p}},
+                "targets": [{"target": "t1", "measured": "x", "met": met}],
+                "regime_check": [{"check": "c1", "measured": "y", "met": None}]}
+
+    a = metrics(b(1.5, 1.4, 1.6), b(-0.01, -0.02, -0.005), 0.03, False, {"ds": 0.66, "gd-ds": 0.64, "uniform": 0.6})
+    c = metrics(b(1.5, 1.45, 1.55), b(-0.004, -0.012, 0.003), 0.2, True, {"ds": 0.65, "gd-ds": 0.645, "uniform": 0.6})
+    ra = {r["figure"]: r["verdict"] for r in rows(a)}
+    assert ra["gd-ds: DS's rollouts / its own, equal steps"] == "above"
+    assert ra["gd-ds: final greedy accuracy - DS's"] == "below"
+    assert ra["skip: the oracle's gain in greedy accuracy"] == "above"  # once per rule, not per estimator
+    assert sum("oracle's gain" in f and "share" not in f for f in ra) == 1
+    assert ra["skip: gd-skip's share of the oracle's gain in greedy accuracy"] == "across"
+    assert ra["sign test, graphdiff vs native: acc_at_equal_rollouts"] == "graphdiff"
+    assert ra["c1"] is None and ra["t1"] == "not met"
+    res = agreement(a, c)
+    assert sorted(res["flipped"]) == sorted(["gd-ds: final greedy accuracy - DS's",
+                                             "sign test, graphdiff vs native: acc_at_equal_rollouts", "t1"])
+    undecided = {p["figure"] for p in res["figures"] if p["status"] == "undecided"}
+    assert undecided == {"c1", "gd-ds: rollouts to DS's greedy accuracy after 1.0 of its steps, DS's / its own"}
+    assert res["decided"] == len(res["figures"]) - 2 and res["same"] == res["decided"] - 3
+    assert res["kendall_tau"]["tau"] == pytest.approx(1.0) and res["final_acc"]["ds"] == pytest.approx((0.661, 0.651))
+    assert agreement(a, a)["flipped"] == []
+
+    for name, m in (("one", a), ("two", c)):
+        (tmp_path / name / "report").mkdir(parents=True)
+        (tmp_path / name / "report" / "metrics.json").write_text(json.dumps(m))
+    main(["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "two" / "report"), "--out",
+          str(tmp_path / "v" / "verdicts.md")])
+    md = (tmp_path / "v" / "verdicts.md").read_text()
+    assert "verdict one | verdict two" in md and "**flipped**" in md and f"{res['same']} of {res['decided']}" in md
+    assert json.loads((tmp_path / "v" / "verdicts.json").read_text())["flipped"] == res["flipped"]
+    with pytest.raises(SystemExit) as err:
+        main(["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "none"), "--out", str(tmp_path / "x.md")])
+    assert err.value.code != 0 and not (tmp_path / "x.md").exists()
+
+
 def test_scores_against_ds_and_the_oracle():
     """Rollouts to DS's final accuracy, the share of the oracle's gain (accuracy and rollouts), the bootstrap."""
     from closedloop import scores
