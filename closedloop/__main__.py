@@ -185,10 +185,10 @@ def cmd_report(a) -> None:
 def cmd_verdicts(a) -> None:
     from .verdicts import write
 
-    names = tuple(a.names.split(",")) if a.names else None
-    if names is not None and len(names) != 2:
+    names = tuple(x.strip() for x in a.names.split(",")) if a.names else None
+    if names is not None and (len(names) != 2 or not all(names)):
         raise InvalidArgumentError(f"--names takes two comma-separated names, got {a.names!r}")
-    print(json.dumps(write(a.reports[0], a.reports[1], a.out, names=names)))
+    print(json.dumps(write(a.reports[0], a.reports[1], a.out, names=names, json_out=a.json)))
 
 
 def main(argv=None) -> None:
@@ -264,7 +264,8 @@ def main(argv=None) -> None:
 
     v = sub.add_parser("verdicts", help="two reports' verdicts side by side: which figures flip between grids")
     v.add_argument("reports", nargs=2, metavar="REPORT", help="folders written by `report` (their metrics.json)")
-    v.add_argument("--out", required=True, help="markdown file (and its .json sibling)")
+    v.add_argument("--out", required=True, help="markdown file")
+    v.add_argument("--json", default=None, help="also the pairing as JSON, to this file")
     v.add_argument("--names", default=None, help="the two grids' names, comma-separated (default: their parents)")
     v.set_defaults(fn=cmd_verdicts)
 

@@ -357,58 +357,85 @@ def test_two_grpo_steps_of_dynamic_sampling_and_an_oracle_arm(tmp_path):
     assert "oracle-ds" in (tmp_path / "report" / "report.md").read_text()
 
 
-def test_verdicts_of_two_grids_mark_what_flips(tmp_path):
+def test_verdicts_of_two_grids_mark_what_flips(tmp_path, capsys):
     """Two reports' figures paired by name: an interval that crosses its null in one grid and excludes it in the
-    other is a flip, so is a target met in one and not the other; undecided figures are neither; the schedulers'
-    order is compared by Kendall's tau; the command writes both files and a missing report is one clear error."""
+    other is a flip (ratios against 1, differences and shares against 0), so is a sign test or a target that
+    changes; a censored saving, a share of an oracle gain that is not above 0 and an undecided sign test are not
+    decided; figures of one grid only are listed apart; the schedulers' order is compared by Kendall's tau; the
+    command writes its files and an unreadable report is one line on stderr."""
     from closedloop.__main__ import main
     from closedloop.verdicts import agreement, rows
 
     def b(value, lo, hi):
         return {"value": value, "lo": lo, "hi": hi, "se": 0.01, "mdd": 0.03, "seeds": 6}
 
-    def metrics(ratio, diff, p, met, accs):
-        return {"schedulers": {n: [{"final_acc": a}, {"final_acc": a + 0.002}] for n, a in accs.items()},
-                "ds_equal_steps": {"gd-ds": {"rollout_ratio": ratio, "final_difference": {"heldout_acc": diff}}},
-                "saving_along_ds": {"gd-ds": {"0.25": b(1.2, 1.1, 1.3), "1.0": {"value": 0.5, "lo": None}}},
-                "oracle_share": [{"rule": "skip", "metric": "heldout_acc", "estimator": e,
-                                  "oracle_gain_acc": b(0.03, 0.02, 0.04), "share_acc": b(0.1, -0.2, 0.4)}
-                                 for e in ("greso", "gd-skip")],
-                "sign_tests": {"acc_at_equal_rollouts": {"pairs": 18, "graphdiff_better": 14, "native_better": 4,
-                                                         "p_value": p}},
-                "targets": [{"target": "t1", "measured": "x", "met": met}],
-                "regime_check": [{"check": "c1", "measured": "y", "met": None}]}
+    def metrics(ratio, diff, wins, p, met, accs, skip_gain=b(0.03, 0.02, 0.04), extra=False):
+        m = {"schedulers": {n: [{"final_acc": a}, {"final_acc": a + 0.002}] for n, a in accs.items()},
+             "ds_equal_steps": {"gd-ds": {"rollout_ratio": ratio, "final_difference": {"heldout_acc": diff}}},
+             "saving_along_ds": {"gd-ds": {"0.25": b(1.05, 0.9, 1.2), "1.0": b(0.0, 0.0, 0.0)}},
+             "oracle_share": [{"rule": "skip", "metric": "heldout_acc", "estimator": e, "oracle_gain_acc": skip_gain,
+                               "share_acc": b(0.3, 0.1, 0.5)} for e in ("greso", "gd-skip")],
+             "sign_tests": {"acc_at_equal_rollouts": {"pairs": 18, "graphdiff_better": wins,
+                                                      "native_better": 18 - wins, "p_value": p},
+                            "effective_rate (secondary)": {"pairs": 18, "graphdiff_better": 9, "native_better": 9,
+                                                           "p_value": None}},
+             "targets": [{"target": "t1", "measured": "x", "met": met}],
+             "regime_check": [{"check": "c1", "measured": "y", "met": None}]}
+        if extra:
+            m["ds_equal_steps"]["oracle-ds"] = {"rollout_ratio": ratio}
+        return m
 
-    a = metrics(b(1.5, 1.4, 1.6), b(-0.01, -0.02, -0.005), 0.03, False, {"ds": 0.66, "gd-ds": 0.64, "uniform": 0.6})
-    c = metrics(b(1.5, 1.45, 1.55), b(-0.004, -0.012, 0.003), 0.2, True, {"ds": 0.65, "gd-ds": 0.645, "uniform": 0.6})
+    accs_a = {"uniform": 0.60, "mopps": 0.62, "gd-thompson": 0.61, "greso": 0.615, "ds": 0.66, "oracle-ds": 0.655}
+    accs_c = {"uniform": 0.60, "mopps": 0.61, "gd-thompson": 0.62, "greso": 0.615, "ds": 0.66, "oracle-ds": 0.655}
+    a = metrics(b(0.95, 0.9, 0.99), b(-0.01, -0.02, -0.005), 4, 0.03, False, accs_a)
+    c = metrics(b(1.05, 0.95, 1.1), b(-0.004, -0.012, 0.003), 7, 0.5, True, accs_c,
+                skip_gain=b(0.01, -0.01, 0.03), extra=True)
     ra = {r["figure"]: r["verdict"] for r in rows(a)}
-    assert ra["gd-ds: DS's rollouts / its own, equal steps"] == "above"
+    assert ra["gd-ds: DS's rollouts / its own, equal steps"] == "below"  # against 1, not 0
+    assert ra["gd-ds: rollouts to DS's greedy accuracy after 0.25 of its steps, DS's / its own"] == "across"
+    assert ra["gd-ds: rollouts to DS's greedy accuracy after 1.0 of its steps, DS's / its own"] is None  # censored
     assert ra["gd-ds: final greedy accuracy - DS's"] == "below"
-    assert ra["skip: the oracle's gain in greedy accuracy"] == "above"  # once per rule, not per estimator
-    assert sum("oracle's gain" in f and "share" not in f for f in ra) == 1
-    assert ra["skip: gd-skip's share of the oracle's gain in greedy accuracy"] == "across"
-    assert ra["sign test, graphdiff vs native: acc_at_equal_rollouts"] == "graphdiff"
+    assert ra["skip, gd-skip: the oracle's gain in greedy accuracy"] == "above"
+    assert ra["skip, gd-skip: share of the oracle's gain in greedy accuracy"] == "above"
+    assert ra["sign test, graphdiff vs native: acc_at_equal_rollouts"] == "native"
+    assert ra["sign test, graphdiff vs native: effective_rate (secondary)"] is None  # every pair tied: no p
     assert ra["c1"] is None and ra["t1"] == "not met"
+    rc = {r["figure"]: r["verdict"] for r in rows(c)}
+    assert rc["skip, gd-skip: share of the oracle's gain in greedy accuracy"] is None  # a share of no gain
     res = agreement(a, c)
-    assert sorted(res["flipped"]) == sorted(["gd-ds: final greedy accuracy - DS's",
-                                             "sign test, graphdiff vs native: acc_at_equal_rollouts", "t1"])
-    undecided = {p["figure"] for p in res["figures"] if p["status"] == "undecided"}
-    assert undecided == {"c1", "gd-ds: rollouts to DS's greedy accuracy after 1.0 of its steps, DS's / its own"}
-    assert res["decided"] == len(res["figures"]) - 2 and res["same"] == res["decided"] - 3
-    assert res["kendall_tau"]["tau"] == pytest.approx(1.0) and res["final_acc"]["ds"] == pytest.approx((0.661, 0.651))
-    assert agreement(a, a)["flipped"] == []
+    assert res["counts"]["figure"]["flipped"] == ["gd-ds: DS's rollouts / its own, equal steps",
+                                                  "gd-ds: final greedy accuracy - DS's",
+                                                  "skip, greso: the oracle's gain in greedy accuracy",
+                                                  "skip, gd-skip: the oracle's gain in greedy accuracy",
+                                                  "sign test, graphdiff vs native: acc_at_equal_rollouts"]
+    assert res["counts"]["figure"]["decided"] == 6 and res["counts"]["figure"]["same"] == 1
+    assert res["counts"]["target"] == {"decided": 1, "same": 0, "flipped": ["t1"]}
+    assert res["one_sided"] == ["oracle-ds: DS's rollouts / its own, equal steps"]
+    assert res["kendall_tau"]["all"]["tau"] < 1.0 and res["final_acc"]["ds"] == pytest.approx((0.661, 0.661))
+    assert res["kendall_tau"]["equal_budget"]["schedulers"] == ["uniform", "mopps", "gd-thompson", "greso"]
+    assert agreement(a, a)["counts"]["figure"]["flipped"] == [] and agreement(a, a)["one_sided"] == []
 
     for name, m in (("one", a), ("two", c)):
         (tmp_path / name / "report").mkdir(parents=True)
         (tmp_path / name / "report" / "metrics.json").write_text(json.dumps(m))
     main(["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "two" / "report"), "--out",
-          str(tmp_path / "v" / "verdicts.md")])
+          str(tmp_path / "v" / "verdicts.md"), "--json", str(tmp_path / "v" / "pairs.json")])
     md = (tmp_path / "v" / "verdicts.md").read_text()
-    assert "verdict one | verdict two" in md and "**flipped**" in md and f"{res['same']} of {res['decided']}" in md
-    assert json.loads((tmp_path / "v" / "verdicts.json").read_text())["flipped"] == res["flipped"]
-    with pytest.raises(SystemExit) as err:
-        main(["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "none"), "--out", str(tmp_path / "x.md")])
-    assert err.value.code != 0 and not (tmp_path / "x.md").exists()
+    assert "verdict one | verdict two" in md and "**flipped**" in md and "1 of 6 decided figures agree" in md
+    assert json.loads((tmp_path / "v" / "pairs.json").read_text())["counts"] == res["counts"]
+    assert sorted(p.name for p in (tmp_path / "v").iterdir()) == ["pairs.json", "verdicts.md"]
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "metrics.json").write_text('{"oracle_share": [{"rule": "x"')  # cut short mid-write
+    capsys.readouterr()
+    for argv in (["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "none"), "--out", str(tmp_path / "x.md")],
+                 ["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "bad"), "--out", str(tmp_path / "x.md")],
+                 ["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "two" / "report"), "--out",
+                  str(tmp_path / "x.json")]):
+        with pytest.raises(SystemExit) as err:
+            main(argv)
+        assert err.value.code != 0 and not (tmp_path / "x.md").exists() and not (tmp_path / "x.json").exists()
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("closedloop verdicts: error:"), lines
 
 
 def test_scores_against_ds_and_the_oracle():
