@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Issue 32, an experiment (not a product option): would a coarse correction cut label propagation's solve?
+
+The product solves the Dirichlet problem (D_UU - W_UU) f_U = W_UL f_L by conjugate gradients with a Jacobi
+preconditioner, warm-started from the previous step's field, to relative residual 1e-6; on the 150k mutual-kNN
+graph that is 60-110 products with W a step early in a run. This compares it, step by step along the same
+simulated run as ``bench/lp_incremental.py`` (205 new and 51 seen prompts a step, 8 rollouts each at a per-cluster
+rate plus per-prompt noise), with a two-level additive preconditioner: Jacobi plus a coarse solve on aggregates,
+one per (cluster, connected component) pair of the graph's clustering (the K states of ``graphdiff cluster``),
+M^-1 r = D^-1 r + P (P^T L_UU P)^-1 P^T r, P the aggregates' 0/1 indicator on the unlabelled prompts. Same
+tolerance and warm start for both; reported: CG iterations, the coarse set-up's and the solve's seconds, and
+the largest error against a solve to 1e-11.
+
+    .venv/bin/python bench/lp_coarse.py W/old_g.zarr W/old_c.zarr [--steps 100] [--out lp_coarse.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+from scipy.sparse.linalg import LinearOperator, cg
+from threadpoolctl import threadpool_limits
+
+from _emit import emit  # bench/ is on sys.path when a script runs
+from handoff_roundtrip import read_inputs
+from graphdiff_cli.core.graph import row_parallel_matvec
+from graphdiff_cli.core.harmonic import harmonic_solution
+
+REPORT = (1, 2, 5, 10, 20, 50, 100)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("graph")
+    ap.add_argument("clusters")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    _ids, labels, w = read_inputs(Path(args.graph), Path(args.clusters))
+    w = sp.csr_matrix(w, dtype=np.float64)
+    n = w.shape[0]
+    deg = np.asarray(w.sum(1)).ravel()
+    comps = connected_components(w, directed=False)[1]
+    prod = row_parallel_matvec(w)
+    agg = np.unique(labels.astype(np.int64) * (comps.max() + 1) + comps, return_inverse=True)[1].reshape(-1)
+    nagg = int(agg.max()) + 1
+    coo = w.tocoo()
+    ar, ac = agg[coo.row], agg[coo.col]
+    rng = np.random.default_rng(0)
+    rate = np.clip(rng.beta(2, 2, labels.max() + 1)[labels] + rng.normal(0, .1, n), 0.01, .99)
+    out = {"date": str(date.today()), "machine": platform.platform(), "n": n, "nnz": int(w.nnz),
+           "components": int(comps.max() + 1), "aggregates": nagg, "steps": []}
+
+    def solve(lab, vals, fill, x0, coarse):
+        is_lab = np.zeros(n, bool)
+        is_lab[lab] = True
+        has = np.zeros(comps.max() + 1, bool)
+        has[comps[lab]] = True
+        free = ~is_lab & has[comps]
+        mask = free.astype(float)
+        bnd = np.zeros(n)
+        bnd[lab] = vals
+        rhs = mask * prod(bnd)
+        inv = np.where(free, 1 / np.where(deg > 0, deg, 1), 0)
+        t0 = time.perf_counter()
+        if coarse:  # P^T L_UU P from W's entries between unlabelled prompts, then its Cholesky factor
+            keep = free[coo.row] & free[coo.col]
+            off = np.bincount(ar[keep] * nagg + ac[keep], coo.data[keep], minlength=nagg * nagg).reshape(nagg, nagg)
+            a_c = np.diag(np.bincount(agg[free], deg[free], minlength=nagg)) - off
+            act = np.flatnonzero(np.bincount(agg[free], minlength=nagg) > 0)
+            factor = sla.cho_factor(a_c[np.ix_(act, act)])
+            loc = np.full(nagg, -1)
+            loc[act] = np.arange(act.size)
+            fa = loc[agg[free]]
+
+            def pre(r):
+                y = sla.cho_solve(factor, np.bincount(fa, r[free], minlength=act.size))
+                z = inv * r
+                z[free] += y[fa]
+                return z
+        else:
+            def pre(r):
+                return inv * r
+        setup = time.perf_counter() - t0
+        iters = [0]
+
+        def lap(x):
+            x = mask * x
+            return mask * (deg * x - prod(x))
+
+        def count(_xk):
+            iters[0] += 1
+
+        t0 = time.perf_counter()
+        with threadpool_limits(1, "blas"):
+            x, info = cg(LinearOperator((n, n), lap), rhs, x0=None if x0 is None else mask * x0, rtol=1e-6, atol=0.0,
+                         maxiter=5000, M=LinearOperator((n, n), pre), callback=count)
+        seconds = time.perf_counter() - t0
+        f = np.full(n, fill)
+        f[lab] = vals
+        f[free] = np.clip(x[free], vals.min(), vals.max())
+        return f, {"iterations": iters[0], "setup_s": round(setup, 3), "solve_s": round(seconds, 3), "info": int(info)}
+
+    S, C = np.zeros(n), np.zeros(n)
+    seen = np.zeros(n, bool)
+    prev = {"jacobi": None, "two_level": None}
+    for step in range(1, args.steps + 1):
+        new = rng.choice(np.flatnonzero(~seen), 205, replace=False)
+        old = rng.choice(np.flatnonzero(seen), 51, replace=False) if seen.any() else np.zeros(0, int)
+        batch = np.concatenate([new, old])
+        seen[new] = True
+        C[batch] += 8
+        S[batch] += rng.binomial(8, rate[batch])
+        lab = np.flatnonzero(C > 0)
+        vals, fill = S[lab] / C[lab], (S.sum() + 1) / (C.sum() + 2)
+        rows = {}
+        for name in prev:
+            prev[name], rows[name] = solve(lab, vals, fill, prev[name], name == "two_level")
+        if step in REPORT:
+            exact = harmonic_solution(w, lab, vals, fill, comps, x0=prev["jacobi"], rtol=1e-11)
+            for name in rows:
+                rows[name]["max_error"] = float(np.abs(prev[name] - exact).max())
+            out["steps"].append({"step": step, "labelled": int(lab.size), **rows})
+            print(out["steps"][-1], flush=True)
+    emit(out, args.out)
+
+
+if __name__ == "__main__":
+    main()
