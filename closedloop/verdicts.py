@@ -8,8 +8,9 @@ by name, the figures each grid decides on, with what it measured and what it con
   against 1; differences, oracle gains and shares of the oracle's gain against 0), and the pooled sign test of
   graphdiff against the native estimators at equal rollouts (significant for graphdiff, for the native, or
   neither) and of the effective-group rate. A share of the oracle's gain is decided only where the oracle's own
-  gain is above 0 in that grid (a share of nothing is undefined); an interval of zero width (a saving that no
-  seed reached: censored) is not decided either;
+  gain is above 0 in that grid (a share of nothing is undefined); the saving at DS's *final* accuracy (censored:
+  an arm level with DS reaches it in about half the seeds) and an interval of zero width are not decided either;
+  the oracle's gain is one row per rule where the rule's estimators read it at the same rollouts;
 - **targets and checks**: the issue's targets and regime checks, met or not. Several restate a figure above
   (the regime check is the oracle's saving), so they are counted apart.
 
@@ -71,15 +72,24 @@ def rows(metrics: dict) -> list[dict]:
             out.append(_figure(f"{name}: final {_METRIC.get(k, k)} - DS's", b, 0.0, 4))
     for name, along in (metrics.get("saving_along_ds") or {}).items():
         for f in _ALONG:
-            if f in along:
+            if f in along:  # after all of DS's steps: censored (an arm level with DS reaches it in half the seeds)
                 fig = f"{name}: rollouts to DS's greedy accuracy after {f} of its steps, DS's / its own"
-                out.append(_figure(fig, along[f], 1.0, 2))
-    for s in metrics.get("oracle_share") or []:
-        metric, who = _METRIC.get(s["metric"], s["metric"]), f"{s['rule']}, {s['estimator']}"
-        gain = s.get("oracle_gain_acc")  # at the rollouts baseline, estimator and oracle all reached
-        out.append(_figure(f"{who}: the oracle's gain in {metric}", gain, 0.0, 3))
-        out.append(_figure(f"{who}: share of the oracle's gain in {metric}", s.get("share_acc"), 0.0, 2,
-                           decided=_side(gain, 0.0) == "above"))
+                out.append(_figure(fig, along[f], 1.0, 2, decided=f != "1.0"))
+    shares = metrics.get("oracle_share") or []
+    budgets: dict[tuple, set] = {}  # the oracle's gain is read at the rollouts all three arms reached
+    for s in shares:
+        budgets.setdefault((s["rule"], s["metric"]), set()).add(tuple(r["budget"] for r in s.get("seeds") or []))
+    gains = set()
+    for s in shares:
+        metric, rule = _METRIC.get(s["metric"], s["metric"]), s["rule"]
+        gain = s.get("oracle_gain_acc")
+        # one row per rule where its estimators share the budget (the same figure), else one per estimator
+        who = rule if len(budgets[(s["rule"], s["metric"])]) == 1 else f"{rule}, {s['estimator']}"
+        if (who, metric) not in gains:
+            gains.add((who, metric))
+            out.append(_figure(f"{who}: the oracle's gain in {metric}", gain, 0.0, 3))
+        out.append(_figure(f"{rule}, {s['estimator']}: share of the oracle's gain in {metric}", s.get("share_acc"),
+                           0.0, 2, decided=_side(gain, 0.0) == "above"))
     for k in _SIGN_TESTS:
         t = (metrics.get("sign_tests") or {}).get(k)
         if t:
@@ -152,8 +162,8 @@ def markdown(res: dict, names: tuple[str, str]) -> list[str]:
         if kt:
             lines.append(f"Order by mean final greedy accuracy, {what} ({', '.join(kt['schedulers'])}): "
                          f"Kendall's tau {kt['tau']:.2f} (p = {kt['p_value']:.2g}).")
-    lines += ["", "Undecided: no interval, a censored saving (no width), or a share of an oracle gain that is not "
-              "above 0.", "", f"| figure | {a} | {b} | verdict {a} | verdict {b} | |", "|---|---|---|---|---|---|"]
+    lines += ["", "Undecided: no interval or one of no width, the saving at DS's final accuracy (censored), or a share "
+              "of an oracle gain that is not above 0.", "", f"| figure | {a} | {b} | verdict {a} | verdict {b} | |", "|---|---|---|---|---|---|"]
     for kind in ("figure", "target"):
         for p in (p for p in res["figures"] if p["kind"] == kind):
             mark = {"same": "same", "flipped": "**flipped**"}.get(p["status"], p["status"])
@@ -174,6 +184,8 @@ def write(report_a, report_b, out, names: tuple[str, str] | None = None, json_ou
     out = Path(out)
     if out.suffix == ".json" or out.is_dir():
         raise InvalidArgumentError(f"--out {out}: give a markdown file (the JSON goes to --json)")
+    if json_out is not None and (Path(json_out).is_dir() or Path(json_out).resolve() == out.resolve()):
+        raise InvalidArgumentError(f"--json {json_out}: give a file other than --out")
     loaded = []
     for folder in (report_a, report_b):
         path = Path(folder) / "metrics.json"

@@ -372,9 +372,14 @@ def test_verdicts_of_two_grids_mark_what_flips(tmp_path, capsys):
     def metrics(ratio, diff, wins, p, met, accs, skip_gain=b(0.03, 0.02, 0.04), extra=False):
         m = {"schedulers": {n: [{"final_acc": a}, {"final_acc": a + 0.002}] for n, a in accs.items()},
              "ds_equal_steps": {"gd-ds": {"rollout_ratio": ratio, "final_difference": {"heldout_acc": diff}}},
-             "saving_along_ds": {"gd-ds": {"0.25": b(1.05, 0.9, 1.2), "1.0": b(0.0, 0.0, 0.0)}},
+             "saving_along_ds": {"gd-ds": {"0.25": b(1.05, 0.9, 1.2), "0.5": b(0.0, 0.0, 0.0),
+                                           "1.0": b(0.5, 0.0, 1.2)}},
              "oracle_share": [{"rule": "skip", "metric": "heldout_acc", "estimator": e, "oracle_gain_acc": skip_gain,
-                               "share_acc": b(0.3, 0.1, 0.5)} for e in ("greso", "gd-skip")],
+                               "share_acc": b(0.3, 0.1, 0.5), "seeds": [{"budget": 20480.0}]}
+                              for e in ("greso", "gd-skip")]
+             + [{"rule": "pre", "metric": "heldout_acc", "estimator": e, "oracle_gain_acc": b(0.01, 0.005, 0.02),
+                 "share_acc": b(0.1, -0.2, 0.3), "seeds": [{"budget": budget}]}
+                for e, budget in (("greso-ds", 60928.0), ("gd-ds", 62720.0))],
              "sign_tests": {"acc_at_equal_rollouts": {"pairs": 18, "graphdiff_better": wins,
                                                       "native_better": 18 - wins, "p_value": p},
                             "effective_rate (secondary)": {"pairs": 18, "graphdiff_better": 9, "native_better": 9,
@@ -393,9 +398,14 @@ def test_verdicts_of_two_grids_mark_what_flips(tmp_path, capsys):
     ra = {r["figure"]: r["verdict"] for r in rows(a)}
     assert ra["gd-ds: DS's rollouts / its own, equal steps"] == "below"  # against 1, not 0
     assert ra["gd-ds: rollouts to DS's greedy accuracy after 0.25 of its steps, DS's / its own"] == "across"
+    assert ra["gd-ds: rollouts to DS's greedy accuracy after 0.5 of its steps, DS's / its own"] is None  # no width
     assert ra["gd-ds: rollouts to DS's greedy accuracy after 1.0 of its steps, DS's / its own"] is None  # censored
     assert ra["gd-ds: final greedy accuracy - DS's"] == "below"
-    assert ra["skip, gd-skip: the oracle's gain in greedy accuracy"] == "above"
+    # one gain row where a rule's estimators read it at the same rollouts, one per estimator where they do not
+    assert ra["skip: the oracle's gain in greedy accuracy"] == "above" and "skip, gd-skip: the oracle's gain" \
+        " in greedy accuracy" not in ra
+    assert {f for f in ra if f.startswith("pre, ") and ": the oracle's gain" in f} == {
+        "pre, greso-ds: the oracle's gain in greedy accuracy", "pre, gd-ds: the oracle's gain in greedy accuracy"}
     assert ra["skip, gd-skip: share of the oracle's gain in greedy accuracy"] == "above"
     assert ra["sign test, graphdiff vs native: acc_at_equal_rollouts"] == "native"
     assert ra["sign test, graphdiff vs native: effective_rate (secondary)"] is None  # every pair tied: no p
@@ -405,10 +415,9 @@ def test_verdicts_of_two_grids_mark_what_flips(tmp_path, capsys):
     res = agreement(a, c)
     assert res["counts"]["figure"]["flipped"] == ["gd-ds: DS's rollouts / its own, equal steps",
                                                   "gd-ds: final greedy accuracy - DS's",
-                                                  "skip, greso: the oracle's gain in greedy accuracy",
-                                                  "skip, gd-skip: the oracle's gain in greedy accuracy",
+                                                  "skip: the oracle's gain in greedy accuracy",
                                                   "sign test, graphdiff vs native: acc_at_equal_rollouts"]
-    assert res["counts"]["figure"]["decided"] == 6 and res["counts"]["figure"]["same"] == 1
+    assert res["counts"]["figure"]["decided"] == 9 and res["counts"]["figure"]["same"] == 5
     assert res["counts"]["target"] == {"decided": 1, "same": 0, "flipped": ["t1"]}
     assert res["one_sided"] == ["oracle-ds: DS's rollouts / its own, equal steps"]
     assert res["kendall_tau"]["all"]["tau"] < 1.0 and res["final_acc"]["ds"] == pytest.approx((0.661, 0.661))
@@ -421,16 +430,23 @@ def test_verdicts_of_two_grids_mark_what_flips(tmp_path, capsys):
     main(["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "two" / "report"), "--out",
           str(tmp_path / "v" / "verdicts.md"), "--json", str(tmp_path / "v" / "pairs.json")])
     md = (tmp_path / "v" / "verdicts.md").read_text()
-    assert "verdict one | verdict two" in md and "**flipped**" in md and "1 of 6 decided figures agree" in md
+    assert "verdict one | verdict two" in md and "**flipped**" in md and "5 of 9 decided figures agree" in md
     assert json.loads((tmp_path / "v" / "pairs.json").read_text())["counts"] == res["counts"]
     assert sorted(p.name for p in (tmp_path / "v").iterdir()) == ["pairs.json", "verdicts.md"]
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "metrics.json").write_text('{"oracle_share": [{"rule": "x"')  # cut short mid-write
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "wrong" / "metrics.json").write_text('{"oracle_share": [{"rule": "x"}]}')  # JSON, not a report
+    with pytest.raises(ValueError, match="named twice"):
+        rows({"targets": [{"target": "t", "measured": "x", "met": True}] * 2})
     capsys.readouterr()
     for argv in (["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "none"), "--out", str(tmp_path / "x.md")],
                  ["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "bad"), "--out", str(tmp_path / "x.md")],
+                 ["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "wrong"), "--out", str(tmp_path / "x.md")],
                  ["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "two" / "report"), "--out",
-                  str(tmp_path / "x.json")]):
+                  str(tmp_path / "x.json")],
+                 ["verdicts", str(tmp_path / "one" / "report"), str(tmp_path / "two" / "report"), "--out",
+                  str(tmp_path / "x.md"), "--json", str(tmp_path)]):
         with pytest.raises(SystemExit) as err:
             main(argv)
         assert err.value.code != 0 and not (tmp_path / "x.md").exists() and not (tmp_path / "x.json").exists()
