@@ -41,6 +41,7 @@ import numpy as np
 
 from graphdiff_cli.errors import InvalidArgumentError
 from graphdiff_cli.integrations.tracking import METRIC_PREFIX, OutcomeRecorder, count_outcomes
+from graphdiff_cli.io.atomic import atomic_write_text
 from graphdiff_cli.io.readers import IdIndex
 from . import schedulers as sch
 from .tasks import verify
@@ -320,5 +321,6 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     if oracle is not None:
         summary["oracle"] = {**oracle_cost, "samples_per_candidate": cfg.oracle_samples,
                              "share_of_wall": oracle_cost["seconds"] / wall if wall else None}
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    # written last and atomically: its presence is what marks the run finished (report, batch runner, Snakemake)
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary

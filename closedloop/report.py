@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphdiff_cli.io.atomic import atomic_write, atomic_write_text
+
 from . import scores
 from .schedulers import COMPARISONS, REFERENCES, RULES, SCHEDULERS
 
@@ -244,7 +246,8 @@ def _plot_metric(runs, out: Path, key: str) -> list[str]:
             ax.legend(fontsize=7)
         axes[0][0].set_ylabel(METRICS[key])
         fig.tight_layout()
-        fig.savefig(out / fname, dpi=110)
+        with atomic_write(out / fname, binary=True) as f:  # a reader never sees half a figure
+            fig.savefig(f, dpi=110, format="png")
         plt.close(fig)
         files.append(fname)
     return files
@@ -328,10 +331,10 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
     lines += extra_lines
     plots = _plot(runs, out)
     lines += [f"![{p}]({p})" for p in plots]
-    (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
     metrics = {"schedulers": table, "comparisons": all_rows, "sign_tests": tests, "targets": targets, "plots": plots,
                "references": [r for r in REFERENCES if r in runs], **extra}
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     return {"report": str(out / "report.md"), "runs": sum(len(v) for v in runs.values()), "sign_tests": tests}
 
 
