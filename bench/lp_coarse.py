@@ -24,15 +24,12 @@ from pathlib import Path
 
 import numpy as np
 import scipy.linalg as sla
-import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import LinearOperator, cg
 from threadpoolctl import threadpool_limits
 
 from _emit import emit  # bench/ is on sys.path when a script runs
-from handoff_roundtrip import read_inputs
-from graphdiff_cli.core.graph import row_parallel_matvec
 from graphdiff_cli.core.harmonic import harmonic_solution
+from lp_incremental import System, load, simulated_rates, simulated_run
 
 REPORT = (1, 2, 5, 10, 20, 50, 100)
 
@@ -45,31 +42,19 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    _ids, labels, w = read_inputs(Path(args.graph), Path(args.clusters))
-    w = sp.csr_matrix(w, dtype=np.float64)
+    labels, w, deg, comps, prod = load(Path(args.graph), Path(args.clusters))
     n = w.shape[0]
-    deg = np.asarray(w.sum(1)).ravel()
-    comps = connected_components(w, directed=False)[1]
-    prod = row_parallel_matvec(w)
     agg = np.unique(labels.astype(np.int64) * (comps.max() + 1) + comps, return_inverse=True)[1].reshape(-1)
     nagg = int(agg.max()) + 1
     coo = w.tocoo()
     ar, ac = agg[coo.row], agg[coo.col]
     rng = np.random.default_rng(0)
-    rate = np.clip(rng.beta(2, 2, labels.max() + 1)[labels] + rng.normal(0, .1, n), 0.01, .99)
+    rate = simulated_rates(rng, labels)
     out = {"date": str(date.today()), "machine": platform.platform(), "n": n, "nnz": int(w.nnz),
            "components": int(comps.max() + 1), "aggregates": nagg, "steps": []}
 
-    def solve(lab, vals, fill, x0, coarse):
-        is_lab = np.zeros(n, bool)
-        is_lab[lab] = True
-        has = np.zeros(comps.max() + 1, bool)
-        has[comps[lab]] = True
-        free = ~is_lab & has[comps]
-        mask = free.astype(float)
-        bnd = np.zeros(n)
-        bnd[lab] = vals
-        rhs = mask * prod(bnd)
+    def solve(sysm, x0, coarse):
+        free = sysm.free
         inv = np.where(free, 1 / np.where(deg > 0, deg, 1), 0)
         t0 = time.perf_counter()
         if coarse:  # P^T L_UU P from W's entries between unlabelled prompts, then its Cholesky factor
@@ -93,38 +78,24 @@ def main() -> None:
         setup = time.perf_counter() - t0
         iters = [0]
 
-        def lap(x):
-            x = mask * x
-            return mask * (deg * x - prod(x))
-
         def count(_xk):
             iters[0] += 1
 
         t0 = time.perf_counter()
         with threadpool_limits(1, "blas"):
-            x, info = cg(LinearOperator((n, n), lap), rhs, x0=None if x0 is None else mask * x0, rtol=1e-6, atol=0.0,
-                         maxiter=5000, M=LinearOperator((n, n), pre), callback=count)
+            x, info = cg(LinearOperator((n, n), sysm.lap), sysm.rhs, x0=None if x0 is None else sysm.mask * x0,
+                         rtol=1e-6, atol=0.0, maxiter=5000, M=LinearOperator((n, n), pre), callback=count)
         seconds = time.perf_counter() - t0
-        f = np.full(n, fill)
-        f[lab] = vals
-        f[free] = np.clip(x[free], vals.min(), vals.max())
+        f = sysm.start.copy()
+        f[free] = np.clip(x[free], sysm.vals.min(), sysm.vals.max())
         return f, {"iterations": iters[0], "setup_s": round(setup, 3), "solve_s": round(seconds, 3), "info": int(info)}
 
-    S, C = np.zeros(n), np.zeros(n)
-    seen = np.zeros(n, bool)
     prev = {"jacobi": None, "two_level": None}
-    for step in range(1, args.steps + 1):
-        new = rng.choice(np.flatnonzero(~seen), 205, replace=False)
-        old = rng.choice(np.flatnonzero(seen), 51, replace=False) if seen.any() else np.zeros(0, int)
-        batch = np.concatenate([new, old])
-        seen[new] = True
-        C[batch] += 8
-        S[batch] += rng.binomial(8, rate[batch])
-        lab = np.flatnonzero(C > 0)
-        vals, fill = S[lab] / C[lab], (S.sum() + 1) / (C.sum() + 2)
+    for step, _batch, lab, vals, fill in simulated_run(rng, rate, args.steps):
+        sysm = System(w, prod, deg, comps, lab, vals, fill)
         rows = {}
         for name in prev:
-            prev[name], rows[name] = solve(lab, vals, fill, prev[name], name == "two_level")
+            prev[name], rows[name] = solve(sysm, prev[name], name == "two_level")
         if step in REPORT:
             exact = harmonic_solution(w, lab, vals, fill, comps, x0=prev["jacobi"], rtol=1e-11)
             for name in rows:

@@ -111,6 +111,39 @@ class System:
         return f, sweeps, work
 
 
+def load(graph: Path, clusters: Path):
+    """labels, W (float64 CSR), degrees, connected components and the product with W of graph and clusters
+    artifacts."""
+    _ids, labels, w = read_inputs(graph, clusters)
+    w = sp.csr_matrix(w, dtype=np.float64)
+    deg = np.asarray(w.sum(1)).ravel()
+    comps = connected_components(w, directed=False)[1]
+    return labels, w, deg, comps, row_parallel_matvec(w)
+
+
+def simulated_rates(rng, labels):
+    """Each prompt's pass rate: its cluster's Beta(2, 2) rate plus N(0, 0.1), clipped to [0.01, 0.99]."""
+    return np.clip(rng.beta(2, 2, labels.max() + 1)[labels] + rng.normal(0, .1, labels.size), 0.01, .99)
+
+
+def simulated_run(rng, rate, steps: int):
+    """Per step (205 new prompts and 51 seen ones, 8 rollouts each): (step, batch, labelled prompts, their pass
+    rates so far, the fill for prompts in no labelled component). Lazy: a caller's own draws from ``rng``
+    between steps come between this run's."""
+    n = rate.size
+    S, C = np.zeros(n), np.zeros(n)
+    seen = np.zeros(n, bool)
+    for step in range(1, steps + 1):
+        new = rng.choice(np.flatnonzero(~seen), 205, replace=False)
+        old = rng.choice(np.flatnonzero(seen), 51, replace=False) if seen.any() else np.zeros(0, int)
+        batch = np.concatenate([new, old])
+        seen[new] = True
+        C[batch] += 8
+        S[batch] += rng.binomial(8, rate[batch])
+        lab = np.flatnonzero(C > 0)
+        yield step, batch, lab, S[lab] / C[lab], (S.sum() + 1) / (C.sum() + 2)
+
+
 def reach(w, batch):
     """Shares of the graph within 1, 2, 3 hops of ``batch``."""
     n = w.shape[0]
@@ -135,14 +168,10 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    _ids, labels, w = read_inputs(Path(args.graph), Path(args.clusters))
-    w = sp.csr_matrix(w, dtype=np.float64)
+    labels, w, deg, comps, prod = load(Path(args.graph), Path(args.clusters))
     n = w.shape[0]
-    deg = np.asarray(w.sum(1)).ravel()
-    comps = connected_components(w, directed=False)[1]
-    prod = row_parallel_matvec(w)
     rng = np.random.default_rng(0)
-    rate = np.clip(rng.beta(2, 2, labels.max() + 1)[labels] + rng.normal(0, .1, n), 0.01, .99)
+    rate = simulated_rates(rng, labels)
     out = {"date": str(date.today()), "machine": platform.platform(), "n": n, "nnz": int(w.nnz),
            "components": int(comps.max() + 1), "reach": [], "tau": [], "push": [], "capped": [], "warm_cg": []}
 
@@ -158,19 +187,9 @@ def main() -> None:
                            "median": float(np.median(tau[free])), "in_components_without_label": int(n - m - free.sum())})
         print(out["tau"][-1], flush=True)
 
-    S, C = np.zeros(n), np.zeros(n)
-    seen = np.zeros(n, bool)
     exact = None
     tracked = {k: None for k in args.caps}
-    for step in range(1, args.steps + 1):
-        new = rng.choice(np.flatnonzero(~seen), 205, replace=False)
-        old = rng.choice(np.flatnonzero(seen), 51, replace=False) if seen.any() else np.zeros(0, int)
-        batch = np.concatenate([new, old])
-        seen[new] = True
-        C[batch] += 8
-        S[batch] += rng.binomial(8, rate[batch])
-        lab = np.flatnonzero(C > 0)
-        vals, fill = S[lab] / C[lab], (S.sum() + 1) / (C.sum() + 2)
+    for step, batch, lab, vals, fill in simulated_run(rng, rate, args.steps):
         sysm = System(w, prod, deg, comps, lab, vals, fill)
         if step in (1, 10, 50):
             out["reach"].append({"step": step, "within_1_2_3_hops": reach(w, batch)})

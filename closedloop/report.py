@@ -338,7 +338,8 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
     return {"report": str(out / "report.md"), "runs": sum(len(v) for v in runs.values()), "sign_tests": tests}
 
 
-def _ci(b: dict | None, nd: int = 3) -> str:
+def interval_text(b: dict | None, nd: int = 3) -> str:
+    """A bootstrap result as "value [lo, hi]" (the value alone without an interval, "-" without a value)."""
     if not b or b.get("value") is None:
         return "-"
     if b.get("lo") is None:
@@ -371,9 +372,9 @@ def _issue29(runs, outcomes) -> tuple[list[str], dict]:
             lines.append(f"| {name} | {len(runs[name])} | {_ms(fin.get('heldout_acc', []))} | "
                          f"{_ms(fin.get('heldout_sampled', []))} | "
                          f"{_ms([float(r[-1]['cum_rollouts']) for r in runs[name].values()], 0)} | "
-                         f"{_ci(sv.get('heldout_acc'), 2)} | {_fmt((sv.get('heldout_acc') or {}).get('mdd'), 2)} | "
-                         f"{_ci(sv.get('heldout_sampled'), 2)} | {_fmt((sv.get('heldout_sampled') or {}).get('mdd'), 2)} | "
-                         f"{_ci(sv.get('heldout_acc_raw'), 2)} |")
+                         f"{interval_text(sv.get('heldout_acc'), 2)} | {_fmt((sv.get('heldout_acc') or {}).get('mdd'), 2)} | "
+                         f"{interval_text(sv.get('heldout_sampled'), 2)} | {_fmt((sv.get('heldout_sampled') or {}).get('mdd'), 2)} | "
+                         f"{interval_text(sv.get('heldout_acc_raw'), 2)} |")
         lines.append("")
     ds_family = [x for x in SCHEDULERS if SCHEDULERS[x][0] == "ds" and x != "ds" and x in runs]
     if "ds" in runs and ds_family:
@@ -397,9 +398,9 @@ def _issue29(runs, outcomes) -> tuple[list[str], dict]:
             res["ds_equal_steps"][name] = {"rollout_ratio": ratio, "final_difference": diffs,
                                            "reached": sum(r["reached"] for r in g), "seeds": len(g)}
             res["saving_along_ds"][name] = {str(f): b for f, b in along.items()}
-            lines.append(f"| {name} | {_ci(ratio, 2)} | {_ci(diffs.get('heldout_acc'), 4)} | "
-                         f"{_ci(diffs.get('heldout_sampled'), 4)} | {sum(r['reached'] for r in g)} of {len(g)} | "
-                         + " | ".join(_ci(along[f], 2) for f in sorted(along)) + " |")
+            lines.append(f"| {name} | {interval_text(ratio, 2)} | {interval_text(diffs.get('heldout_acc'), 4)} | "
+                         f"{interval_text(diffs.get('heldout_sampled'), 4)} | {sum(r['reached'] for r in g)} of {len(g)} | "
+                         + " | ".join(interval_text(along[f], 2) for f in sorted(along)) + " |")
         lines.append("")
     res["oracle_share"] = []
     share_lines = []
@@ -413,8 +414,8 @@ def _issue29(runs, outcomes) -> tuple[list[str], dict]:
                 gain = scores.bootstrap([r["acc_oracle"] - r["acc_baseline"] for r in sh["seeds"]])
                 res["oracle_share"].append({"rule": title, "metric": k, **sh, "share_acc": acc, "share_rollouts": ro,
                                             "oracle_gain_acc": gain})
-                share_lines.append(f"| {title} | {est} | {k} | {len(sh['seeds'])} | {_ci(gain)} (MDD "
-                                   f"{_fmt(gain.get('mdd'))}) | {_ci(acc, 2)} | {_ci(ro, 2)} |")
+                share_lines.append(f"| {title} | {est} | {k} | {len(sh['seeds'])} | {interval_text(gain)} (MDD "
+                                   f"{_fmt(gain.get('mdd'))}) | {interval_text(acc, 2)} | {interval_text(ro, 2)} |")
     if share_lines:
         lines += ["## Share of the oracle's gain each estimator recovers", "",
                   "(estimator - baseline) / (oracle - baseline); baseline = the rule without an estimator (uniform; "
@@ -426,7 +427,7 @@ def _issue29(runs, outcomes) -> tuple[list[str], dict]:
     if "oracle-ds" in runs and "ds" in runs:
         sv = res["saving_vs_ds"]["oracle-ds"].get("heldout_acc") or {}
         checks.append({"check": "oracle pre-filtered DS reaches DS's final greedy accuracy with >= 1.5x fewer "
-                                "rollouts, interval excluding 1", "measured": _ci(sv, 2),
+                                "rollouts, interval excluding 1", "measured": interval_text(sv, 2),
                        "met": None if sv.get("lo") is None or sv["seeds"] < scores.MIN_SEEDS
                        else bool(sv["value"] >= 1.5 and sv["lo"] > 1)})
     along = (res.get("saving_along_ds") or {}).get("oracle-ds")
@@ -437,7 +438,7 @@ def _issue29(runs, outcomes) -> tuple[list[str], dict]:
                                 "oracle pre-filtered DS reaches "
                                 "DS's accuracy after 1/4, 1/2 and 3/4 of its steps with >= 1.5x fewer rollouts, "
                                 "each interval excluding 1",
-                       "measured": ", ".join(_ci(b, 2) for _, b in sorted(mid.items())),
+                       "measured": ", ".join(interval_text(b, 2) for _, b in sorted(mid.items())),
                        "met": None if any(b.get("lo") is None or b["seeds"] < scores.MIN_SEEDS for b in mid.values())
                        else all(ok)})
     if "oracle-thompson" in runs and "uniform" in runs:
@@ -445,7 +446,7 @@ def _issue29(runs, outcomes) -> tuple[list[str], dict]:
                                                                                "oracle-thompson")["seeds"]]
         b = scores.bootstrap(d)
         checks.append({"check": "oracle selection (Thompson) beats uniform at equal rollouts, interval excluding 0",
-                       "measured": f"{_ci(b)} (MDD {_fmt(b.get('mdd'))})",
+                       "measured": f"{interval_text(b)} (MDD {_fmt(b.get('mdd'))})",
                        "met": None if b.get("lo") is None or b["seeds"] < scores.MIN_SEEDS else bool(b["lo"] > 0)})
     res["regime_check"] = checks
     if checks:

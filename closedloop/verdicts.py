@@ -28,6 +28,7 @@ from pathlib import Path
 
 from scipy import stats
 
+from .report import interval_text
 from .schedulers import SCHEDULERS
 
 _SIGN_TESTS = ("acc_at_equal_rollouts", "effective_rate (secondary)")
@@ -49,16 +50,8 @@ def _side(b: dict | None, null: float) -> str | None:
     return "across"
 
 
-def _interval(b: dict | None, nd: int) -> str:
-    if not b or b.get("value") is None:
-        return "-"
-    if b.get("lo") is None:
-        return f"{b['value']:.{nd}f}"
-    return f"{b['value']:.{nd}f} [{b['lo']:.{nd}f}, {b['hi']:.{nd}f}]"
-
-
 def _figure(name: str, b: dict | None, null: float, nd: int, decided: bool = True) -> dict:
-    return {"figure": name, "kind": "figure", "measured": _interval(b, nd),
+    return {"figure": name, "kind": "figure", "measured": interval_text(b, nd),
             "verdict": _side(b, null) if decided else None}
 
 
@@ -205,4 +198,4 @@ def write(report_a, report_b, out, names: tuple[str, str] | None = None, json_ou
     atomic_write_text(out, "\n".join(markdown(res, names)))
     if json_out:
         atomic_write_text(Path(json_out), json.dumps(res, indent=1) + "\n")
-    return {"out": str(out), **{k: v for k, v in res["counts"].items()}}
+    return {"out": str(out), **res["counts"]}
