@@ -415,12 +415,14 @@ def _issue29(runs, outcomes) -> tuple[list[str], dict]:
                 res["oracle_share"].append({"rule": title, "metric": k, **sh, "share_acc": acc, "share_rollouts": ro,
                                             "oracle_gain_acc": gain})
                 share_lines.append(f"| {title} | {est} | {k} | {len(sh['seeds'])} | {interval_text(gain)} (MDD "
-                                   f"{_fmt(gain.get('mdd'))}) | {interval_text(acc, 2)} | {interval_text(ro, 2)} |")
+                                   f"{_fmt(gain.get('mdd'))}) | {interval_text(acc, 2)} (MDD {_fmt((acc or {}).get('mdd'), 2)}) | "
+                                   f"{interval_text(ro, 2)} (MDD {_fmt((ro or {}).get('mdd'), 2)}) |")
     if share_lines:
         lines += ["## Share of the oracle's gain each estimator recovers", "",
                   "(estimator - baseline) / (oracle - baseline); baseline = the rule without an estimator (uniform; "
                   "plain DS for the pre-filter). Accuracy at the rollouts all three reached; rollouts saved to the "
-                  "baseline's final accuracy. Ratio of seed means, 95% bootstrap interval over seeds.", "",
+                  "baseline's final accuracy. Ratio of seed means, 95% bootstrap interval over seeds; MDD = the minimum "
+                  "detectable share at these seeds. A share means nothing where the oracle's gain is not above 0.", "",
                   "| rule | estimator | metric | seeds | oracle's gain in accuracy [95%] | share, accuracy | "
                   "share, rollouts |", "|---|---|---|---|---|---|---|"] + share_lines + [""]
     checks = []
