@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Issue 32, an experiment (not a product option): would algebraic multigrid (pyamg) cut label propagation's solve?
+
+``bench/lp_coarse.py`` tried a coarse space of our own (the clustering's states); this tries the well-kept library
+one: pyamg's smoothed-aggregation hierarchy of L_UU, the Dirichlet system of the simulated run's second step on
+the 150k mutual-kNN graph (same run as ``bench/lp_incremental.py``), as the preconditioner of CG, cold-started,
+to relative residual 1e-6, beside the product's Jacobi preconditioner. Reported per hierarchy: set-up seconds,
+levels and their sizes, CG iterations, solve seconds, and the work in products with L_UU (a V-cycle's smoothing
+sweeps and residual each cost about one product, its coarse levels ``operator_complexity - 1`` of one more).
+pyamg is not a dependency of graphdiff: ``pip install pyamg`` (5.4.1 measured) to run this.
+
+    .venv/bin/python bench/lp_amg.py W/old_g.zarr W/old_c.zarr [--out lp_amg.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pyamg
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator, cg
+from threadpoolctl import threadpool_limits
+
+from _emit import emit  # bench/ is on sys.path when a script runs
+from lp_incremental import System, load, simulated_rates, simulated_run
+
+GS = ("block_gauss_seidel", {"sweep": "symmetric"})  # pyamg's default smoother: a forward and a backward sweep
+JACOBI = ("jacobi", {"omega": 2 / 3, "iterations": 1})
+JACOBI2 = ("jacobi", {"omega": 2 / 3, "iterations": 2})
+HIERARCHIES = {  # name: (keyword arguments of smoothed_aggregation_solver, sweeps per V-cycle on the finest level)
+    "SA, Gauss-Seidel (pyamg's defaults)": ({}, 4),
+    "plain aggregation, Gauss-Seidel": ({"smooth": None}, 4),
+    "plain aggregation, 1 Jacobi sweep": ({"smooth": None, "presmoother": JACOBI, "postsmoother": JACOBI}, 2),
+    "SA, 1 Jacobi sweep": ({"presmoother": JACOBI, "postsmoother": JACOBI}, 2),
+    "plain aggregation, 2 Jacobi sweeps": ({"smooth": None, "presmoother": JACOBI2, "postsmoother": JACOBI2}, 4),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("graph")
+    ap.add_argument("clusters")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    labels, w, deg, comps, prod = load(Path(args.graph), Path(args.clusters))
+    rng = np.random.default_rng(0)
+    rate = simulated_rates(rng, labels)
+    for _step, _batch, lab, vals, fill in simulated_run(rng, rate, 2):
+        pass  # the second step's labels, as lp_coarse's step 2
+    system = System(w, prod, deg, comps, lab, vals, fill)
+    free = np.flatnonzero(system.free)
+    a = (sp.diags(deg) - w).tocsr()[free][:, free].tocsr()
+    b = system.rhs[free]
+    out = {"date": str(date.today()), "machine": platform.platform(), "pyamg": pyamg.__version__,
+           "n_free": int(free.size), "nnz": int(a.nnz), "labelled": int(lab.size), "rows": []}
+
+    def solve(m):
+        iters = [0]
+
+        def count(_xk):
+            iters[0] += 1
+
+        t0 = time.perf_counter()
+        with threadpool_limits(1, "blas"):
+            _x, info = cg(a, b, rtol=1e-6, atol=0.0, maxiter=5000, M=m, callback=count)
+        return iters[0], time.perf_counter() - t0, int(info)
+
+    dinv = 1 / a.diagonal()
+    it, sec, info = solve(LinearOperator(a.shape, lambda r: dinv * r))
+    out["rows"].append({"preconditioner": "Jacobi (the product's)", "setup_s": 0.0, "iterations": it,
+                        "solve_s": round(sec, 2), "products": it, "info": info})
+    print(out["rows"][-1], flush=True)
+    for name, (kw, sweeps) in HIERARCHIES.items():
+        t0 = time.perf_counter()
+        ml = pyamg.smoothed_aggregation_solver(a, symmetry="hermitian", max_coarse=500, **kw)
+        setup = time.perf_counter() - t0
+        it, sec, info = solve(ml.aspreconditioner(cycle="V"))
+        per_cycle = sweeps + 1 + (ml.operator_complexity() - 1)  # smoothing, the residual, the coarse levels
+        out["rows"].append({"preconditioner": name, "setup_s": round(setup, 2), "levels": len(ml.levels),
+                            "sizes": [lv.A.shape[0] for lv in ml.levels],
+                            "operator_complexity": round(ml.operator_complexity(), 3), "iterations": it,
+                            "solve_s": round(sec, 2), "products": round(it * (1 + per_cycle)), "info": info})
+        print(out["rows"][-1], flush=True)
+    emit(out, args.out)
+
+
+if __name__ == "__main__":
+    main()
