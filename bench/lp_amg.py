@@ -83,11 +83,12 @@ def main() -> None:
     print(out["rows"][-1], flush=True)
 
     def ssor(r):
+        r = np.asarray(r, dtype=np.float64).ravel()
         z = np.zeros_like(r)
         pyamg.relaxation.relaxation.gauss_seidel(a, z, r, iterations=1, sweep="symmetric")
         return z
 
-    it, sec, info = solve(LinearOperator(a.shape, ssor))
+    it, sec, info = solve(LinearOperator(a.shape, ssor, dtype=np.float64))
     out["rows"].append({"preconditioner": "symmetric Gauss-Seidel alone (SSOR)", "setup_s": 0.0, "iterations": it,
                         "solve_s": round(sec, 2), "products": 3 * it, "info": info})
     print(out["rows"][-1], flush=True)
