@@ -2,11 +2,13 @@
 """Issue 29: how far graphdiff's estimate lags the policy in the closed loop.
 
 Replays a run's outcome log (``outcomes.jsonl``: every generated group, in order) through a fresh graphdiff
-Estimator loaded from the grid's STATE, as the run's estimator saw it: each step's groups predicted before their
-outcomes, then the step's outcomes added. Per window of steps: the mean predicted pass rate, the mean observed
-s/n of the same groups, their difference (the level bias: negative = the estimate trails an improving policy),
-the step-to-step rise of the observed rate, and the lag in steps that the bias amounts to (-bias / rise per
-step). On the uniform arm the groups are an unbiased draw of the pool, so its observed rate is the policy's.
+Estimator loaded from the grid's STATE, the same outcomes in the same order: each step's groups predicted before
+their outcomes, then the step's outcomes added (the runs' selection rules planned step t from the estimate after
+step t-2, ``estimator_step_at_plan``: one step staler than this replay). Per window of steps: the mean predicted
+pass rate, the mean observed s/n of the same groups, their difference (the level bias: negative = the estimate
+trails an improving policy), the step-to-step rise of the observed rate, and the lag in steps that the bias amounts
+to (-bias / rise per step); and the bias per (skill, level) cell over the whole run, groups pooled over seeds. On
+the uniform arm the groups are an unbiased draw of the pool, so its observed rate is the policy's.
 
     .venv/bin/python bench/closedloop_lag.py --data artifacts/cl-cpu/data --state artifacts/cl-cpu/graph/STATE \
         --runs artifacts/cl-cpu/runs --schedulers uniform,gd-ds --seeds 0-5 [--window 10] [--out lag.json]
@@ -25,8 +27,14 @@ from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io.readers import IdIndex
 
 
-def replay(state: Path, index: IdIndex, outcomes: Path) -> list[tuple[int, float, float, int]]:
-    """(step, mean p-hat, mean s/n, groups) per step, each step predicted before its outcomes."""
+def cell(prompt_id: str) -> str:
+    """The (skill, level) cell of a training prompt id, e.g. tr-sort2-0001 -> sort2."""
+    return prompt_id.split("-")[1]
+
+
+def replay(state: Path, index: IdIndex, outcomes: Path, cells: dict) -> list[tuple[int, float, float, int]]:
+    """(step, mean p-hat, mean s/n, groups) per step, each step predicted before its outcomes; ``cells``
+    collects (p-hat - s/n) per group by cell."""
     est = Estimator.load(state, device="cpu")
     rows = []
     for line in outcomes.read_text().splitlines():
@@ -35,6 +43,8 @@ def replay(state: Path, index: IdIndex, outcomes: Path) -> list[tuple[int, float
         if not ids.size:
             continue
         p = est.predict(ids)
+        for name, d in zip(r["ids"], p - s / n):
+            cells.setdefault(cell(name), []).append(float(d))
         rows.append((int(r["step"]), float(p.mean()), float((s / n).mean()), len(ids)))
         est.update(ids, n.astype(int), s.astype(int))
     return rows
@@ -56,7 +66,9 @@ def main() -> None:
     index = IdIndex([r["id"] for r in train], "the training pool")
     out = {"state": str(args.state), "runs": str(args.runs), "window": args.window, "schedulers": {}}
     for name in args.schedulers.split(","):
-        per_seed = [replay(args.state, index, args.runs / name / f"s{seed}" / "outcomes.jsonl") for seed in seeds]
+        cells: dict = {}
+        per_seed = [replay(args.state, index, args.runs / name / f"s{seed}" / "outcomes.jsonl", cells)
+                    for seed in seeds]
         steps = max(r[0] for rows in per_seed for r in rows)
         windows = []
         for lo in range(1, steps + 1, args.window):
@@ -73,7 +85,9 @@ def main() -> None:
         slope = float(np.polyfit(st, ob, 1)[0])
         for w in windows:
             w["lag_steps"] = round(-w["bias"] / slope, 1) if slope > 0 else None
-        out["schedulers"][name] = {"seeds": len(per_seed), "rise_per_step": round(slope, 5), "windows": windows}
+        out["schedulers"][name] = {"seeds": len(per_seed), "rise_per_step": round(slope, 5), "windows": windows,
+                                   "bias_by_cell": {c: {"bias": round(float(np.mean(v)), 4), "groups": len(v)}
+                                                    for c, v in sorted(cells.items())}}
         print(name, json.dumps(out["schedulers"][name]), flush=True)
     emit(out, args.out)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from _emit import emit  # bench/ is on sys.path when a script runs
-from graphdiff_cli.core.graph import row_parallel_matvec
+from graphdiff_cli.core.graph import matvec_threads, row_parallel_matvec
 from lp_incremental import load
 
 
@@ -37,7 +37,7 @@ def main() -> None:
     x = np.random.default_rng(0).random(w.shape[0])
     x32 = x.astype(np.float32)
     out = {"date": str(date.today()), "machine": platform.platform(), "n": w.shape[0], "nnz": int(w.nnz),
-           "index_dtype": str(w.indices.dtype), "rows": []}
+           "index_dtype": str(w.indices.dtype), "threads": matvec_threads(), "rows": []}
     for name, f, v in (("float64, threads", prod, x), ("float32, threads", row_parallel_matvec(w32), x32),
                        ("float64, 1 thread", w.__matmul__, x), ("float32, 1 thread", w32.__matmul__, x32)):
         f(v)
