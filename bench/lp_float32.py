@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Issue 32, an experiment (not a product option): label propagation's solve in float32 - how much faster, how far off?
+
+Along the simulated run of ``bench/lp_incremental.py`` on the 150k mutual-kNN graph (205 new and 51 seen prompts a
+step), the product's solve - Jacobi-preconditioned CG on L_UU, warm-started from the previous step's field, to
+relative residual 1e-6 - is run twice each step: in float64 as the product does, and with W, the vectors and CG's
+arithmetic in float32 (scipy's ``cg`` works in the operator's dtype), each warm-started from its own previous
+field. Reported at some steps: CG iterations, solve seconds, and the largest error of each field against a solve
+to 1e-11 in float64.
+
+    .venv/bin/python bench/lp_float32.py W/old_g.zarr W/old_c.zarr [--steps 100] [--out lp_float32.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator, cg
+from threadpoolctl import threadpool_limits
+
+from _emit import emit  # bench/ is on sys.path when a script runs
+from graphdiff_cli.core.graph import row_parallel_matvec
+from graphdiff_cli.core.harmonic import harmonic_solution
+from lp_incremental import System, load, simulated_rates, simulated_run
+
+REPORT = (1, 2, 5, 10, 20, 50, 100)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("graph")
+    ap.add_argument("clusters")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    labels, w, deg, comps, prod = load(Path(args.graph), Path(args.clusters))
+    n = w.shape[0]
+    w32 = w.astype(np.float32)
+    prod32 = row_parallel_matvec(w32)
+    deg32 = deg.astype(np.float32)
+    rng = np.random.default_rng(0)
+    rate = simulated_rates(rng, labels)
+    out = {"date": str(date.today()), "machine": platform.platform(), "n": n, "nnz": int(w.nnz), "steps": []}
+
+    def solve(sysm, x0, dtype):
+        free = sysm.free
+        mask = sysm.mask.astype(dtype)
+        d = deg32 if dtype == np.float32 else deg
+        p = prod32 if dtype == np.float32 else prod
+        inv = np.where(free, 1 / np.where(deg > 0, deg, 1), 0).astype(dtype)
+
+        def lap(x):
+            x = mask * np.asarray(x, dtype=dtype).ravel()
+            return mask * (d * x - p(x))
+
+        iters = [0]
+
+        def count(_xk):
+            iters[0] += 1
+
+        rhs = sysm.rhs.astype(dtype)
+        t0 = time.perf_counter()
+        with threadpool_limits(1, "blas"):
+            x, info = cg(LinearOperator((n, n), lap, dtype=dtype), rhs,
+                         x0=None if x0 is None else (mask * x0.astype(dtype)), rtol=1e-6, atol=0.0, maxiter=5000,
+                         M=LinearOperator((n, n), lambda r: inv * np.asarray(r, dtype=dtype).ravel(), dtype=dtype),
+                         callback=count)
+        seconds = time.perf_counter() - t0
+        f = sysm.start.copy()
+        f[free] = np.clip(x[free].astype(np.float64), sysm.vals.min(), sysm.vals.max())
+        return f, {"iterations": iters[0], "solve_s": round(seconds, 3), "info": int(info)}
+
+    prev = {"float64": None, "float32": None}
+    for step, _batch, lab, vals, fill in simulated_run(rng, rate, args.steps):
+        sysm = System(w, prod, deg, comps, lab, vals, fill)
+        rows = {}
+        for name in prev:
+            prev[name], rows[name] = solve(sysm, prev[name], np.float32 if name == "float32" else np.float64)
+        if step in REPORT:
+            exact = harmonic_solution(w, lab, vals, fill, comps, x0=prev["float64"], rtol=1e-11)
+            for name in rows:
+                rows[name]["max_error"] = float(np.abs(prev[name] - exact).max())
+            out["steps"].append({"step": step, "labelled": int(lab.size), **rows})
+            print(out["steps"][-1], flush=True)
+    emit(out, args.out)
+
+
+if __name__ == "__main__":
+    main()
