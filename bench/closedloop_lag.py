@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from _emit import emit  # bench/ is on sys.path when a script runs
+from closedloop_batch import seeds_of
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io.readers import IdIndex
 
-
-def cell(prompt_id: str) -> str:
-    """The (skill, level) cell of a training prompt id, e.g. tr-sort2-0001 -> sort2."""
-    return prompt_id.split("-")[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the closedloop package
+from closedloop.scores import cell_of  # noqa: E402
 
 
 def replay(state: Path, index: IdIndex, outcomes: Path, cells: dict) -> list[tuple[int, float, float, int]]:
@@ -44,7 +44,7 @@ def replay(state: Path, index: IdIndex, outcomes: Path, cells: dict) -> list[tup
             continue
         p = est.predict(ids)
         for name, d in zip(r["ids"], p - s / n):
-            cells.setdefault(cell(name), []).append(float(d))
+            cells.setdefault(cell_of(name), []).append(float(d))
         rows.append((int(r["step"]), float(p.mean()), float((s / n).mean()), len(ids)))
         est.update(ids, n.astype(int), s.astype(int))
     return rows
@@ -60,8 +60,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    a, _, b = args.seeds.partition("-")
-    seeds = range(int(a), int(b or a) + 1)
+    seeds = seeds_of(args.seeds)
     train = [json.loads(x) for x in (args.data / "train.jsonl").read_text().splitlines() if x.strip()]
     index = IdIndex([r["id"] for r in train], "the training pool")
     out = {"state": str(args.state), "runs": str(args.runs), "window": args.window, "schedulers": {}}

@@ -28,11 +28,10 @@ from pathlib import Path
 import numpy as np
 import pyamg
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator, cg
-from threadpoolctl import threadpool_limits
+from scipy.sparse.linalg import LinearOperator
 
 from _emit import emit  # bench/ is on sys.path when a script runs
-from lp_incremental import System, load, simulated_rates, simulated_run
+from lp_incremental import System, counted_cg, load, simulated_rates, simulated_run
 
 GS = ("block_gauss_seidel", {"sweep": "symmetric"})  # pyamg's default smoother: a forward and a backward sweep
 JACOBI = ("jacobi", {"omega": 2 / 3, "iterations": 1, "withrho": False})  # omega as given, not over rho(D^-1 A)
@@ -66,15 +65,8 @@ def main() -> None:
            "n_free": int(free.size), "nnz": int(a.nnz), "labelled": int(lab.size), "rows": []}
 
     def solve(m):
-        iters = [0]
-
-        def count(_xk):
-            iters[0] += 1
-
-        t0 = time.perf_counter()
-        with threadpool_limits(1, "blas"):
-            _x, info = cg(a, b, rtol=1e-6, atol=0.0, maxiter=5000, M=m, callback=count)
-        return iters[0], time.perf_counter() - t0, int(info)
+        _x, iters, seconds, info = counted_cg(a, b, m=m)
+        return iters, seconds, info
 
     dinv = 1 / a.diagonal()
     it, sec, info = solve(LinearOperator(a.shape, lambda r: dinv * r))

@@ -73,17 +73,25 @@ class System:
     def pcg(self, rhs, x0, rtol, maxiter):
         """Jacobi-preconditioned CG on L_UU (no fallback: the iterate as it stands after ``maxiter``)."""
         n = self.mask.size
-        inv = np.where(self.free, 1 / np.where(self.deg > 0, self.deg, 1), 0)
         with threadpool_limits(1, "blas"):
             return cg(LinearOperator((n, n), self.lap), rhs, x0=x0, rtol=rtol, atol=0.0, maxiter=maxiter,
-                      M=LinearOperator((n, n), lambda v: inv * v))[0]
+                      M=LinearOperator((n, n), self.jacobi()))[0]
+
+    def field(self, x):
+        """The whole field from a solution ``x`` on the free prompts: labelled prompts keep their rates, prompts in
+        no labelled component the fill, the solved ones clipped to the rates' range (the maximum principle)."""
+        f = self.start.copy()
+        f[self.free] = np.clip(x[self.free], self.vals.min(), self.vals.max())
+        return f
+
+    def jacobi(self):
+        """Jacobi's preconditioner of L_UU as a function (0 off the free prompts)."""
+        inv = np.where(self.free, 1 / np.where(self.deg > 0, self.deg, 1), 0)
+        return lambda v: inv * v
 
     def capped_cg(self, x0, k):
         """k Jacobi-PCG products from x0."""
-        sol = self.pcg(self.rhs, self.mask * x0, 1e-6, k)
-        f = self.start.copy()
-        f[self.free] = np.clip(sol[self.free], self.vals.min(), self.vals.max())
-        return f
+        return self.field(self.pcg(self.rhs, self.mask * x0, 1e-6, k))
 
     def tau(self):
         """L_UU^-1 1 on the free prompts (0 elsewhere), by Jacobi-PCG to 1e-8."""
@@ -142,6 +150,19 @@ def simulated_run(rng, rate, steps: int):
         S[batch] += rng.binomial(8, rate[batch])
         lab = np.flatnonzero(C > 0)
         yield step, batch, lab, S[lab] / C[lab], (S.sum() + 1) / (C.sum() + 2)
+
+
+def counted_cg(a, b, x0=None, m=None, rtol: float = 1e-6, maxiter: int = 5000):
+    """scipy's CG on one BLAS thread (as the product's solve): (solution, iterations, seconds, info)."""
+    iters = [0]
+
+    def count(_xk):
+        iters[0] += 1
+
+    t0 = time.perf_counter()
+    with threadpool_limits(1, "blas"):
+        x, info = cg(a, b, x0=x0, rtol=rtol, atol=0.0, maxiter=maxiter, M=m, callback=count)
+    return x, iters[0], time.perf_counter() - t0, int(info)
 
 
 def reach(w, batch):
