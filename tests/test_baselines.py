@@ -378,3 +378,62 @@ def test_harmonic_solution_on_a_random_knn_graph_with_warm_start():
     lap = np.diag(dense[u].sum(1)) - dense[np.ix_(u, u)]
     np.testing.assert_allclose(f[u], np.linalg.solve(lap, dense[np.ix_(u, lab)] @ vals), atol=1e-9)
     assert f[u].min() >= vals.min() and f[u].max() <= vals.max()  # maximum principle
+
+
+def _dirichlet(w, lab, vals):
+    """(L_UU, W_UL f_L, U) of the harmonic problem on the unlabelled nodes of labelled components (dense)."""
+    from scipy.sparse.csgraph import connected_components
+
+    comp = connected_components(w, directed=False)[1]
+    u = np.setdiff1d(np.arange(w.shape[0]), lab)
+    u = u[np.isin(comp[u], comp[lab])]
+    dense = w.toarray()
+    return np.diag(dense[u].sum(1)) - dense[np.ix_(u, u)], dense[np.ix_(u, lab)] @ vals, u
+
+
+def test_the_mixed_precision_solve_meets_the_float64_tolerance_and_its_error_bound():
+    """float32 CG, then float64 CG from its result: the field's float64 relative residual is within rtol, as
+    the plain float64 solve's, and its error obeys the residual's certificate |e_i| <= tau_i max|r| (tau =
+    L_UU^-1 1: L_UU is an M-matrix). The float32 stage alone already gets near: it does the work."""
+    from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph, single_precision
+    from graphdiff_cli.core.harmonic import _single_precision_start
+
+    rng = np.random.default_rng(7)
+    w = mutual_knn_graph(*exact_knn(rng.standard_normal((1500, 8)), 12)).astype(np.float64)
+    lab = rng.choice(1500, 60, replace=False)
+    vals = rng.random(60)
+    lap, rhs, u = _dirichlet(w, lab, vals)
+    exact = np.linalg.solve(lap, rhs)
+    tau = np.linalg.solve(lap, np.ones(u.size))
+    w32 = single_precision(w)
+    assert w32.data.dtype == np.float32 and w32.indices is w.indices and w32.indptr is w.indptr
+    for rtol in (1e-6, 1e-9):
+        for x0 in (None, rng.random(1500)):
+            f = harmonic_solution(w, lab, vals, 0.5, x0=x0, rtol=rtol, w_single=w32)
+            r = rhs - lap @ f[u]
+            assert np.linalg.norm(r) <= rtol * np.linalg.norm(rhs) * (1 + 1e-9)
+            assert np.all(np.abs(f[u] - exact) <= tau * np.abs(r).max() * (1 + 1e-6) + 1e-14)
+            np.testing.assert_allclose(f[lab], vals)
+            assert f[u].min() >= vals.min() and f[u].max() <= vals.max()
+    # the float32 stage on its own: within a few times rtol = 1e-6 in float64, far from where it started
+    mask = np.zeros(1500)
+    mask[u] = 1.0
+    deg = np.asarray(w.sum(axis=1)).ravel()
+    full_rhs = np.zeros(1500)
+    full_rhs[u] = rhs
+    start = _single_precision_start(w32, mask, deg, mask / np.where(deg > 0, deg, 1.0), full_rhs, None, 1e-6, 10_000)
+    assert np.linalg.norm(rhs - lap @ start[u]) <= 1e-5 * np.linalg.norm(rhs)
+
+
+def test_a_float32_stage_that_breaks_down_leaves_the_float64_solve_to_do_it_all():
+    from graphdiff_cli.core.graph import csr_with_data, exact_knn, mutual_knn_graph
+
+    rng = np.random.default_rng(8)
+    w = mutual_knn_graph(*exact_knn(rng.standard_normal((400, 6)), 8)).astype(np.float64)
+    lab = rng.choice(400, 20, replace=False)
+    vals = rng.random(20)
+    broken = csr_with_data(w, np.full(w.nnz, np.nan, dtype=np.float32))
+    f = harmonic_solution(w, lab, vals, 0.5, rtol=1e-10, w_single=broken)
+    lap, rhs, u = _dirichlet(w, lab, vals)
+    assert np.isfinite(f).all()
+    np.testing.assert_allclose(f[u], np.linalg.solve(lap, rhs), atol=1e-8)

@@ -228,18 +228,26 @@ class ModelSpec:
     n_states: int
     beta: float
     epsilon: float
-    _torch_graph: dict = field(default_factory=dict, repr=False)
+    _graph_copies: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_nodes(self) -> int:
         return int(self.labels.size)
 
+    def graph_single(self) -> sp.csr_matrix:
+        """W with float32 values, sharing W's index arrays (built once): label propagation's float32 stage."""
+        if "single" not in self._graph_copies:
+            from .graph import single_precision
+
+            self._graph_copies["single"] = single_precision(self.graph)
+        return self._graph_copies["single"]
+
     def torch_graph(self, device, dtype):
         """W as a torch sparse CSR tensor on ``device`` (built once per device and dtype)."""
         key = (str(device), dtype)
-        if key not in self._torch_graph:
-            self._torch_graph[key] = torch_csr(self.graph, dtype, device)
-        return self._torch_graph[key]
+        if key not in self._graph_copies:
+            self._graph_copies[key] = torch_csr(self.graph, dtype, device)
+        return self._graph_copies[key]
 
 
 def torch_csr(m: sp.csr_matrix, dtype, device):

@@ -491,7 +491,8 @@ class Estimator:
         """Label propagation's field for these forgotten counts on W (``propagation.field``)."""
         if self._components is None:
             self._components = lp.components(self._spec.graph)
-        return lp.field(self._spec.graph, self._components, successes, rollouts, global_counts, x0=x0)
+        return lp.field(self._spec.graph, self._components, successes, rollouts, global_counts, x0=x0,
+                        graph_single=self._spec.graph_single())
 
     def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """The graph's estimate m_i that the mixing combines with the prompt's own outcomes."""
