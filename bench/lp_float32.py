@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""Issue 32, an experiment (not a product option): label propagation's solve in float32 - how much faster, how far off?
+"""Issue 32: label propagation's solve in float32 - how much faster, how far off?
 
 Along the simulated run of ``bench/lp_incremental.py`` on the 150k mutual-kNN graph (205 new and 51 seen prompts a
-step), the product's solve - Jacobi-preconditioned CG on L_UU, warm-started from the previous step's field, to
-relative residual 1e-6 - is run twice each step: in float64 as the product does, and with W, the vectors and CG's
-arithmetic in float32 (scipy's ``cg`` works in the operator's dtype), each warm-started from its own previous
-field. Reported at some steps: CG iterations, solve seconds, and the largest error of each field against a solve
-to 1e-11 in float64.
+step), the solve - Jacobi-preconditioned CG on L_UU, warm-started from the previous step's field, to relative
+residual 1e-6 - is run four ways each step, each warm-started from its own previous field:
+
+  float64, float32   CG alone on the step's system (set up once, outside the timing), in float64 and with W, the
+                     vectors and CG's arithmetic in float32 (scipy's ``cg`` works in the operator's dtype): the
+                     experiment that sized the lever;
+  product_float64    ``harmonic_solution`` as the product called it before 2026-11-28 (float64 only), set-up
+                     included;
+  product_mixed      ``harmonic_solution`` as the product calls it now (``w_single``: float32 CG, then float64 CG
+                     from its result to the same tolerance in float64), set-up included.
+
+Reported at some steps: CG iterations (for the mixed solve: float32, then float64), solve seconds, and the largest
+error of each field against a solve to 1e-11 in float64.
 
     .venv/bin/python bench/lp_float32.py W/old_g.zarr W/old_c.zarr [--steps 100] [--out lp_float32.json]
 """
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import time
 from datetime import date
 from pathlib import Path
 
@@ -22,7 +31,9 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
 from _emit import emit  # bench/ is on sys.path when a script runs
-from graphdiff_cli.core.graph import row_parallel_matvec
+import scipy.sparse.linalg as sla
+
+from graphdiff_cli.core.graph import row_parallel_matvec, single_precision
 from graphdiff_cli.core.harmonic import harmonic_solution
 from lp_incremental import System, counted_cg, load, simulated_rates, simulated_run
 
@@ -68,11 +79,38 @@ def main() -> None:
                                              LinearOperator((n, n), pre, dtype=dtype))
         return sysm.field(x.astype(np.float64)), {"iterations": iters, "solve_s": round(seconds, 3), "info": info}
 
-    prev = {"float64": None, "float32": None}
+    w_single = single_precision(w)
+    plain_cg = sla.cg
+
+    def product(sysm, x0, single):
+        """The product's solve (mixed-precision when ``single``), its CG iterations counted per stage (scipy's cg
+        wrapped while it runs)."""
+        stages = []
+
+        def counting_cg(a, b, *args, **kw):
+            stages.append(0)
+
+            def count(_xk):
+                stages[-1] += 1
+            return plain_cg(a, b, *args, callback=count, **kw)
+        sla.cg = counting_cg
+        try:
+            t0 = time.perf_counter()
+            f = harmonic_solution(w, sysm.lab, sysm.vals, sysm.fill, comps, x0=x0, rtol=1e-6,
+                                  w_single=w_single if single else None)
+            seconds = time.perf_counter() - t0
+        finally:
+            sla.cg = plain_cg
+        return f, {"iterations": stages, "solve_s": round(seconds, 3)}
+
+    prev = {"float64": None, "float32": None, "product_float64": None, "product_mixed": None}
     for step, _batch, lab, vals, fill in simulated_run(rng, rate, args.steps):
         sysm = System(w, prod, deg, comps, lab, vals, fill)
         rows = {}
         for name in prev:
+            if name.startswith("product"):
+                prev[name], rows[name] = product(sysm, prev[name], single=name.endswith("mixed"))
+                continue
             prev[name], rows[name] = solve(sysm, prev[name], np.float32 if name == "float32" else np.float64)
         if step in REPORT:
             exact = harmonic_solution(w, lab, vals, fill, comps, x0=prev["float64"], rtol=1e-11)
