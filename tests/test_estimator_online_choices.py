@@ -44,7 +44,7 @@ def test_harmonic_field_and_propagated_estimate_by_hand():
 
     comp = connected_components(w, directed=False)[1]
     f = bl.harmonic_field(w, S, C, 0.4, comp)
-    np.testing.assert_allclose(f, dense_harmonic(w, S, C, 0.4), atol=1e-5)  # CG to a relative residual of FIELD_RTOL (1e-6)
+    np.testing.assert_allclose(f, dense_harmonic(w, S, C, 0.4), atol=1e-5)  # CG to a relative residual of FIELD_RTOL (1e-5)
     rows = np.arange(w.shape[0])
     deg = np.asarray(w.sum(axis=1)).ravel()
     got = bl.propagated_estimate(w, deg, f, 0.4)
@@ -70,7 +70,8 @@ def test_a_fixed_propagation_weight_mixes_the_two_estimates():
     states = ref._graph_estimate(rows, ref._model_prediction(rows)[0])
     m = 0.75 * states + 0.25 * lp
     want = (2.0 * m + est.successes_decayed_) / (2.0 + est.rollouts_decayed_)
-    np.testing.assert_allclose(est.predict(), want, atol=1e-6)
+    # the field is solved to a relative residual of FIELD_RTOL (1e-5): its error here is ~1e-6
+    np.testing.assert_allclose(est.predict(), want, atol=1e-5)
     # the mean-field part is untouched by label propagation
     np.testing.assert_allclose(est.a_, ref.a_, rtol=1e-12)
 
