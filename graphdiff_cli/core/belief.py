@@ -140,17 +140,19 @@ FIELD_RTOL = 1e-5
 
 
 def harmonic_field(w, successes: np.ndarray, rollouts: np.ndarray, fill: float, components: np.ndarray,
-                   x0: np.ndarray | None = None, w_single=None) -> np.ndarray:
+                   x0: np.ndarray | None = None, w_single=None, degree: np.ndarray | None = None) -> np.ndarray:
     """Label propagation's values f on every prompt: prompts with evidence keep their own (forgotten)
     rate S / C, every other prompt gets the harmonic value (the W-weighted mean of its neighbours'), and a
     component without evidence gets ``fill`` (Zhu, Ghahramani & Lafferty 2003; ``harmonic.harmonic_solution``).
     Warm-started from ``x0`` (the previous step's field), solved to a relative residual of ``FIELD_RTOL`` (in
-    float64; mixed-precision when ``w_single``, W's float32 copy, is given: ``harmonic_solution``)."""
+    float64; mixed-precision when ``w_single``, W's float32 copy, is given: ``harmonic_solution``); ``degree``:
+    W's row sums, when the caller keeps them."""
     from .harmonic import harmonic_solution
 
     seen = np.flatnonzero(np.asarray(rollouts) > 0)
     values = np.asarray(successes, dtype=np.float64)[seen] / np.asarray(rollouts, dtype=np.float64)[seen]
-    return harmonic_solution(w, seen, values, fill, components, x0=x0, rtol=FIELD_RTOL, w_single=w_single)
+    return harmonic_solution(w, seen, values, fill, components, x0=x0, rtol=FIELD_RTOL, w_single=w_single,
+                             degree=degree)
 
 
 def propagated_estimate(w_rows, degree: np.ndarray, field_nb: np.ndarray, fill: float) -> np.ndarray:

@@ -368,6 +368,11 @@ def matvec_threads() -> int:
     return min(usable_cpus(), 16)
 
 
+def row_sums(w: sp.csr_matrix) -> np.ndarray:
+    """W's row sums (the degrees d_i), float64."""
+    return np.asarray(w.sum(axis=1), dtype=np.float64).ravel()
+
+
 def csr_with_data(w: sp.csr_matrix, data: np.ndarray) -> sp.csr_matrix:
     """A CSR matrix with W's structure and these values, sharing W's index arrays (scipy's constructor would
     copy or check them; W is valid, so they are set on an empty matrix, as ``row_parallel_matvec`` does)."""

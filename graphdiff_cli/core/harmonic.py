@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import row_parallel_matvec, single_blas_thread
+from .graph import row_parallel_matvec, row_sums, single_blas_thread
 
 
 def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray, fill: float,
                       components: np.ndarray | None = None, x0: np.ndarray | None = None,
-                      rtol: float = 1e-12, w_single: sp.csr_matrix | None = None) -> np.ndarray:
+                      rtol: float = 1e-12, w_single: sp.csr_matrix | None = None,
+                      degree: np.ndarray | None = None) -> np.ndarray:
     """The harmonic function of Zhu, Ghahramani & Lafferty (2003) on graph W.
 
     Labeled nodes L keep ``values``; the unlabeled nodes U solve (D_UU - W_UU) f_U = W_UL f_L, i.e. each
@@ -32,6 +33,7 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     docs/performance.md), then the float64 CG above continues from its result. That CG recomputes the
     residual in float64 before its first iteration and stops at once if it already meets ``rtol``, so the
     solution meets the same float64 criterion either way; float32 only decides where float64 starts.
+    ``degree``, W's row sums when the caller keeps them (a product with W each solve otherwise).
     """
     from scipy.sparse.csgraph import connected_components
     from scipy.sparse.linalg import LinearOperator, cg, spsolve
@@ -56,7 +58,7 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     # 10^5 prompts cost more than the solve (the estimator solves once per step, warm-started)
     mask = np.zeros(n)
     mask[solve] = 1.0
-    degree = np.asarray(w.sum(axis=1), dtype=np.float64).ravel()
+    degree = row_sums(w) if degree is None else np.asarray(degree, dtype=np.float64)
     boundary = np.zeros(n)
     boundary[labeled] = values
     product = row_parallel_matvec(w)

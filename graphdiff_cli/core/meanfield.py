@@ -234,6 +234,14 @@ class ModelSpec:
     def n_nodes(self) -> int:
         return int(self.labels.size)
 
+    def degree(self) -> np.ndarray:
+        """W's row sums, float64 (summed once)."""
+        if "degree" not in self._graph_copies:
+            from .graph import row_sums
+
+            self._graph_copies["degree"] = row_sums(self.graph)
+        return self._graph_copies["degree"]
+
     def graph_single(self) -> sp.csr_matrix:
         """W with float32 values, sharing W's index arrays (built once): label propagation's float32 stage."""
         if "single" not in self._graph_copies:

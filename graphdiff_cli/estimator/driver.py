@@ -492,7 +492,7 @@ class Estimator:
         if self._components is None:
             self._components = lp.components(self._spec.graph)
         return lp.field(self._spec.graph, self._components, successes, rollouts, global_counts, x0=x0,
-                        graph_single=self._spec.graph_single())
+                        graph_single=self._spec.graph_single(), degree=self._spec.degree())
 
     def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """The graph's estimate m_i that the mixing combines with the prompt's own outcomes."""

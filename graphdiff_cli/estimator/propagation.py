@@ -23,15 +23,15 @@ def components(graph) -> np.ndarray:
     return connected_components(graph, directed=False)[1]
 
 
-def field(graph, comps, successes, rollouts, global_counts, x0=None, graph_single=None) -> np.ndarray:
+def field(graph, comps, successes, rollouts, global_counts, x0=None, graph_single=None, degree=None) -> np.ndarray:
     """Label propagation's field for these forgotten counts on ``graph`` (with its ``comps``); a component
     without evidence gets the observed global rate. Warm-started from ``x0``; solved mixed-precision, float32
     then float64 to the same float64 tolerance, from ``graph_single`` (W's float32 copy; made here if not
-    given)."""
+    given) and W's row sums ``degree`` (summed here if not given)."""
     if graph_single is None:
         graph_single = single_precision(graph)
     return bl.harmonic_field(graph, successes, rollouts, global_rate(global_counts), comps, x0=x0,
-                             w_single=graph_single)
+                             w_single=graph_single, degree=degree)
 
 
 def propagated(w_rows, values: np.ndarray, global_counts) -> np.ndarray:
