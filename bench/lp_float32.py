@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 from datetime import date
 from pathlib import Path
 
@@ -31,11 +30,9 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
 from _emit import emit  # bench/ is on sys.path when a script runs
-import scipy.sparse.linalg as sla
-
 from graphdiff_cli.core.graph import row_parallel_matvec, single_precision
 from graphdiff_cli.core.harmonic import harmonic_solution
-from lp_incremental import System, counted_cg, load, simulated_rates, simulated_run
+from lp_incremental import System, counted_cg, load, product_solve, simulated_rates, simulated_run
 
 REPORT = (1, 2, 5, 10, 20, 50, 100)
 
@@ -80,28 +77,6 @@ def main() -> None:
         return sysm.field(x.astype(np.float64)), {"iterations": iters, "solve_s": round(seconds, 3), "info": info}
 
     w_single = single_precision(w)
-    plain_cg = sla.cg
-
-    def product(sysm, x0, single):
-        """The product's solve (mixed-precision when ``single``), its CG iterations counted per stage (scipy's cg
-        wrapped while it runs)."""
-        stages = []
-
-        def counting_cg(a, b, *args, **kw):
-            stages.append(0)
-
-            def count(_xk):
-                stages[-1] += 1
-            return plain_cg(a, b, *args, callback=count, **kw)
-        sla.cg = counting_cg
-        try:
-            t0 = time.perf_counter()
-            f = harmonic_solution(w, sysm.lab, sysm.vals, sysm.fill, comps, x0=x0, rtol=1e-6,
-                                  w_single=w_single if single else None)
-            seconds = time.perf_counter() - t0
-        finally:
-            sla.cg = plain_cg
-        return f, {"iterations": stages, "solve_s": round(seconds, 3)}
 
     prev = {"float64": None, "float32": None, "product_float64": None, "product_mixed": None}
     for step, _batch, lab, vals, fill in simulated_run(rng, rate, args.steps):
@@ -109,7 +84,8 @@ def main() -> None:
         rows = {}
         for name in prev:
             if name.startswith("product"):
-                prev[name], rows[name] = product(sysm, prev[name], single=name.endswith("mixed"))
+                prev[name], rows[name] = product_solve(w, lab, vals, fill, comps, prev[name], 1e-6,
+                                                       w_single if name.endswith("mixed") else None)
                 continue
             prev[name], rows[name] = solve(sysm, prev[name], np.float32 if name == "float32" else np.float64)
         if step in REPORT:

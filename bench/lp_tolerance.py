@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 from datetime import date
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse.linalg as sla
 
 from _emit import emit  # bench/ is on sys.path when a script runs
 from graphdiff_cli.core.graph import single_precision
 from graphdiff_cli.core.harmonic import harmonic_solution
-from lp_incremental import load, simulated_rates, simulated_run
+from lp_incremental import load, product_solve, simulated_rates, simulated_run
 
 REPORT = (1, 2, 5, 10, 20, 50, 100)
 TOLERANCES = (1e-6, 1e-5, 1e-4)
@@ -44,33 +42,13 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rate = simulated_rates(rng, labels)
     out = {"date": str(date.today()), "machine": platform.platform(), "n": w.shape[0], "nnz": int(w.nnz), "steps": []}
-    plain_cg = sla.cg
-
-    def solve(lab, vals, fill, x0, rtol):
-        """The product's solve at ``rtol``, its CG iterations counted per stage (scipy's cg wrapped while it runs)."""
-        stages = []
-
-        def counting_cg(a, b, *a_args, **kw):
-            stages.append(0)
-
-            def count(_xk):
-                stages[-1] += 1
-            return plain_cg(a, b, *a_args, callback=count, **kw)
-        sla.cg = counting_cg
-        try:
-            t0 = time.perf_counter()
-            f = harmonic_solution(w, lab, vals, fill, comps, x0=x0, rtol=rtol, w_single=w_single)
-            seconds = time.perf_counter() - t0
-        finally:
-            sla.cg = plain_cg
-        return f, {"iterations": stages, "solve_s": round(seconds, 3)}
 
     run = list(simulated_run(rng, rate, args.steps + 1))
     prev = dict.fromkeys(TOLERANCES)
     for (step, _batch, lab, vals, fill), (_, next_batch, *_rest) in zip(run[:-1], run[1:]):
         rows = {}
         for rtol in TOLERANCES:
-            prev[rtol], rows[rtol] = solve(lab, vals, fill, prev[rtol], rtol)
+            prev[rtol], rows[rtol] = product_solve(w, lab, vals, fill, comps, prev[rtol], rtol, w_single)
         if step not in REPORT:
             continue
         exact = harmonic_solution(w, lab, vals, fill, comps, x0=prev[1e-6], rtol=1e-11)

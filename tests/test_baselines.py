@@ -425,8 +425,14 @@ def test_the_mixed_precision_solve_meets_the_float64_tolerance_and_its_error_bou
     assert np.linalg.norm(rhs - lap @ start[u]) <= 1e-5 * np.linalg.norm(rhs)
 
 
-def test_a_float32_stage_that_breaks_down_leaves_the_float64_solve_to_do_it_all():
+def test_a_float32_stage_that_breaks_down_leaves_the_float64_solve_to_do_it_all(monkeypatch):
+    import scipy.sparse.linalg
+
     from graphdiff_cli.core.graph import csr_with_data, exact_knn, mutual_knn_graph
+
+    def no_direct_solve(*_a, **_k):  # the CG must do it: a NaN start would send it to the direct fallback
+        raise AssertionError("the direct solve ran")
+    monkeypatch.setattr(scipy.sparse.linalg, "spsolve", no_direct_solve)
 
     rng = np.random.default_rng(8)
     w = mutual_knn_graph(*exact_knn(rng.standard_normal((400, 6)), 8)).astype(np.float64)
@@ -437,3 +443,36 @@ def test_a_float32_stage_that_breaks_down_leaves_the_float64_solve_to_do_it_all(
     lap, rhs, u = _dirichlet(w, lab, vals)
     assert np.isfinite(f).all()
     np.testing.assert_allclose(f[u], np.linalg.solve(lap, rhs), atol=1e-8)
+
+
+def test_the_solve_runs_in_float32_first_then_float64_from_its_result(monkeypatch):
+    """Two CG runs: the first with a float32 operator, right-hand side and start, the second in float64 from
+    the first's result; below SINGLE_MIN_RTOL only the float64 one; a float64 W as ``w_single`` is refused."""
+    import scipy.sparse.linalg
+
+    from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph, single_precision
+    from graphdiff_cli.core.harmonic import SINGLE_MIN_RTOL
+    from graphdiff_cli.errors import InvalidArgumentError
+
+    rng = np.random.default_rng(9)
+    w = mutual_knn_graph(*exact_knn(rng.standard_normal((500, 6)), 8)).astype(np.float64)
+    lab = rng.choice(500, 25, replace=False)
+    vals = rng.random(25)
+    plain = scipy.sparse.linalg.cg
+    calls = []
+
+    def spy(a, b, x0=None, **kw):
+        x, info = plain(a, b, x0=x0, **kw)
+        calls.append((a.dtype, np.asarray(b).dtype, None if x0 is None else np.array(x0), x.copy()))
+        return x, info
+    monkeypatch.setattr(scipy.sparse.linalg, "cg", spy)
+    harmonic_solution(w, lab, vals, 0.5, x0=np.full(500, 0.5), rtol=1e-5, w_single=single_precision(w))
+    assert [(c[0], c[1]) for c in calls] == [(np.float32, np.float32), (np.float64, np.float64)]
+    assert calls[0][2].dtype == np.float32
+    first = np.asarray(calls[0][3], dtype=np.float64)
+    np.testing.assert_array_equal(calls[1][2][first != 0], first[first != 0])  # float64 starts where float32 ended
+    calls.clear()
+    harmonic_solution(w, lab, vals, 0.5, rtol=SINGLE_MIN_RTOL / 10, w_single=single_precision(w))
+    assert [c[0] for c in calls] == [np.float64]
+    with pytest.raises(InvalidArgumentError, match="float32"):
+        harmonic_solution(w, lab, vals, 0.5, rtol=1e-5, w_single=w)

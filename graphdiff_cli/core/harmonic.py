@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import InvalidArgumentError
 from .graph import row_parallel_matvec, row_sums, single_blas_thread
 
 
@@ -29,10 +30,11 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     principle), which only removes round-off.
 
     ``w_single``, W with float32 values (``graph.single_precision``), makes the solve mixed-precision: CG
-    runs in float32 first (W's bytes are most of a product's cost: 1.24-1.67x faster a solve, measured in
-    docs/performance.md), then the float64 CG above continues from its result. That CG recomputes the
-    residual in float64 before its first iteration and stops at once if it already meets ``rtol``, so the
-    solution meets the same float64 criterion either way; float32 only decides where float64 starts.
+    runs in float32 first (W's bytes are most of a product's cost: the solve 1.07-1.45x faster on a 150k
+    kNN graph, docs/performance.md), then the float64 CG above continues from its result. That CG recomputes
+    the residual in float64 before its first iteration and stops at once if it already meets ``rtol``, so the
+    solution meets the same float64 criterion either way; float32 only decides where float64 starts. Below
+    ``SINGLE_MIN_RTOL`` float32 cannot get near the tolerance and the float32 stage is skipped.
     ``degree``, W's row sums when the caller keeps them (a product with W each solve otherwise).
     """
     from scipy.sparse.csgraph import connected_components
@@ -75,7 +77,7 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     maxiter = 20 * solve.size + 100
     # CG's dot products on one BLAS thread (``single_blas_thread``): vectors this short gain nothing from more
     with single_blas_thread():
-        if w_single is not None:
+        if w_single is not None and rtol >= SINGLE_MIN_RTOL:
             start = _single_precision_start(w_single, mask, degree, inv_deg, rhs, start, rtol, maxiter)
         full, info = cg(op, rhs, x0=start, rtol=rtol, atol=0.0, maxiter=maxiter, M=pre)
     sol = full[solve]
@@ -92,6 +94,9 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
 # the float32 stage stops here at the latest (a cold solve at 150,000 prompts takes ~110 iterations); the float64
 # stage goes on from wherever it stopped
 SINGLE_MAXITER = 1000
+# below this tolerance float32's rounding (unit roundoff 6e-8) leaves the float64 stage most of the work: at 1e-9
+# the two stages took 47 + 19 iterations where float64 alone took 39, so the float32 stage is skipped
+SINGLE_MIN_RTOL = 1e-7
 
 
 def _single_precision_start(w_single: sp.csr_matrix, mask: np.ndarray, degree: np.ndarray, inv_deg: np.ndarray,
@@ -102,6 +107,8 @@ def _single_precision_start(w_single: sp.csr_matrix, mask: np.ndarray, degree: n
     from scipy.sparse.linalg import LinearOperator, cg
 
     f32 = np.float32
+    if w_single.dtype != f32:
+        raise InvalidArgumentError(f"w_single must hold float32 values, not {w_single.dtype}")
     n = mask.size
     mask32, degree32, inv32 = mask.astype(f32), degree.astype(f32), inv_deg.astype(f32)
     product = row_parallel_matvec(w_single)

@@ -228,7 +228,7 @@ class ModelSpec:
     n_states: int
     beta: float
     epsilon: float
-    _graph_copies: dict = field(default_factory=dict, repr=False)
+    _derived: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_nodes(self) -> int:
@@ -236,26 +236,30 @@ class ModelSpec:
 
     def degree(self) -> np.ndarray:
         """W's row sums, float64 (summed once)."""
-        if "degree" not in self._graph_copies:
+        if "degree" not in self._derived:
             from .graph import row_sums
 
-            self._graph_copies["degree"] = row_sums(self.graph)
-        return self._graph_copies["degree"]
+            degree = row_sums(self.graph)
+            degree.flags.writeable = False
+            self._derived["degree"] = degree
+        return self._derived["degree"]
 
     def graph_single(self) -> sp.csr_matrix:
         """W with float32 values, sharing W's index arrays (built once): label propagation's float32 stage."""
-        if "single" not in self._graph_copies:
+        if "single" not in self._derived:
             from .graph import single_precision
 
-            self._graph_copies["single"] = single_precision(self.graph)
-        return self._graph_copies["single"]
+            single = single_precision(self.graph)
+            single.data.flags.writeable = False
+            self._derived["single"] = single
+        return self._derived["single"]
 
     def torch_graph(self, device, dtype):
         """W as a torch sparse CSR tensor on ``device`` (built once per device and dtype)."""
         key = (str(device), dtype)
-        if key not in self._graph_copies:
-            self._graph_copies[key] = torch_csr(self.graph, dtype, device)
-        return self._graph_copies[key]
+        if key not in self._derived:
+            self._derived[key] = torch_csr(self.graph, dtype, device)
+        return self._derived[key]
 
 
 def torch_csr(m: sp.csr_matrix, dtype, device):

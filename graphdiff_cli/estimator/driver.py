@@ -352,7 +352,8 @@ class Estimator:
             # label propagation's field on the new graph, solved here: it is what predictions read until the
             # next update
             lp_field, components = lp.grown_field(w, n, self.lp_field_, grown["successes_decayed_"],
-                                                   grown["rollouts_decayed_"], self.global_counts_)
+                                                   grown["rollouts_decayed_"], self.global_counts_,
+                                                   graph_single=spec.graph_single(), degree=spec.degree())
         q_changed = None if self._q_changed is None else np.concatenate([self._q_changed, np.ones(m, dtype=bool)])
         # commit: plain assignments only
         self._spec, self._q, self._embeddings = spec, q, emb

@@ -40,13 +40,15 @@ def propagated(w_rows, values: np.ndarray, global_counts) -> np.ndarray:
     return bl.propagated_estimate(w_rows, degree, values, global_rate(global_counts))
 
 
-def grown_field(graph, n: int, old_field, successes, rollouts, global_counts) -> tuple[np.ndarray, np.ndarray]:
+def grown_field(graph, n: int, old_field, successes, rollouts, global_counts, graph_single=None,
+                degree=None) -> tuple[np.ndarray, np.ndarray]:
     """(field, components) on ``graph``, W grown from n prompts to more, solved from the old field with each
     new prompt at its neighbours' mean (new neighbours counted at the global rate): a few conjugate-gradient
-    iterations where a cold start would cost them all."""
+    iterations where a cold start would cost them all. ``graph_single``, ``degree``: as for ``field``."""
     m = graph.shape[0] - n
     fill = global_rate(global_counts)
     x0 = np.concatenate([old_field, propagated(graph[n:], np.concatenate([old_field, np.full(m, fill)]),
                                                global_counts)])
     comps = components(graph)
-    return field(graph, comps, successes, rollouts, global_counts, x0=x0), comps
+    return field(graph, comps, successes, rollouts, global_counts, x0=x0, graph_single=graph_single,
+                 degree=degree), comps
