@@ -19,7 +19,6 @@ prolongation (products with R and P), all counted in entries of L_UU. ``products
 
 from __future__ import annotations
 
-import argparse
 import platform
 import time
 from datetime import date
@@ -31,7 +30,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from _emit import emit  # bench/ is on sys.path when a script runs
-from lp_incremental import System, counted_cg, load, simulated_rates, simulated_run
+from lp_incremental import System, counted_cg, graph_parser, load, simulated_rates, simulated_run
 
 GS = ("block_gauss_seidel", {"sweep": "symmetric"})  # pyamg's default smoother: a forward and a backward sweep
 JACOBI = ("jacobi", {"omega": 2 / 3, "iterations": 1, "withrho": False})  # omega as given, not over rho(D^-1 A)
@@ -46,10 +45,7 @@ HIERARCHIES = {  # name: (keyword arguments of smoothed_aggregation_solver, swee
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("graph")
-    ap.add_argument("clusters")
-    ap.add_argument("--out", default=None)
+    ap = graph_parser(steps=None)
     args = ap.parse_args()
 
     labels, w, deg, comps, prod = load(Path(args.graph), Path(args.clusters))

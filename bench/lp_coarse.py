@@ -16,7 +16,6 @@ the largest error against a solve to 1e-11.
 
 from __future__ import annotations
 
-import argparse
 import platform
 import time
 from datetime import date
@@ -28,17 +27,13 @@ from scipy.sparse.linalg import LinearOperator
 
 from _emit import emit  # bench/ is on sys.path when a script runs
 from graphdiff_cli.core.harmonic import harmonic_solution
-from lp_incremental import System, counted_cg, load, simulated_rates, simulated_run
+from lp_incremental import System, counted_cg, graph_parser, load, simulated_rates, simulated_run
 
 REPORT = (1, 2, 5, 10, 20, 50, 100)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("graph")
-    ap.add_argument("clusters")
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--out", default=None)
+    ap = graph_parser()
     args = ap.parse_args()
 
     labels, w, deg, comps, prod = load(Path(args.graph), Path(args.clusters))

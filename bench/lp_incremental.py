@@ -189,6 +189,18 @@ def product_solve(w, lab, vals, fill, comps, x0, rtol, w_single=None):
     return f, {"iterations": stages, "solve_s": round(seconds, 3)}
 
 
+def graph_parser(steps: int | None = 100) -> argparse.ArgumentParser:
+    """The arguments these solve experiments share: a graph and a clusters artifact (``load``), ``--out`` and, unless
+    ``steps`` is None, the simulated run's ``--steps``."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("graph")
+    ap.add_argument("clusters")
+    if steps is not None:
+        ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--out", default=None)
+    return ap
+
+
 def reach(w, batch):
     """Shares of the graph within 1, 2, 3 hops of ``batch``."""
     n = w.shape[0]
@@ -204,13 +216,9 @@ def reach(w, batch):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("graph")
-    ap.add_argument("clusters")
-    ap.add_argument("--steps", type=int, default=100)
+    ap = graph_parser()
     ap.add_argument("--caps", type=int, nargs="+", default=[5, 10, 20])
     ap.add_argument("--push-tol", type=float, nargs="+", default=[1e-4])
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
     labels, w, deg, comps, prod = load(Path(args.graph), Path(args.clusters))

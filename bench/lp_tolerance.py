@@ -13,7 +13,6 @@ neighbours' field values, what p-hat reads).
 
 from __future__ import annotations
 
-import argparse
 import platform
 from datetime import date
 from pathlib import Path
@@ -23,18 +22,14 @@ import numpy as np
 from _emit import emit  # bench/ is on sys.path when a script runs
 from graphdiff_cli.core.graph import single_precision
 from graphdiff_cli.core.harmonic import harmonic_solution
-from lp_incremental import load, product_solve, simulated_rates, simulated_run
+from lp_incremental import graph_parser, load, product_solve, simulated_rates, simulated_run
 
 REPORT = (1, 2, 5, 10, 20, 50, 100)
 TOLERANCES = (1e-6, 1e-5, 1e-4)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("graph")
-    ap.add_argument("clusters")
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--out", default=None)
+    ap = graph_parser()
     args = ap.parse_args()
 
     labels, w, _deg, comps, _prod = load(Path(args.graph), Path(args.clusters))

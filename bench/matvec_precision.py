@@ -11,7 +11,6 @@ the float32 product from the float64 one relative to its largest entry.
 
 from __future__ import annotations
 
-import argparse
 import platform
 import time
 from datetime import date
@@ -20,20 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from _emit import emit  # bench/ is on sys.path when a script runs
-from graphdiff_cli.core.graph import matvec_threads, row_parallel_matvec
-from lp_incremental import load
+from graphdiff_cli.core.graph import matvec_threads, row_parallel_matvec, single_precision
+from lp_incremental import graph_parser, load
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("graph")
-    ap.add_argument("clusters")
+    ap = graph_parser(steps=None)
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
     _labels, w, _deg, _comps, prod = load(Path(args.graph), Path(args.clusters))
-    w32 = w.astype(np.float32)
+    w32 = single_precision(w)
     x = np.random.default_rng(0).random(w.shape[0])
     x32 = x.astype(np.float32)
     out = {"date": str(date.today()), "machine": platform.platform(), "n": w.shape[0], "nnz": int(w.nnz),

@@ -38,7 +38,7 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     ``degree``, W's row sums when the caller keeps them (a product with W each solve otherwise).
     """
     from scipy.sparse.csgraph import connected_components
-    from scipy.sparse.linalg import LinearOperator, cg, spsolve
+    from scipy.sparse.linalg import cg, spsolve
 
     n = w.shape[0]
     f = np.full(n, float(fill))
@@ -65,14 +65,8 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
     boundary[labeled] = values
     product = row_parallel_matvec(w)
     rhs = mask * product(boundary)
-
-    def lap(x):
-        x = mask * x
-        return mask * (degree * x - product(x))
-
     inv_deg = np.where(mask > 0, 1.0 / np.where(degree > 0, degree, 1.0), 0.0)
-    op = LinearOperator((n, n), matvec=lap, dtype=np.float64)
-    pre = LinearOperator((n, n), matvec=lambda x: inv_deg * x, dtype=np.float64)
+    op, pre = dirichlet_operators(product, mask, degree, inv_deg, np.float64)
     start = None if x0 is None else mask * np.asarray(x0, dtype=np.float64)
     maxiter = 20 * solve.size + 100
     # CG's dot products on one BLAS thread (``single_blas_thread``): vectors this short gain nothing from more
@@ -105,22 +99,31 @@ def _single_precision_start(w_single: sp.csr_matrix, mask: np.ndarray, degree: n
     """The Jacobi-PCG of ``harmonic_solution`` with W, the vectors and the arithmetic in float32, to the same
     relative residual (as float32 computes it): the float64 solve's starting point. A float32 run that breaks
     down (a non-finite iterate) hands back the float64 start unchanged."""
-    from scipy.sparse.linalg import LinearOperator, cg
+    from scipy.sparse.linalg import cg
 
     f32 = np.float32
     if w_single.dtype != f32:
         raise InvalidArgumentError(f"w_single must hold float32 values, not {w_single.dtype}")
-    n = mask.size
-    mask32, degree32, inv32 = mask.astype(f32), degree.astype(f32), inv_deg.astype(f32)
-    product = row_parallel_matvec(w_single)
-
-    def lap(x):
-        x = mask32 * np.asarray(x, dtype=f32).ravel()
-        return mask32 * (degree32 * x - product(x))
-
-    op = LinearOperator((n, n), matvec=lap, dtype=f32)
-    pre = LinearOperator((n, n), matvec=lambda x: inv32 * np.asarray(x, dtype=f32).ravel(), dtype=f32)
+    op, pre = dirichlet_operators(row_parallel_matvec(w_single), mask, degree, inv_deg, f32)
     x32, _ = cg(op, rhs.astype(f32), x0=None if start is None else start.astype(f32), rtol=rtol, atol=0.0,
                 maxiter=min(maxiter, SINGLE_MAXITER), M=pre)
     x = mask * np.asarray(x32, dtype=np.float64)
     return x if np.isfinite(x).all() else start
+
+
+def dirichlet_operators(product, mask: np.ndarray, degree: np.ndarray, inv_deg: np.ndarray, dtype):
+    """L_UU = mask (D - W) mask, applied through ``product`` (x -> W x in ``dtype``), and Jacobi's preconditioner
+    (``inv_deg``, 0 off U), as scipy LinearOperators in ``dtype``: the system both stages of the solve run CG on."""
+    from scipy.sparse.linalg import LinearOperator
+
+    n = mask.size
+    mask, degree, inv_deg = (np.asarray(a, dtype=dtype) for a in (mask, degree, inv_deg))
+
+    def lap(x):
+        x = mask * np.asarray(x, dtype=dtype).ravel()
+        return mask * (degree * x - product(x))
+
+    def jacobi(x):
+        return inv_deg * np.asarray(x, dtype=dtype).ravel()
+
+    return LinearOperator((n, n), matvec=lap, dtype=dtype), LinearOperator((n, n), matvec=jacobi, dtype=dtype)

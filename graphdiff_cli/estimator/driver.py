@@ -351,9 +351,8 @@ class Estimator:
         if self.lp_field_ is not None:
             # label propagation's field on the new graph, solved here: it is what predictions read until the
             # next update
-            lp_field, components = lp.grown_field(w, n, self.lp_field_, grown["successes_decayed_"],
-                                                   grown["rollouts_decayed_"], self.global_counts_,
-                                                   graph_single=spec.graph_single(), degree=spec.degree())
+            lp_field, components = lp.grown_field(spec, n, self.lp_field_, grown["successes_decayed_"],
+                                                   grown["rollouts_decayed_"], self.global_counts_)
         q_changed = None if self._q_changed is None else np.concatenate([self._q_changed, np.ones(m, dtype=bool)])
         # commit: plain assignments only
         self._spec, self._q, self._embeddings = spec, q, emb
@@ -492,8 +491,7 @@ class Estimator:
         """Label propagation's field for these forgotten counts on W (``propagation.field``)."""
         if self._components is None:
             self._components = lp.components(self._spec.graph)
-        return lp.field(self._spec.graph, self._components, successes, rollouts, global_counts, x0=x0,
-                        graph_single=self._spec.graph_single(), degree=self._spec.degree())
+        return lp.field(self._spec, self._components, successes, rollouts, global_counts, x0=x0)
 
     def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
         """The graph's estimate m_i that the mixing combines with the prompt's own outcomes."""
