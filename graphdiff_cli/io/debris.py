@@ -6,7 +6,8 @@ folder of ``io.staging``, ``old`` for a folder renamed aside while being replace
 (kill -9, OOM, a node lost) leaves its temporary behind; the next writer of the same destination removes
 every one made on this host by a process that no longer exists (``sweep``). One made on another host (a
 shared filesystem) or by a live process is left alone: the sweep never races a running writer. Names of
-the older form without host and pid are left too (their maker cannot be told).
+the older form without host and pid are left too (their maker cannot be told). ``graphdiff verify`` lists
+them (``leftovers``, ``describe``) without removing anything.
 """
 
 from __future__ import annotations
@@ -90,3 +91,35 @@ def sweep(folder, dest_name: str | None = None) -> list[str]:
             continue  # not ours to remove after all (permissions): leave it
         removed.append(name)
     return removed
+
+
+def leftovers(folder, dest_name: str) -> list[str]:
+    """The temporary names of ``dest_name`` in ``folder`` (whoever made them, alive or not), sorted: what
+    ``graphdiff verify`` lists beside an artifact or a STATE. Reads only."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(n for n in names if (who := owner(n)) is not None and who[0] == dest_name)
+
+
+_KIND_WORDS = {"tmp": "temporary file", "staging": "staging folder", "old": "previous version, renamed aside,"}
+
+
+def describe(name: str, swept_by: str, *, any_host: bool = False) -> str:
+    """In words, what the temporary ``name`` is and what becomes of it (a notice of ``graphdiff verify``).
+    ``swept_by``: who removes it ("the next write of graph.zarr"); ``any_host``: it removes it whoever made it
+    (a STATE's writers hold its lock, so a temporary inside a STATE is never a running writer's of another host)."""
+    who = owner(name)
+    if who is None:  # a trash folder or a temporary of the older form: its maker cannot be told
+        return f"left by a write that stopped before it finished; {swept_by} removes it"
+    dest, kind, host, pid = who
+    what = f"{_KIND_WORDS[kind]} of {dest}"
+    if host != _HOST and not any_host:
+        return (f"{what}, made on another host ({host}, process {pid}); {swept_by} there removes it once that "
+                "process is gone")
+    if host == _HOST and (pid == os.getpid() or alive(pid)):
+        return f"{what} of a write in progress (process {pid} is running)"
+    if host != _HOST:
+        return f"{what}, left by a write on host {host} (process {pid}) that did not finish; {swept_by} removes it"
+    return f"{what}, left by a write that was killed (its process {pid} is gone); {swept_by} removes it"

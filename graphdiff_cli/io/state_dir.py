@@ -439,18 +439,25 @@ class StateDir:
             if v > cur:
                 _remove_tree(p)
                 removed.append(p.name)
-        debris = [p for p in (self.root / STEPS).iterdir() if p.name.startswith(".")]
-        if (self.root / MODELS).is_dir():
-            debris += [p for p in (self.root / MODELS).iterdir() if p.name.startswith(".")]
-        # at the top level only our own temporary names: a user's dotfile there is none of our business
-        debris += [p for p in self.root.iterdir() if _is_top_debris(p.name)]
-        for p in debris:
+        for p in self.debris_paths():
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
             removed.append(p.name)
         return removed + self._prune_models()
+
+    def debris_paths(self) -> list[Path]:
+        """The staging and trash folders and temporary files crashed writers left in the STATE (what
+        ``clean_debris`` removes besides the versions above CURRENT), sorted: every dot entry of steps/ and
+        models/, and at the top level only graphdiff's own temporary names (a user's dotfile there is none of
+        our business)."""
+        found = []
+        for sub in (STEPS, MODELS):
+            if (self.root / sub).is_dir():
+                found += [p for p in (self.root / sub).iterdir() if p.name.startswith(".")]
+        found += [p for p in self.root.iterdir() if _is_top_debris(p.name)]
+        return sorted(found)
 
     def _prune_models(self) -> list[str]:
         """Remove models/ entries that no retained version's step artifact names. When a retained artifact

@@ -4,21 +4,26 @@ Everything a reader would refuse is looked for at once and reported one line eac
 first: CURRENT (it names its own step's folder), the model artifacts (model.zarr and those extend wrote
 under models/: stamp, attribute hash, every array against its checksums), the log (every step up to CURRENT, once, in order), and every retained step
 artifact (every array its stamp lists, its step attribute, the model it belongs to, and for a delta the step it
-was made from, to its snapshot). Debris above CURRENT is a
-notice, not a problem. Reads only; writes nothing.
+was made from, to its snapshot). What crashed writers left is a notice, not a problem: versions above CURRENT,
+the staging and trash folders and temporary files in the STATE (``StateDir.debris_paths``), and the temporaries
+of the STATE or artifact beside it (a killed ``init`` or ``build-graph``'s staging folder, ``io.debris``). A
+path that graphdiff did not write (no CURRENT, no stamped ``zarr.json``) is refused in one line (exit 6), not
+reported as damage. Reads only; writes nothing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from ..errors import ArtifactError, StateError
-from ..io.artifacts import read_artifact, stamped_kind
+from ..io import debris
+from ..io.artifacts import STAMP_KEY, read_artifact, stamped_kind
 from ..io.estimator_layout import Q_ROWS, Q_VALUES
 from ..io.estimator_store import (MODEL_KIND, STEP_KIND, check_delta_rows, check_step_artifact, is_state_dir,
                                   step_base, step_model_path)
-from ..io.layout import RETENTION, STEPS, step_version
+from ..io.layout import CURRENT, LOG, RETENTION, STEPS, step_version
 from ..io.state_dir import MODEL, MODELS, READ_TRIES, Retention, StateDir
 
 
@@ -69,13 +74,42 @@ def _layout(path: Path):
     return sig, tuple(listing)
 
 
+def _looks_like_state(path: Path) -> bool:
+    """A STATE directory, even one missing parts (its CURRENT, its model): checked as one, never as an artifact."""
+    return is_state_dir(path) or (path / MODEL).exists() or (path / STEPS).is_dir() or (path / LOG).is_file() \
+        or (path / CURRENT).exists()
+
+
+def _foreign(path: Path) -> bool:
+    """Whether ``path`` is nothing graphdiff wrote: a file, a folder without a ``zarr.json``, or a Zarr group
+    without graphdiff's stamp. A ``zarr.json`` that cannot be read at all is a damaged artifact, not foreign."""
+    meta = path / "zarr.json"
+    if not meta.is_file():
+        return True
+    try:
+        doc = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return False
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    return not (isinstance(attrs, dict) and STAMP_KEY in attrs)
+
+
+def _beside(path: Path) -> list[str]:
+    """Notices for the temporaries of ``path`` beside it (a killed init, build-graph, ... of the same path)."""
+    return [f"{path.parent / name}: {debris.describe(name, f'the next write of {path.name}')}"
+            for name in debris.leftovers(path.parent, path.name)]
+
+
 def _verify(path: Path) -> dict:
     if not path.exists():
-        raise ArtifactError(f"{path}: no such STATE directory or artifact")
+        left = debris.leftovers(path.parent, path.name)
+        raise ArtifactError(f"{path}: no such STATE directory or artifact"
+                            + (f" (beside it: {', '.join(left)}, left by a write of it that did not finish)"
+                               if left else ""))
     problems: list[str] = []
     notices: list[str] = []
     checked: list[str] = []
-    if is_state_dir(path) or (path / MODEL).exists():
+    if _looks_like_state(path):
         kind = "STATE"
         sd = StateDir(path)
         version = None
@@ -139,10 +173,17 @@ def _verify(path: Path) -> dict:
         if version is not None and version not in sd.version_dirs():
             problems.append(f"{path}: CURRENT names step {version[0]}"
                             f"{'.' + str(version[1]) if version[1] else ''}, whose state folder is missing")
+        notices += [f"{p}: {debris.describe(p.name, 'the next update, extend, retire or rollback', any_host=True)}"
+                    for p in sd.debris_paths()]
+        notices += _beside(path)
     else:
+        if stamped_kind(path) is None and _foreign(path):
+            raise ArtifactError(f"{path}: not a graphdiff STATE directory or artifact (no CURRENT, no zarr.json "
+                                "with graphdiff's stamp); give a STATE directory or an artifact graphdiff wrote")
         p, art = check_artifact(path)
         kind = art.kind if art is not None else "artifact"
         problems += p
         checked.append(path.name)
+        notices += _beside(path)
     return {"command": "verify", "path": str(path), "kind": kind, "intact": not problems, "problems": problems,
             "notices": notices, "checked": checked}

@@ -1,4 +1,5 @@
-"""``graphdiff verify``: is a STATE directory (or an artifact) intact? One line per problem; exit 1 if not."""
+"""``graphdiff verify``: is a STATE directory (or an artifact) intact? One line per problem (exit 1 if any) and per
+notice (what a killed writer left); exit 6 for a path graphdiff did not write."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ def verify(
     state: Optional[Path] = typer.Option(None, "--state", envvar="GRAPHDIFF_STATE",
                                          help="The STATE directory, as the other commands take it (PATH, when given, wins)."),
 ):
-    """Check a STATE's whole lineage (CURRENT, model, log, every retained step, every array against its
-    checksums) or an artifact; print each problem on one line; exit 0 when intact, 1 when not."""
+    """Check a STATE's whole lineage (CURRENT, model, log, every retained step, every array against its checksums) or an artifact, and list what killed writers left as notices; exit 0 when intact, 1 when damaged, 6 when PATH is nothing graphdiff wrote."""
     from ...stages.verify import verify as run_verify
 
     if path is None and state is None:
