@@ -181,3 +181,29 @@ def test_ids_refuses_fields_the_trainer_cannot_report(tmp_path):
     assert res.returncode == 2 and "verl reports extra_info.index as the prompt id" in res.stderr
     res = _cli("ids", path, "--trainer", "trl", "--id-field", "extra_info.index")
     assert res.returncode == 2 and "TRL passes reward functions top-level columns only" in res.stderr
+
+
+@pytest.mark.parametrize("rows, args", [
+    ([{"id": "a", "question": "q1"}, {"id": "b", "question": "q2"}], []),            # no text field at all
+    ([{"id": "a", "prompt": "q1"}, {"id": "b", "prompt": "  "}], []),               # an empty text
+    ([{"id": "a", "prompt": [{"role": "system", "content": "s"}]}], []),          # a chat without a user turn
+    ([{"id": "a", "question": "q1"}], ["--text-field", "prompt.text"]),            # a dotted path that is not there
+])
+def test_ids_checks_the_text_field_as_embed_does(tmp_path, rows, args):
+    """ids printed None as each text and said ok where embed, given the same file, refused it: now both say the same
+    one line with the same exit code, and --json gives the same error object."""
+    from typer.testing import CliRunner
+
+    from graphdiff_cli.cli.app import app
+
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runner = CliRunner()
+    embed = runner.invoke(app, ["embed", str(path), "--out", str(tmp_path / "e.zarr"), *args])
+    ids = runner.invoke(app, ["ids", str(path), *args])
+    assert embed.exit_code == 1 and embed.stderr.startswith("graphdiff: error: ")
+    assert (ids.exit_code, ids.stderr, ids.stdout) == (embed.exit_code, embed.stderr, "")
+    as_json = runner.invoke(app, ["--json", "ids", str(path), *args])
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout)["error"] == embed.stderr.removeprefix(
+        "graphdiff: error: ").rstrip("\n")
+    assert not (tmp_path / "e.zarr").exists()

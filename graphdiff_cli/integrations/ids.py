@@ -16,7 +16,9 @@ puts beside each row the id the trainer's adapter will derive from the same row:
 
 It reports rows without an id, repeated ids, rows whose trainer id differs from the id ``graphdiff embed``
 stores (``as_id`` writes 3.0 as "3", ``str()`` "3.0"; neither strips anything), and, given a
-STATE, trainer ids the STATE does not have.
+STATE, trainer ids the STATE does not have. Each row's text is checked as ``embed`` checks it
+(``io.tables.prompt_row_text``): a row ``embed`` would refuse (no text field, an empty text, a chat without a
+user turn) stops it with ``embed``'s one-line error, so that ``ids`` never passes a file ``embed`` refuses.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import DataError, GraphdiffError, InvalidArgumentError
-from ..io.tables import DEFAULT_MESSAGES, as_id, field_value, prompt_text, read_rows
+from ..io.tables import DEFAULT_MESSAGES, as_id, field_value, prompt_row_text, read_rows
 
 TRAINERS = ("verl", "trl", "openrlhf", "trinity", "none")
 DEFAULT_ID_FIELDS = {"verl": "extra_info.index", "trl": "id", "openrlhf": "label", "trinity": "id", "none": "id"}
@@ -125,12 +127,9 @@ def trainer_ids(path, *, trainer: str = "none", id_field: str | None = None, tex
                 mismatches.append({"row": line_no, "trainer_id": tid, "graphdiff_id": gid})
             if known is not None and tid not in known:
                 unknown.append({"row": line_no, "id": tid})
+        # the text embed would embed, checked as embed checks it (a row it would refuse stops here with its line)
+        text = prompt_row_text(row, text_field, path, line_no, messages)
         if len(first_rows) < head:
-            found_text, text = field_value(row, text_field)
-            try:
-                text = prompt_text(text, f"{path}:{line_no}", text_field, messages) if found_text else None
-            except GraphdiffError as exc:
-                text = f"<{exc}>"
             first_rows.append({"row": line_no, "id": tid, "text": text})
     if rows == 0:
         raise DataError(f"{path}: no rows")

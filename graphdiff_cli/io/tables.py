@@ -341,6 +341,19 @@ def prompt_text(value, where: str, field: str, messages: str = DEFAULT_MESSAGES)
     return "\n\n".join(users)
 
 
+def prompt_row_text(row: dict, text_field: str, path, line_no: int, messages: str = DEFAULT_MESSAGES) -> str:
+    """The prompt text of one row as ``graphdiff embed`` embeds it (``text_field`` a column or dotted path, a chat
+    list flattened by ``prompt_text``); a row without it, or with an empty one, is refused with its line. The one
+    check of a row's text: ``read_prompts`` and ``graphdiff ids`` make it."""
+    found, text = field_value(row, text_field)
+    if not found:
+        raise DataError(f"{path}:{line_no}: no {text_field!r} field (use --text-field to name the text column)")
+    text = prompt_text(text, f"{path}:{line_no}", text_field, messages)
+    if not text.strip():
+        raise DataError(f"{path}:{line_no}: {text_field} is empty")
+    return text
+
+
 def read_prompts(path, id_field: str = "id", text_field: str = "prompt", fmt: str | None = None,
                  messages: str = DEFAULT_MESSAGES, data: bytes | None = None) -> tuple[list[str], list[str]]:
     """(ids, texts) of a prompts file; duplicate or empty ids and empty texts are refused with the line.
@@ -355,12 +368,7 @@ def read_prompts(path, id_field: str = "id", text_field: str = "prompt", fmt: st
     first_line: dict[str, int] = {}
     for line_no, row in read_rows(path, fmt, data):
         pid = row_id(row, id_field, path, line_no)
-        found, text = field_value(row, text_field)
-        if not found:
-            raise DataError(f"{path}:{line_no}: no {text_field!r} field (use --text-field to name the text column)")
-        text = prompt_text(text, f"{path}:{line_no}", text_field, messages)
-        if not text.strip():
-            raise DataError(f"{path}:{line_no}: {text_field} is empty")
+        text = prompt_row_text(row, text_field, path, line_no, messages)
         if pid in first_line:
             raise DataError(f"{path}:{line_no}: duplicate id {pid!r} (first on line {first_line[pid]})")
         first_line[pid] = line_no

@@ -22,8 +22,9 @@ def ids(
                                 "(the label's JSON id), trinity (the selector's id_field) or none (graphdiff's own reading)."),
     id_field: Optional[str] = typer.Option(None, "--id-field", help="Where the id is (default by --trainer: "
                                            "extra_info.index, id, label, id, id); a dotted path reads a nested field."),
-    text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt (shown for the "
-                                   "first rows as embed would embed it)."),
+    text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt, checked on every "
+                                   "row as embed checks it (a row embed refuses stops ids with embed's error) and "
+                                   "shown for the first rows as embed would embed it."),
     messages: str = typer.Option("user", "--messages", help="How a chat-list prompt is flattened: user or all."),
     state: Optional[Path] = typer.Option(None, "--state", help="Also check that every id is a prompt of this "
                                          "STATE."),
