@@ -20,6 +20,11 @@ branches on (docs/handoff.md, "Exit codes"):
 | 130 | interrupted | (ctrl-C, SIGTERM) | send the same call again (a no-op if it had committed) |
 """
 
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
 
 class GraphdiffError(Exception):
     """Base class of every error graphdiff raises on purpose."""
@@ -87,3 +92,30 @@ class BackendError(GraphdiffError):
 
     exit_code = 8
     kind = "backend"
+
+
+# ---------------------------------------------------------------------- messages in the caller's own terms
+
+_COMMAND_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar("graphdiff_command_line", default=False)
+
+
+@contextlib.contextmanager
+def command_line():
+    """Within it, messages name options as flags (``--id-field``) and remedies as commands; outside it (the
+    Python API) as keywords (``id_field``) and calls. The CLI's one error boundary enters it."""
+    token = _COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
+
+
+def option(flag: str) -> str:
+    """The option ``flag`` (``"--id-field"``) as a message names it to its reader: the flag on the command line,
+    the keyword argument (``id_field``) in Python."""
+    return flag if _COMMAND_LINE.get() else flag.lstrip("-").replace("-", "_")
+
+
+def either(command_line: str, python: str) -> str:
+    """A remedy as its reader would carry it out: ``command_line`` under the CLI, else ``python``."""
+    return command_line if _COMMAND_LINE.get() else python

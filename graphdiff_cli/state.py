@@ -251,21 +251,31 @@ class State:
         ``success_threshold``: None (only 0/1 rewards accepted) or the reward from which a rollout succeeds;
         the result's ``warnings`` says when a chosen threshold put every reward of the step on one side.
         ``id_field``: the file's column holding the prompt id (a dotted path reads a nested field)."""
-        if not isinstance(outcomes, (str, Path)):
-            outcomes = self._write_outcomes(step, outcomes)
-        return handoff.update(self, step, outcomes, success_threshold=success_threshold,
-                              lock_timeout=lock_timeout, id_field=id_field, progress=progress)
+        if isinstance(outcomes, (str, Path)):
+            return handoff.update(self, step, outcomes, success_threshold=success_threshold,
+                                  lock_timeout=lock_timeout, id_field=id_field, progress=progress)
+        with self._outcome_rows(step, outcomes) as (path, created):
+            res = handoff.update(self, step, path, success_threshold=success_threshold,
+                                 lock_timeout=lock_timeout, id_field=id_field, progress=progress)
+            if created and res.get("noop"):  # another writer applied these rows first, from its own file
+                path.unlink(missing_ok=True)
+        self._prune_outcomes()
+        return res
 
-    def _write_outcomes(self, step, rows) -> Path:
-        """``rows`` as ``outcomes_dir/step_T-<content hash>.jsonl``, written atomically. The name carries the
-        content, so no file a log names is ever replaced (two writers of one step, two STATEs sharing the
-        folder): the same rows again reuse it (for the last applied step update is then a no-op); rows for a
-        step already applied that match no file are refused before anything is written."""
+    @contextlib.contextmanager
+    def _outcome_rows(self, step, rows):
+        """``rows`` as a JSONL file: ``outcomes_dir/step_T-<content hash>.jsonl`` when ``step`` is the next
+        step, else a temporary file (only read: a step already applied or a gap is a no-op or a refusal, and
+        writes nothing here). Yields (path, whether this call wrote it); a refused step removes the file it
+        wrote, so the folder keeps only the outcomes of applied steps. The name carries the content, so no
+        file a log names is ever replaced (two writers of one step, two STATEs sharing the folder). An error
+        in the rows names the row (``outcome row 3``), not the file."""
         import hashlib
         import json
+        import tempfile
 
+        from .errors import GraphdiffError
         from .io.atomic import atomic_write_text
-        from .stages.handoff import already_applied_refusal, step_refusal
 
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise InvalidArgumentError(f"step must be an integer >= 1 (step 0 is init), got {step!r}")
@@ -273,25 +283,59 @@ class State:
         if not rows:
             # a step without rollouts (reused generations) still advances the STATE: one row with n = 0
             rows = [{"id": self.index.ids[0], "n": 0, "s": 0}]
-        columns = list(rows[0]) if isinstance(rows[0], dict) else None
-        if columns is None:
+        if not all(isinstance(r, dict) for r in rows):
+            bad = next(r for r in rows if not isinstance(r, dict))
             raise InvalidArgumentError(f"outcomes must be a file or a list of row dicts ('id', 'n', 's'), "
-                                       f"got a list of {type(rows[0]).__name__}")
+                                       f"got a list holding a {type(bad).__name__}")
         try:
             text = "".join(json.dumps(r, default=_plain, allow_nan=False) + "\n" for r in rows)
         except ValueError as exc:  # NaN or infinity: no JSON number
             raise DataError(f"outcome rows hold finite numbers: {exc}") from None
         data = text.encode("utf-8")
-        path = self.outcomes_dir / f"step_{step:08d}-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
-        if path.is_file() and path.read_bytes() == data:
-            return path
-        current = self.step
-        if step <= current:
-            raise already_applied_refusal(self.path, step, current)
-        if step > current + 1:
-            raise step_refusal(self.path, step, current)
-        atomic_write_text(path, text)  # makes outcomes_dir (fsynced) when it is new
-        return path
+        with contextlib.ExitStack() as stack:
+            if step == self.step + 1:
+                path = self.outcomes_dir / f"step_{step:08d}-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
+                created = not (path.is_file() and path.read_bytes() == data)
+                if created:
+                    atomic_write_text(path, text)  # makes outcomes_dir (fsynced) when it is new
+            else:
+                path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="graphdiff-rows-"))) / "rows.jsonl"
+                path.write_text(text, encoding="utf-8")
+                created = False
+            try:
+                yield path, created
+            except BaseException as exc:
+                if created and not self._logged(path):  # refused or cut short before its commit: not kept
+                    path.unlink(missing_ok=True)
+                message = str(exc).replace(f"{path}:", "outcome row ").replace(str(path), "the outcome rows")
+                if isinstance(exc, GraphdiffError) and message != str(exc):
+                    raise type(exc)(message) from None
+                raise
+
+    def _logged(self, path: Path) -> bool:
+        """Whether the log's last line names ``path`` (its step committed); True when that cannot be read."""
+        try:
+            entries = self.dir.log_entries()
+            return bool(entries) and entries[-1].get("outcomes") == str(path.resolve())
+        except Exception:  # noqa: BLE001 - called while another exception is raised: keep the file, say nothing
+            return True
+
+    def _prune_outcomes(self) -> None:
+        """Remove the rows files of steps this STATE no longer retains: only files under ``outcomes_dir``, named
+        as ``update`` names them and named by this STATE's log (never another STATE's sharing the folder)."""
+        import re
+
+        pattern = re.compile(r"step_(\d{8})-[0-9a-f]{16}\.jsonl")
+        try:
+            files = [f for f in self.outcomes_dir.iterdir() if pattern.fullmatch(f.name)]
+        except OSError:  # no folder (every step came as a file), or unreadable: nothing to prune
+            return
+        retained = set(self.dir.retained_steps())
+        stale = {str(f.resolve()) for f in files if int(pattern.fullmatch(f.name).group(1)) not in retained}
+        if stale:
+            for entry in self.dir.log_entries():
+                if entry.get("outcomes") in stale and entry.get("step") not in retained:
+                    Path(entry["outcomes"]).unlink(missing_ok=True)
 
     def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = 8) -> dict:
         """Every estimate of the prompts ``ids`` (all candidates, retired ones left out, when None) at the

@@ -45,7 +45,7 @@ def test_rollout_rows_use_the_threshold(tmp_path):
     assert _as_dict(read_outcomes(path, success_threshold=1.0)) == {"a": (3, 0), "b": (2, 1)}
     # no threshold chosen: rewards that are not 0/1 are refused at the first such row, never thresholded silently
     with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:1: reward 0.3 is not 0 or 1; pass "
-                                        r"--success-threshold X"):
+                                        r"success_threshold=X"):
         read_outcomes(path)
 
 
@@ -55,7 +55,7 @@ def test_continuous_rewards_without_a_threshold_are_refused_with_the_row(tmp_pat
     path = write_outcomes(tmp_path / f"r{ext}", rows)
     line = 4 if ext == ".csv" else 3  # CSV: the header is line 1
     with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:{line}: reward 0.7 is not 0 or 1; pass "
-                                        r"--success-threshold"):
+                                        r"success_threshold=X"):
         read_outcomes(path)
     # -1/1 rewards (DAPO's) are not 0/1 either: a threshold must be chosen for them too
     dapo = write_outcomes(tmp_path / f"d{ext}", [{"id": "a", "reward": -1.0}, {"id": "a", "reward": 1.0}])
@@ -68,11 +68,11 @@ def test_a_chosen_threshold_that_puts_every_reward_on_one_side_is_a_warning(tmp_
     path = write_outcomes(tmp_path / "r.jsonl", [{"id": "a", "reward": 0.7}] * 4)
     below = read_outcomes(path, success_threshold=0.8)
     assert _as_dict(below) == {"a": (4, 0)}
-    assert below.warnings == (f"{path}: all 4 rewards are below --success-threshold 0.8 (the highest is 0.7): "
+    assert below.warnings == (f"{path}: all 4 rewards are below success_threshold 0.8 (the highest is 0.7): "
                               "every rollout counts as a failure",)
     above = read_outcomes(path, success_threshold=0.7)  # at the threshold is a success
     assert _as_dict(above) == {"a": (4, 4)}
-    assert above.warnings == (f"{path}: all 4 rewards are at or above --success-threshold 0.7 (the lowest is "
+    assert above.warnings == (f"{path}: all 4 rewards are at or above success_threshold 0.7 (the lowest is "
                               "0.7): every rollout counts as a success",)
     # counts rows and 0/1 rewards without a threshold: nothing to warn about, even when all fail
     assert read_outcomes(write_outcomes(tmp_path / "c.jsonl", [{"id": "a", "n": 4, "s": 0}])).warnings == ()
@@ -197,7 +197,7 @@ def test_missing_file_unknown_extension_and_bad_threshold(tmp_path):
         read_outcomes(tmp_path / "o.txt")
     ok = write_outcomes(tmp_path / "o.jsonl", [{"id": "a", "reward": 1}])
     for bad in (math.nan, math.inf, "x"):
-        with pytest.raises(InvalidArgumentError, match="success-threshold"):
+        with pytest.raises(InvalidArgumentError, match="success_threshold"):
             read_outcomes(ok, success_threshold=bad)
 
 

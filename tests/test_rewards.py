@@ -43,13 +43,13 @@ def test_state_update_refuses_continuous_rewards_without_a_threshold_and_changes
     path = write_outcomes(tmp_path / "o.jsonl", _rollouts([ids[0]] * 4, [0.7] * 4))
     before = tree_hash(root)
     st = State.open(root, device="cpu", durable=False)
-    with pytest.raises(DataError, match=rf"^{path}:1: reward 0.7 is not 0 or 1; pass --success-threshold X"):
+    with pytest.raises(DataError, match=rf"^{path}:1: reward 0.7 is not 0 or 1; pass success_threshold=X"):
         st.update(1, path)
     assert tree_hash(root) == before and st.step == 0
     # with the threshold chosen the same file is a step (below it: every rollout a failure, said in one warning)
     res = st.update(1, path, success_threshold=0.8)
     assert (res["rollouts"], res["successes"], res["success_threshold"]) == (4, 0, 0.8)
-    assert res["warnings"] == [f"step 1: {path}: all 4 rewards are below --success-threshold 0.8 (the highest is "
+    assert res["warnings"] == [f"step 1: {path}: all 4 rewards are below success_threshold 0.8 (the highest is "
                                "0.7): every rollout counts as a failure"]
 
 
@@ -58,7 +58,7 @@ def test_state_update_warns_when_every_reward_is_at_or_above_the_threshold(state
     st = State.open(root, device="cpu", durable=False)
     res = st.update(1, _rollouts([ids[0], ids[0], ids[1]], [0.7, 0.9, 0.5]), success_threshold=0.5)
     assert res["successes"] == 3 and len(res["warnings"]) == 1
-    assert "all 3 rewards are at or above --success-threshold 0.5 (the lowest is 0.5)" in res["warnings"][0]
+    assert "all 3 rewards are at or above success_threshold 0.5 (the lowest is 0.5)" in res["warnings"][0]
     # a threshold that splits the step: no warning
     res = st.update(2, _rollouts([ids[0], ids[0], ids[1]], [0.7, 0.2, 0.5]), success_threshold=0.5)
     assert res["successes"] == 2 and res["warnings"] == []

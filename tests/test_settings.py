@@ -185,7 +185,7 @@ def test_init_keep_is_a_flag_with_the_state_dir_default():
 
     assert init_settings()[1] == Retention(DEFAULT_KEEP, DEFAULT_KEEP_EVERY)
     assert init_settings(keep=7, keep_every=10)[1] == Retention(7, 10)
-    with pytest.raises(InvalidArgumentError, match="--keep must be an integer >= 2"):
+    with pytest.raises(InvalidArgumentError, match="^keep must be an integer >= 2"):
         init_settings(keep=1)
 
 

@@ -154,8 +154,8 @@ def test_step_refusals_change_nothing(state, inputs, tmp_path):
     _refused(state, AlreadyAppliedError, "step 1 is already applied", update, state, 1, outcomes(tmp_path, ids, 1))
     _refused(state, AlreadyAppliedError, "step 2 is already applied", update, state, 2, outcomes(tmp_path, ids, 2),
              success_threshold=0.5)  # the same file read with another threshold is other outcomes
-    _refused(state, InvalidArgumentError, "--step must be an integer >= 1", update, state, 0, o)
-    _refused(state, InvalidArgumentError, "success-threshold", update, state, 3, o, success_threshold=float("nan"))
+    _refused(state, InvalidArgumentError, "step must be an integer >= 1", update, state, 0, o)
+    _refused(state, InvalidArgumentError, "success_threshold", update, state, 3, o, success_threshold=float("nan"))
 
 
 BAD_OUTCOMES = [
@@ -318,7 +318,7 @@ def test_rollback_then_update(state, inputs, tmp_path):
         update(state, t, outcomes(tmp_path, ids, t))
     _refused(state, StateError, "state of step 1 was pruned; retained steps: 0, 3, 4, 5", rollback, state, 1)
     _refused(state, StateError, "step 7 has not been applied", rollback, state, 7)
-    _refused(state, InvalidArgumentError, "--to must be a step >= 0", rollback, state, -1)
+    _refused(state, InvalidArgumentError, "to must be a step >= 0", rollback, state, -1)
     res = State.open(state).rollback(3)
     assert res["removed"] == [4, 5] and res["next_step"] == 4
     assert StateDir.open(state).retained_steps() == [0, 3]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import typer
 
-from ..errors import GraphdiffError
+from ..errors import GraphdiffError, command_line
 
 # the typer app every command registers on (app.py adds the global options, registers the command
 # modules and runs it; defined here so that commands and app.py import this module and not each other)
@@ -232,7 +232,8 @@ def fail(message: str, code: int = EXIT_ERROR, kind: str = "error") -> None:
 def run_guarded(fn, *args, **kwargs):
     """The one error boundary: GraphdiffError -> one line + its exit code; anything else -> exit 1."""
     try:
-        return fn(*args, **kwargs)
+        with command_line():  # messages name flags and commands, not keywords and calls
+            return fn(*args, **kwargs)
     except typer.Exit:
         raise
     except GraphdiffError as exc:

@@ -45,7 +45,7 @@ from ..core import decisions as dec
 from ..errors import DataError, GraphdiffError, InvalidArgumentError, StateError
 from ..io.atomic import append_nofollow, atomic_write_text, make_dirs
 from ..io.locks import file_lock
-from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary
+from ..io.outcomes import THRESHOLD_REASON, check_threshold, is_binary
 from ..io.tables import unique_keys
 from .dynamic_sampling import DEFAULT_EXPLORE, DS_MODES, CandidateDraw
 from .tracking import BatchChooser, StateTarget, count_outcomes, resume_mismatch
@@ -149,7 +149,7 @@ class StepRecorder:
                 pid = self._known(str(prompt_id))
                 if self.success_threshold is None and not is_binary(float(reward)):  # refused at once, not at the close
                     raise DataError(f"prompt {pid!r} got reward {float(reward):g}, not 0 or 1; set "
-                                    f"GRAPHDIFF_SUCCESS_THRESHOLD ({THRESHOLD_HINT.split(': ', 1)[1]})")
+                                    f"GRAPHDIFF_SUCCESS_THRESHOLD ({THRESHOLD_REASON})")
                 row = {"id": pid, "reward": float(reward), "score": float(reward if score is None else score)}
                 if self.run is not None:
                     row["run"] = self.run

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, InvalidArgumentError, RewardWarning, StateError
-from ..io.outcomes import THRESHOLD_HINT, check_threshold, is_binary, threshold_warning
+from ..io.outcomes import THRESHOLD_REASON, check_threshold, is_binary, threshold_warning
 from ..io.readers import IdIndex
 
 
@@ -222,7 +222,7 @@ def count_outcomes(rows, threshold: float | None = None) -> tuple[list[str], np.
         if threshold is None:
             if not is_binary(r):
                 raise DataError(f"prompt {pid!r} got reward {r:g}, not 0 or 1; set the "
-                                f"integration's success_threshold ({THRESHOLD_HINT.split(': ', 1)[1]})")
+                                f"integration's success_threshold ({THRESHOLD_REASON})")
             r_ok = r >= 1.0
         else:
             r_ok = r >= threshold

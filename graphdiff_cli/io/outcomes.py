@@ -21,14 +21,16 @@ or an empty file raises one ``DataError`` naming the file and the line (Parquet:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, InvalidArgumentError
-from .tables import ID_FIELD_HINT, as_float, as_int, check_id_field, detect_format, field_value, read_file_once, read_rows, row_id
+from ..errors import DataError, InvalidArgumentError, option
+from .tables import as_float, as_int, check_id_field, detect_format, field_value, id_field_hint, read_file_once, read_rows, row_id
 
 COUNT_COLUMNS = ("id", "n", "s")
 MAX_COUNT = 1_000_000  # rollouts of one prompt in one step: far above any real group (a sum of tokens or rewards is not)
@@ -49,14 +51,33 @@ class Outcomes:
     warnings: tuple[str, ...] = ()  # one line each: rewards all on one side of a chosen threshold
     hash: str = ""  # content hash of the bytes parsed (the file is read once)
 
+    @property
+    def content_hash(self) -> str:
+        """sha256 (16 hex digits) of what the step says, not how the file spells it: the set of (id, n, s) after
+        summing each id's rows. The same rows reordered, their keys reordered, another format or id column, or
+        one rollout per row instead of counts give the same hash; the threshold that made s is compared apart."""
+        return content_hash(self.ids, self.n, self.s)
+
     def node_indices(self, index) -> np.ndarray:
         """Node indices of the ids by ``index`` (a ``readers.IdIndex``); an unknown id is refused with its line."""
         return index.nodes(self.ids, where=lambda j: f"{self.path}:{self.lines[j]}")
 
 
+def content_hash(ids, n, s) -> str:
+    """sha256 (16 hex digits) of the set of (id, n, s) triples (order-free; ids unique)."""
+    triples = sorted(zip(map(str, ids), (int(x) for x in n), (int(x) for x in s)))
+    return hashlib.sha256(json.dumps(triples, separators=(",", ":")).encode("utf-8")).hexdigest()[:16]
+
+
 DEFAULT_SUCCESS_THRESHOLD = None  # none chosen: rewards must be 0/1 (they pass through); others are refused
-THRESHOLD_HINT = ("pass --success-threshold X (a rollout with reward >= X is a success): graphdiff does not "
-                  "guess a threshold for rewards that are not 0/1")
+THRESHOLD_REASON = "graphdiff does not guess a threshold for rewards that are not 0/1"
+
+
+def threshold_hint() -> str:
+    """How to choose a threshold, in the caller's terms (a flag on the command line, a keyword in Python)."""
+    flag = option("--success-threshold")
+    given = f"{flag} X" if flag.startswith("--") else f"{flag}=X"
+    return f"pass {given} (a rollout with reward >= X is a success): {THRESHOLD_REASON}"
 
 
 def check_threshold(success_threshold) -> float | None:
@@ -66,9 +87,9 @@ def check_threshold(success_threshold) -> float | None:
     try:
         x = float(success_threshold)
     except (TypeError, ValueError):
-        raise InvalidArgumentError(f"--success-threshold must be a number, got {success_threshold!r}") from None
+        raise InvalidArgumentError(f"{option('--success-threshold')} must be a number, got {success_threshold!r}") from None
     if not math.isfinite(x):
-        raise InvalidArgumentError(f"--success-threshold must be a finite number, got {success_threshold!r}")
+        raise InvalidArgumentError(f"{option('--success-threshold')} must be a finite number, got {success_threshold!r}")
     return x
 
 
@@ -91,7 +112,7 @@ def _has(row: dict) -> str:
 
 def _schema_of(path: Path, line_no: int, row: dict, id_field: str = "id") -> str:
     if not field_value(row, id_field)[0]:
-        hint = f"; {ID_FIELD_HINT}" if id_field == "id" else ""
+        hint = f"; {id_field_hint()}" if id_field == "id" else ""
         raise DataError(f"{path}:{line_no}: missing column {id_field!r} (outcomes need {id_field}, n, s or "
                         f"{id_field}, reward; {_has(row)}){hint}")
     if "n" in row or "s" in row:
@@ -115,10 +136,10 @@ def is_binary(reward: float) -> bool:
 def threshold_warning(rewards_low: float, rewards_high: float, count: int, threshold: float, where: str) -> str | None:
     """One line when ``count`` rewards in [low, high] all fall on one side of a chosen threshold, else None."""
     if rewards_high < threshold:
-        return (f"{where}: all {count} rewards are below --success-threshold {threshold:g} (the highest is "
+        return (f"{where}: all {count} rewards are below {option('--success-threshold')} {threshold:g} (the highest is "
                 f"{rewards_high:g}): every rollout counts as a failure")
     if rewards_low >= threshold:
-        return (f"{where}: all {count} rewards are at or above --success-threshold {threshold:g} (the lowest is "
+        return (f"{where}: all {count} rewards are at or above {option('--success-threshold')} {threshold:g} (the lowest is "
                 f"{rewards_low:g}): every rollout counts as a success")
     return None
 
@@ -131,7 +152,7 @@ def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float | No
         reward = _reward(row["reward"], path, line_no, strict)
         if threshold is None:
             if not is_binary(reward):
-                raise DataError(f"{path}:{line_no}: reward {reward:g} is not 0 or 1; {THRESHOLD_HINT}")
+                raise DataError(f"{path}:{line_no}: reward {reward:g} is not 0 or 1; {threshold_hint()}")
             return pid, 1, int(reward), reward
         return pid, 1, int(reward >= threshold), reward
     n = as_int(row["n"], path, line_no, "n", strict=strict)

@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import ArtifactError, DataError, InvalidArgumentError
+from ..errors import ArtifactError, DataError, InvalidArgumentError, option
 from .artifacts import Artifact, read_artifact
 from .tables import SUFFIX_FORMATS
 
@@ -90,8 +90,9 @@ def read_id_file(path, *, unique: bool = True, data: bytes | None = None,
         for line_no, row in read_rows(path, data=data):
             pairs.append((line_no, row_id(row, id_field, path, line_no)))
     elif id_field != "id":
-        raise InvalidArgumentError(f"{path}: --id-field {id_field} names a column, but this is a plain list of ids "
-                                   "(one per line); give a .jsonl/.csv/.parquet table or leave --id-field out")
+        raise InvalidArgumentError(f"{path}: {option('--id-field')} {id_field} names a column, but this is a plain "
+                                   "list of ids (one per line); give a .jsonl/.csv/.parquet table or leave "
+                                   f"{option('--id-field')} out")
     else:
         try:
             text = (path.read_bytes() if data is None else data).decode("utf-8-sig")

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ArtifactError, InvalidArgumentError, StateError
+from ..errors import ArtifactError, InvalidArgumentError, StateError, either, option
 from .artifacts import read_artifact
 from .atomic import append_nofollow, atomic_write_text, fsync_dir, make_dirs, refuse_links
 from .estimator_store import (STEP_KIND, Delta, base_path, check_step_artifact, pointer_text, q_dtype, read_current,
@@ -420,7 +420,7 @@ class StateDir:
         """Hold STATE/.lock exclusively; wait up to ``timeout`` seconds for another writer to finish."""
         check_lock_timeout(timeout)
         busy = (lambda _holder: f"{self.root}: another update or rollback has held {LOCK} for more than "
-                f"{timeout:g} s; try again when it has finished (or raise --lock-timeout)")
+                f"{timeout:g} s; try again when it has finished (or raise {option('--lock-timeout')})")
         cannot = (lambda exc: f"{self.root / LOCK}: cannot open the STATE's lock ({exc.strerror}); a STATE is "
                   "written by a user who may write its folder")
         with file_lock(self.root / LOCK, timeout, busy=busy, cannot_open=cannot, mode=0o644):
@@ -640,7 +640,7 @@ class StateDir:
         self.removed_versions, self.sync_failed = [], None
         cur = self.current_version()
         if isinstance(to, bool) or not isinstance(to, int) or to < 0:
-            raise InvalidArgumentError(f"--to must be a step >= 0, got {to!r}")
+            raise InvalidArgumentError(f"{option('--to')} must be a step >= 0, got {to!r}")
         if revision is not None and (isinstance(revision, bool) or not isinstance(revision, int) or revision < 0):
             raise InvalidArgumentError(f"the revision must be an integer >= 0, got {revision!r}")
         if (to, revision or 0) > cur:
@@ -655,7 +655,8 @@ class StateDir:
         if target not in dirs:
             kept = ", ".join(_name(v) for v in self.retained_versions())
             raise StateError(f"{self.root}: the state of step {_name(target)} was pruned; retained steps: {kept} "
-                             "(graphdiff retention --keep N --keep-every C sets which are kept)")
+                             f"({either('graphdiff retention --keep N --keep-every C', 'State.retention(keep=N, keep_every=C)')} "
+                             "sets which are kept)")
         entries = self.log_entries(upto=target)
         art = read_artifact(dirs[target], STEP_KIND)  # refuse to point CURRENT at a damaged state
         check_step_artifact(art, target, said_by="its name says", entry=entries[-1])
@@ -698,7 +699,7 @@ def _name(version) -> str:
 def check_lock_timeout(timeout) -> float:
     """Seconds to wait for another writer of a STATE: a number >= 0."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-        raise InvalidArgumentError(f"--lock-timeout must be >= 0 seconds, got {timeout!r}")
+        raise InvalidArgumentError(f"{option('--lock-timeout')} must be >= 0 seconds, got {timeout!r}")
     return float(timeout)
 
 
@@ -707,7 +708,7 @@ MIN_KEEP = 2  # with 1, an update prunes the step a reader may have just found i
 
 def check_keep(keep) -> int:
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < MIN_KEEP:
-        raise InvalidArgumentError(f"--keep must be an integer >= {MIN_KEEP} (with fewer, an update removes the "
+        raise InvalidArgumentError(f"{option('--keep')} must be an integer >= {MIN_KEEP} (with fewer, an update removes the "
                                    f"state a concurrent predict is reading), got {keep!r}")
     return keep
 
@@ -729,10 +730,11 @@ class Retention:
     def __post_init__(self):
         check_keep(self.keep)
         if isinstance(self.keep_every, bool) or not isinstance(self.keep_every, int) or self.keep_every < 0:
-            raise InvalidArgumentError(f"--keep-every must be an integer >= 0 (0: keep only the last --keep), got "
+            raise InvalidArgumentError(f"{option('--keep-every')} must be an integer >= 0 (0: keep only the last "
+                                       f"{option('--keep')}), got "
                                        f"{self.keep_every!r}")
         if isinstance(self.snapshot_every, bool) or not isinstance(self.snapshot_every, int) or self.snapshot_every < 1:
-            raise InvalidArgumentError(f"--snapshot-every must be an integer >= 1 (1: every step writes q whole), got "
+            raise InvalidArgumentError(f"{option('--snapshot-every')} must be an integer >= 1 (1: every step writes q whole), got "
                                        f"{self.snapshot_every!r}")
 
     def kept(self, steps) -> set[int]:
@@ -756,4 +758,4 @@ class Retention:
             return cls(int(doc["keep"]), int(doc["keep_every"]), int(doc.get("snapshot_every", DEFAULT_SNAPSHOT_EVERY)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidArgumentError) as exc:
             raise ArtifactError(f"{path}: damaged retention file ({exc.__class__.__name__}); rewrite it with "
-                                "graphdiff retention --keep N --keep-every C") from None
+                                f"{either('graphdiff retention --keep N --keep-every C', 'State.retention(keep=N, keep_every=C)')}") from None

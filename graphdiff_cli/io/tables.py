@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import DataError, InvalidArgumentError
+from ..errors import DataError, InvalidArgumentError, option
 
 FORMATS = ("jsonl", "csv", "parquet")
 # the one map from a file's extension to its table format (readers, writers, the watch inbox)
@@ -284,7 +284,9 @@ def field_value(row: dict, field: str) -> tuple[bool, object]:
 
 
 DEFAULT_ID_FIELD = "id"
-ID_FIELD_HINT = "use --id-field to name the id column, e.g. extra_info.index for a verl parquet"
+def id_field_hint() -> str:
+    """How to name the id column, in the caller's terms (a flag on the command line, a keyword in Python)."""
+    return f"use {option('--id-field')} to name the id column, e.g. extra_info.index for a verl parquet"
 
 
 def row_id(row: dict, id_field: str, path, line_no: int) -> str:
@@ -294,14 +296,14 @@ def row_id(row: dict, id_field: str, path, line_no: int) -> str:
     ``--id-field``)."""
     found, value = field_value(row, id_field)
     if not found:
-        raise DataError(f"{path}:{line_no}: no {id_field!r} field ({ID_FIELD_HINT})")
+        raise DataError(f"{path}:{line_no}: no {id_field!r} field ({id_field_hint()})")
     return as_id(value, path, line_no, id_field)
 
 
 def check_id_field(id_field) -> str:
     """``--id-field`` as given: a non-empty column name or dotted path."""
     if not isinstance(id_field, str) or not id_field.strip() or any(not p for p in id_field.split(".")):
-        raise InvalidArgumentError(f"--id-field must name a column or a dotted path such as extra_info.index, "
+        raise InvalidArgumentError(f"{option('--id-field')} must name a column or a dotted path such as extra_info.index, "
                                    f"got {id_field!r}")
     return id_field
 
@@ -347,7 +349,7 @@ def prompt_row_text(row: dict, text_field: str, path, line_no: int, messages: st
     check of a row's text: ``read_prompts`` and ``graphdiff ids`` make it."""
     found, text = field_value(row, text_field)
     if not found:
-        raise DataError(f"{path}:{line_no}: no {text_field!r} field (use --text-field to name the text column)")
+        raise DataError(f"{path}:{line_no}: no {text_field!r} field (use {option('--text-field')} to name the text column)")
     text = prompt_text(text, f"{path}:{line_no}", text_field, messages)
     if not text.strip():
         raise DataError(f"{path}:{line_no}: {text_field} is empty")

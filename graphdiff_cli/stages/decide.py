@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import decisions as dec
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, option
 from .progress import Progress, no_progress
 
 
@@ -85,17 +85,17 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
     dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
     dec.check_target(target)
     explore = dec.check_explore(explore)
-    group_size = check_group_size(group_size, "--group-size")
-    seed = dec.check_int(seed, "--seed", 0)  # numpy seeds are >= 0
+    group_size = check_group_size(group_size, option("--group-size"))
+    seed = dec.check_int(seed, option("--seed"), 0)  # numpy seeds are >= 0
     id_field = check_id_field(id_field)
     fmt = _check_out(out, fmt)
     sd = state.dir
     progress(0, 3)
-    dec.check_int(batch_size, "--batch-size", 1)
+    dec.check_int(batch_size, option("--batch-size"), 1)
     est = state.estimator()
     ids, rows, skipped, where = _candidates(state, candidates, id_field)
     if batch_size > rows.size:
-        raise InvalidArgumentError(f"--batch-size {batch_size} is larger than the pool of {rows.size} "
+        raise InvalidArgumentError(f"{option('--batch-size')} {batch_size} is larger than the pool of {rows.size} "
                                    f"candidates in {where}" + (f" ({skipped} more are retired)" if skipped else ""))
     progress(1, 3)
     m = est.estimates(rows, group_size=group_size)
@@ -141,7 +141,7 @@ def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int
     sd = state.dir
     progress(0, 3)
     if strategy == "vip" and min_count < 2:
-        raise InvalidArgumentError(f"the vip strategy needs --min >= 2, got --min {min_count}")
+        raise InvalidArgumentError(f"the vip strategy needs {option('--min')} >= 2, got {min_count}")
     est = state.estimator()
     ids, rows, skipped, _where = _candidates(state, ids, id_field)
     dec.check_budget(rows.size, budget, min_count, max_count)

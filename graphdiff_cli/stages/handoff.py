@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import AlreadyAppliedError, ArtifactError, InvalidArgumentError, StateError, StepGapError
+from ..errors import (AlreadyAppliedError, ArtifactError, GraphdiffError, InvalidArgumentError, StateError, StepGapError,
+                      either, option)
 from ..io.artifacts import has_array, hash_file, read_artifact
 from ..io.layout import JOINED, RETIRED
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
@@ -85,7 +86,7 @@ def readout_embeddings(graph, embeddings, settings) -> tuple:
     if path is None or not Path(path).exists():
         why = (f"the embeddings the graph was built from are not at {path}" if path else
                "the graph does not say where its embeddings are")
-        return None, {"on": False, "why": f"{why}; pass --embeddings to use the read-out"}
+        return None, {"on": False, "why": f"{why}; pass {option('--embeddings')} to use the read-out"}
     emb = embedding_matrix(path, graph).astype(np.float32)
     return emb, {"on": True, "embeddings": str(Path(path).resolve()), "dim": int(emb.shape[1]),
                  "bytes": int(emb.nbytes)}
@@ -107,7 +108,7 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
     out = Path(out)
     settings, retention = init_settings(config, **flags)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise StateError(f"{out}: already exists and is not empty; choose another --out or remove it")
+        raise StateError(f"{out}: already exists and is not empty; choose another {option('--out')} or remove it")
     progress(0, 3)
     inp = read_inputs(graph, clusters)
     g_hash, c_hash = inp.graph.art.content_hash, inp.clusters.art.content_hash
@@ -132,28 +133,61 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
 
 # ------------------------------------------------------------------------------------------- update
 
-def _already_applied(sd, step: int, cur: int, outcomes, success_threshold: float | None, t0: float,
-                     id_field: str = "id") -> dict | None:
-    """The no-op result when ``step`` is the last applied step and was applied from these very outcomes (same
-    bytes, same threshold, same id field): a trainer's retry after a crash or a signal that came after the
-    commit. Else None."""
-    if step != cur or step < 1 or not Path(outcomes).is_file():
-        return None
-    entry = next((e for e in reversed(sd.log_entries(upto=sd.current_version()))
-                  if e.get("step") == step and not e.get("revision") and e.get("event") is None), None)
+def _step_entries(sd) -> list[dict]:
+    """The log lines of the steps applied along the current history (no revisions, no events), newest first."""
+    return [e for e in reversed(sd.log_entries(upto=sd.current_version()))
+            if e.get("step") and not e.get("revision") and e.get("event") is None]
+
+
+def _applied_from(sd, outcomes, success_threshold: float | None, id_field: str) -> list[dict]:
+    """The log lines (newest first) of the applied steps whose outcomes these are: the same (id, n, s) rows
+    under the same threshold, whatever their order, key order, format or id column (a log line written before
+    the content hash was kept: the same bytes and id column, as it was matched then). [] when none is, or the
+    file cannot be read."""
+    from ..io.outcomes import read_outcomes
+
+    entries = _step_entries(sd)
+    if not entries or not Path(outcomes).is_file():
+        return []
     try:
         digest = hash_file(outcomes)
-    except FileNotFoundError:  # deleted since is_file: not these outcomes again
-        return None
-    if (entry is None or entry.get("outcomes_hash") != digest or entry.get("success_threshold") != success_threshold
-            or entry.get("id_field", "id") != id_field):
-        return None
-    return {"command": "update", "state": str(sd.root), "step": step, "noop": True,
-            **{k: entry.get(k) for k in ("outcomes", "outcomes_hash", "schema", "rows", "prompts", "rollouts",
-                                         "successes", "success_threshold", "iterations", "converged", "elbo",
-                                         "applied_at")},
+    except OSError:  # deleted or unreadable since is_file: not these outcomes again
+        return []
+    try:
+        content = read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field).content_hash
+    except (GraphdiffError, OSError):  # not readable as outcomes: only its bytes can match a step
+        content = None
+
+    def same(e: dict) -> bool:
+        if e.get("success_threshold") != success_threshold:
+            return False
+        if e.get("outcomes_content") is not None and content is not None:
+            return e["outcomes_content"] == content
+        return e.get("outcomes_hash") == digest and e.get("id_field", "id") == id_field
+
+    return [e for e in entries if same(e)]
+
+
+def _noop(sd, entry: dict, t0: float) -> dict:
+    return {"command": "update", "state": str(sd.root), "step": entry["step"], "noop": True,
+            **{k: entry.get(k) for k in ("outcomes", "outcomes_hash", "outcomes_content", "schema", "rows",
+                                         "prompts", "rollouts", "successes", "success_threshold", "iterations",
+                                         "converged", "elbo", "applied_at")},
             "pruned": [], "retained": sd.retained_steps(), "durability_unknown": False,
             "timings": {"total_s": time.perf_counter() - t0}}
+
+
+def _refuse_or_noop(sd, step: int, cur: int, outcomes, success_threshold: float | None, t0: float,
+                    id_field: str) -> dict:
+    """For an update of ``step`` != ``cur`` + 1: the no-op result when ``step`` is the last applied step and
+    was applied from these very outcomes (a trainer's retry after a crash, or a signal that came after the
+    commit), else the refusal, naming the step these outcomes were applied as when they were."""
+    matches = _applied_from(sd, outcomes, success_threshold, id_field)
+    same_step = [e for e in matches if e["step"] == step]
+    if step == cur and same_step:
+        return _noop(sd, same_step[0], t0)
+    raise step_refusal(sd.root, step, cur, applied_as=same_step[0]["step"] if same_step else
+                       matches[0]["step"] if matches else None)
 
 
 def _step_outcomes_hash(sd, step: int) -> str | None:
@@ -168,19 +202,29 @@ def _step_outcomes_hash(sd, step: int) -> str | None:
         return None
 
 
-def already_applied_refusal(root, step: int, cur: int) -> AlreadyAppliedError:
-    return AlreadyAppliedError(f"{root}: step {step} is already applied from other outcomes (the current step "
-                               f"is {cur}; the next update is step {cur + 1}); to redo it run graphdiff "
-                               f"rollback --to {step - 1} first")
+def already_applied_refusal(root, step: int, cur: int, applied_as: int | None = None) -> AlreadyAppliedError:
+    """The refusal of an update of ``step`` <= ``cur``; ``applied_as``: the step these outcomes were applied as,
+    when they were."""
+    if applied_as == step:
+        what = f"step {step} is already applied, from these very outcomes"
+    elif applied_as is not None:
+        what = f"step {step} is already applied from other outcomes; these are the outcomes of step {applied_as}"
+    else:
+        what = f"step {step} is already applied from other outcomes"
+    return AlreadyAppliedError(f"{root}: {what} (the current step is {cur}; the next update is step {cur + 1}); "
+                               f"to redo step {step} run "
+                               f"{either(f'graphdiff rollback --to {step - 1}', f'State.rollback({step - 1})')} first")
 
 
-def step_refusal(root, step: int, cur: int) -> StateError:
-    """The refusal of an update of ``step`` onto a STATE at step ``cur`` (step != cur + 1)."""
+def step_refusal(root, step: int, cur: int, applied_as: int | None = None) -> StateError:
+    """The refusal of an update of ``step`` onto a STATE at step ``cur`` (step != cur + 1); ``applied_as``: the
+    step these outcomes were applied as, when they were."""
     if step <= cur:
-        return already_applied_refusal(root, step, cur)
+        return already_applied_refusal(root, step, cur, applied_as)
+    also = f"; these are the outcomes of step {applied_as}, already applied" if applied_as is not None else ""
     return StepGapError(f"{root}: step {step} would skip step{'s' if step - cur > 2 else ''} "
                       f"{cur + 1}{'..' + str(step - 1) if step - cur > 2 else ''}: the current step is {cur}, "
-                      f"the next update must be step {cur + 1}")
+                      f"the next update must be step {cur + 1}{also}")
 
 
 def update(state, step: int, outcomes, *, success_threshold: float | None = None,
@@ -195,17 +239,14 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
 
     t0 = time.perf_counter()
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise InvalidArgumentError(f"--step must be an integer >= 1 (step 0 is init), got {step!r}")
+        raise InvalidArgumentError(f"{option('--step')} must be an integer >= 1 (step 0 is init), got {step!r}")
     success_threshold = check_threshold(success_threshold)
     id_field = check_id_field(id_field)
     check_lock_timeout(lock_timeout)
     sd = state.dir
     cur = sd.current_step
     if step != cur + 1:  # fail fast, before parsing; checked again under the lock
-        noop = _already_applied(sd, step, cur, outcomes, success_threshold, t0, id_field)
-        if noop is not None:
-            return noop
-        raise step_refusal(sd.root, step, cur)
+        return _refuse_or_noop(sd, step, cur, outcomes, success_threshold, t0, id_field)
     progress(0, 4)
     t_import = _import_torch()
     t1 = time.perf_counter()
@@ -220,19 +261,19 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
         t_locked = time.perf_counter()
         cur = sd.current_step
         if step != cur + 1:  # another writer moved on while we waited
-            noop = _already_applied(sd, step, cur, outcomes, success_threshold, t0, id_field)
-            if noop is not None:
-                return noop
-            raise step_refusal(sd.root, step, cur)
+            return _refuse_or_noop(sd, step, cur, outcomes, success_threshold, t0, id_field)
         est = state.estimator()
         if est.step_ != cur:
             raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
         nodes = parsed.node_indices(state.index)  # again: an extend or rollback may have moved the prompt set
         warnings = [f"step {step}: {w}" for w in parsed.warnings]
-        if cur > 0 and _step_outcomes_hash(sd, cur) == outcomes_hash:
-            warnings.append(f"step {step}: {outcomes} is byte-identical to the outcomes step {cur} was applied "
-                            "from (a file delivered twice?); applied as step "
-                            f"{step} all the same (graphdiff rollback --to {cur} undoes it)")
+        last = next(iter(_step_entries(sd)), None) if cur > 0 else None
+        if last is not None and last.get("step") == cur and (
+                last.get("outcomes_content") == parsed.content_hash if last.get("outcomes_content") is not None
+                else _step_outcomes_hash(sd, cur) == outcomes_hash):
+            warnings.append(f"step {step}: {outcomes} holds the same outcomes as step {cur} was applied from (a "
+                            f"file delivered twice?); applied as step {step} all the same ("
+                            f"{either(f'graphdiff rollback --to {cur}', f'State.rollback({cur})')} undoes it)")
         t_load = time.perf_counter()
         progress(2, 4)
         stats = est.update(nodes, parsed.n, parsed.s)
@@ -240,7 +281,7 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
         progress(3, 4)
         elbo = stats["elbo"]
         entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": outcomes_hash,
-                 "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
+                 "outcomes_content": parsed.content_hash, "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
                  "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
                  "success_threshold": success_threshold, **({"id_field": id_field} if id_field != "id" else {}),
                  "iterations": stats["iterations"],
@@ -297,7 +338,7 @@ def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: in
     from ..io.tables import check_id_field, detect_format, write_rows
 
     t0 = time.perf_counter()
-    group_size = check_group_size(group_size, "--group-size")
+    group_size = check_group_size(group_size, option("--group-size"))
     id_field = check_id_field(id_field)
     fmt = detect_format(out, fmt)
     progress(0, 3)
@@ -405,7 +446,7 @@ def parse_version(to) -> tuple[int, int | None]:
     text = str(to).strip()
     head, dot, tail = text.partition(".")
     if not head.isdigit() or (dot and not tail.isdigit()):
-        raise InvalidArgumentError(f"--to must be a step T or a revision T.R (integers >= 0), got {to!r}")
+        raise InvalidArgumentError(f"{option('--to')} must be a step T or a revision T.R (integers >= 0), got {to!r}")
     return int(head), (int(tail) if dot else None)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError
+from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError, either, option
 from ..io.artifacts import has_array
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.layout import ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET
@@ -45,7 +45,7 @@ def init_model_extras(graph, embeddings=None) -> tuple[dict, dict]:
     emb_hash = graph.art.inputs.get("embeddings")
     path = embeddings if embeddings is not None else graph.art.attr("embeddings_path")
     if embeddings is not None and read_embeddings(embeddings).content_hash != emb_hash:
-        raise DataError(f"--embeddings {embeddings}: is not the embeddings {graph.path} was built from (content "
+        raise DataError(f"{option('--embeddings')} {embeddings}: is not the embeddings {graph.path} was built from (content "
                         f"hash {read_embeddings(embeddings).content_hash}, the graph names {emb_hash})")
     attrs = {PROMPT_SET: {"embeddings": {"path": None if path is None else str(Path(path).resolve()),
                                          "hash": emb_hash, "rows": n},
@@ -70,11 +70,11 @@ class _Model:
         base = info["embeddings"]
         path = embeddings if embeddings is not None else base.get("path")
         if path is None:
-            raise StateError(f"{sd.root}: the STATE does not say where its embeddings are; pass --embeddings "
-                             "(the embeddings artifact its graph was built from)")
+            raise StateError(f"{sd.root}: the STATE does not say where its embeddings are; pass "
+                             f"{option('--embeddings')} (the embeddings artifact its graph was built from)")
         if not Path(path).exists():
             raise StateError(f"{path}: the embeddings this STATE was built from are not there any more; pass "
-                             "--embeddings with their new location")
+                             f"{option('--embeddings')} with their new location")
         self.base = read_embeddings(path)
         if self.base.content_hash != base["hash"]:
             raise DataError(f"{path}: is not the embeddings this STATE was built from (content hash "
@@ -150,8 +150,9 @@ def _check_new(model: _Model, path, ids: list[str], hashes: list[str]) -> None:
         first[pid] = j
     for pid in ids:
         if pid in have:
-            raise DataError(f"{path}: prompt {pid!r} is already in the STATE (ids must be new; graphdiff retire "
-                            "--restore brings a retired prompt back)")
+            raise DataError(f"{path}: prompt {pid!r} is already in the STATE (ids must be new; "
+                            f"{either('graphdiff retire --restore', 'State.retire(ids, restore=True)')} brings a "
+                            "retired prompt back)")
     seen = {h: model.ids[i] for i, h in enumerate(model.text_hashes())}
     for pid, h in zip(ids, hashes):
         if h in seen:
@@ -196,12 +197,12 @@ def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str
 
     t0 = time.perf_counter()
     if (prompts is None) == (embedded is None):
-        raise InvalidArgumentError("give the new prompts as --prompts (a prompts file) or --embedded (their "
-                                   "embeddings artifact), one of the two")
+        raise InvalidArgumentError(f"give the new prompts as {option('--prompts')} (a prompts file) or "
+                                   f"{option('--embedded')} (their embeddings artifact), one of the two")
     check_device_name(device)
     check_lock_timeout(lock_timeout)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidArgumentError(f"--batch-size must be >= 1, got {batch_size!r}")
+        raise InvalidArgumentError(f"{option('--batch-size')} must be >= 1, got {batch_size!r}")
     sd = state.dir
     progress(0, 4)
     source = prompts if prompts is not None else embedded
