@@ -233,34 +233,33 @@ def allocation_replay(step, ids, n, s, factories: dict[str, Callable[[], object]
         return {st: float(dec.nondegenerate_probability(rate[a:b], dec.allocate(
             st, p, budget, min_count, max_count, vip_gamma=vip_gamma)).sum()) for st in strategies}
 
-    totals: dict[tuple[str, str], float] = {}
-    oracle = {st: 0.0 for st in strategies}
+    # per step, so that a paired interval over steps can be drawn (the same batches for every method)
+    per_step: dict[tuple[str, str], list[float]] = {}
+    oracle: dict[str, list[float]] = {st: [] for st in strategies}
     for a, b in zip(starts, ends):
         for st, v in score(rate[a:b], a, b).items():
-            oracle[st] += v
+            oracle[st].append(v)
     names = list(factories)
     for j, name in enumerate(names):
         method = factories[name]()
-        acc = {st: 0.0 for st in strategies}
+        acc: dict[str, list[float]] = {st: [] for st in strategies}
         for a, b in zip(starts, ends):
             p = np.clip(np.asarray(method.predict(ids[a:b].copy()), dtype=np.float64), 0.0, 1.0)
             for st, v in score(p, a, b).items():
-                acc[st] += v
+                acc[st].append(v)
             method.update(ids[a:b].copy(), n[a:b].copy(), s[a:b].copy())
         for st in strategies:
-            totals[(name, st)] = acc[st]
+            per_step[(name, st)] = acc[st]
         if progress is not None:
             progress(j + 1, len(names))
     n_steps = starts.size
-    uniform_total = totals.get((names[0], "uniform")) if names and "uniform" in strategies else None
+    uniform_total = sum(per_step[(names[0], "uniform")]) if names and "uniform" in strategies else None
     results = []
-    for (name, st), v in totals.items():
-        results.append({"estimator": name, "strategy": st, "expected_nondegenerate_per_step": v / n_steps,
-                        "vs_uniform": (v / uniform_total) if uniform_total else None})
-    for st, v in oracle.items():
-        results.append({"estimator": "oracle(recorded rate)", "strategy": st,
-                        "expected_nondegenerate_per_step": v / n_steps,
-                        "vs_uniform": (v / uniform_total) if uniform_total else None})
+    for (name, st), v in [*per_step.items(), *((("oracle(recorded rate)", st), v) for st, v in oracle.items())]:
+        total = sum(v)
+        results.append({"estimator": name, "strategy": st, "expected_nondegenerate_per_step": total / n_steps,
+                        "vs_uniform": (total / uniform_total) if uniform_total else None,
+                        "per_step": v})  # for paired intervals over steps
     return {"kind": "allocation", "steps": int(n_steps), "budget_per_prompt": budget_per_prompt,
             "min": min_count, "max": max_count, "vip_gamma": vip_gamma,
             "truth": "each prompt's recorded success rate s/n at that step",

@@ -130,7 +130,8 @@ def ratio_bootstrap(num, den, *, n_boot: int = 2000, level: float = 0.95, seed: 
 
     For a paired difference, num holds each unit's difference (e.g. the summed |p_a - r| - |p_b - r| of a
     step's rows) and den its weight (the step's rows). Returns {"estimate", "lo", "hi", "level",
-    "units", "block", "n_boot"}; NaN bounds for fewer than 2 units with weight.
+    "units", "weighted_units" (units with a non-zero weight), "block", "n_boot"}; NaN bounds for fewer than
+    2 units with weight.
     """
     num, den = _f(num), _f(den)
     if num.shape != den.shape or num.ndim != 1:
@@ -139,9 +140,10 @@ def ratio_bootstrap(num, den, *, n_boot: int = 2000, level: float = 0.95, seed: 
     total = den.sum()
     est = float(num.sum() / total) if total > 0 else float("nan")
     block = max(1, int(np.ceil(units ** (1 / 3)))) if block is None else int(block)
+    weighted = int(np.count_nonzero(den))
     out = {"estimate": est, "lo": float("nan"), "hi": float("nan"), "level": level, "units": units,
-           "block": block, "n_boot": int(n_boot)}
-    if units < 2 or np.count_nonzero(den) < 2:
+           "weighted_units": weighted, "block": block, "n_boot": int(n_boot)}
+    if units < 2 or weighted < 2:
         return out
     block = min(block, units)
     rng = np.random.default_rng(seed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 
+from ..errors import DataError
 from .progress import Progress, no_progress, phase
 
 
@@ -23,8 +24,14 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
                        batch_size: int = 128, pool_factor: float = 2.0, seed: int = 0,
                        strategies=("target", "thompson", "skip-zero-variance"), allocation=("uniform", "variance", "vip"),
                        budget_per_prompt: int = 8, min_count: int = 2, max_count: int = 32,
-                       explore: float | None = None, progress: Progress = no_progress) -> dict:
-    """Both replays on a log already read (``read_log``) with the graph's arrays; the result dict."""
+                       explore: float | None = None, skip_unavailable: bool = False,
+                       progress: Progress = no_progress) -> dict:
+    """Both replays on a log already read (``read_log``) with the graph's arrays; the result dict.
+
+    A log that cannot give one of the replays (selection: no round holds a pool) raises its ``DataError``;
+    with ``skip_unavailable`` the other replay is still run and the reason is kept instead, under
+    ``selection_skipped`` / ``allocation_skipped`` (both unavailable: the first error is raised).
+    """
     from ..core import decisions as dec
     from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
     from ..methods import COUNTERFACTUAL_METHODS, method_factories
@@ -35,20 +42,32 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
     keys = list(methods) if methods else list(COUNTERFACTUAL_METHODS)
     factories = method_factories(keys, cfg, w, labels, k, emb, n_nodes)
     res: dict = {"note": OUT_OF_REACH, "methods": list(factories)}
+    errors: list[DataError] = []
+
+    def attempt(key, run):
+        try:
+            res[key] = run()
+        except DataError as exc:
+            if not skip_unavailable:
+                raise
+            errors.append(exc)
+            res[f"{key}_skipped"] = str(exc)
+
     if strategies:
         phase(progress, "counterfactual selection (estimator x rule runs)")
         progress(0, None)
-        res["selection"] = selection_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
-                                            strategies=strategies, batch_size=batch_size, pool_factor=pool_factor,
-                                            seed=seed, target_explore=target_explore, n_nodes=n_nodes,
-                                            progress=progress)
+        attempt("selection", lambda: selection_replay(
+            lg["step"], lg["id"], lg["n"], lg["s"], factories, strategies=strategies, batch_size=batch_size,
+            pool_factor=pool_factor, seed=seed, target_explore=target_explore, n_nodes=n_nodes, progress=progress))
     if allocation:
         phase(progress, "counterfactual allocation (estimators)")
         progress(0, None)
-        res["allocation"] = allocation_replay(lg["step"], lg["id"], lg["n"], lg["s"], factories,
-                                              strategies=allocation, budget_per_prompt=budget_per_prompt,
-                                              min_count=min_count, max_count=max_count, n_nodes=n_nodes,
-                                              progress=progress)
+        attempt("allocation", lambda: allocation_replay(
+            lg["step"], lg["id"], lg["n"], lg["s"], factories, strategies=allocation,
+            budget_per_prompt=budget_per_prompt, min_count=min_count, max_count=max_count, n_nodes=n_nodes,
+            progress=progress))
+    if errors and "selection" not in res and "allocation" not in res:
+        raise errors[0]
     return res
 
 

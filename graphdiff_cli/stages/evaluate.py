@@ -48,12 +48,17 @@ def _verdict(metrics: dict) -> list[dict]:
     return rows
 
 
-def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
-    """The three questions a user asks, graphdiff against the strongest real baseline for each, with a
-    95% circular block bootstrap interval: is the estimate closer (MAE, over steps), does it rank a batch's
-    prompts better (within-batch r, over steps), does it choose batches with more signal (the target
-    rule's effective-group rate in the counterfactual, over pools)."""
+def _headline(res, metrics: dict, decisions: dict | None, counterfactual: bool | None = None) -> dict | None:
+    """The questions a user asks, graphdiff against the strongest real baseline for each, with a 95% circular
+    block bootstrap interval: is the estimate closer (MAE, over steps), does it rank a batch's prompts better
+    (within-batch r, over steps), does it choose batches with more signal (the target rule's effective-group
+    rate in the counterfactual, over pools), does it split a batch's rollouts better (the variance rule's
+    expected non-degenerate groups in the counterfactual, over steps; against uniform counts too).
+
+    Each answered question carries its ``verdict`` (None where the log cannot give one); ``not_given`` lists
+    every figure of the headline this log cannot give, each with the reason (``report.headline_gaps``)."""
     from ..core.metrics import mae_difference, ratio_bootstrap, within_r_difference
+    from .report import headline_gaps, judge
 
     methods = metrics["methods"]
     others = [n for n in res.methods if n != "graphdiff" and not res.oracle[n]]
@@ -71,14 +76,25 @@ def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
         return max(scored, key=lambda n: full[n][key]) if higher else min(scored, key=lambda n: full[n][key])
 
     out: dict = {"level": 0.95, "method": "circular block bootstrap, 2,000 resamples"}
+    missing: dict[str, str] = {}  # question -> why it is not answered
     for question, key, difference, higher in (("estimate", "mae", mae_difference, False),
                                               ("ranking", "within_r", within_r_difference, True)):
         b = best(key, higher)
         if b is None or not finite(full["graphdiff"][key]):
+            missing[question] = ("no batch with unequal observed rates, so no within-batch r" if key == "within_r"
+                                 else f"no {key} for graphdiff and a real baseline on this log")
             continue
         ci = difference(res.step, res.predictions["graphdiff"], res.predictions[b], res.rate)
         out[question] = {"metric": key, "baseline": b, "graphdiff": full["graphdiff"][key],
-                         "baseline_value": full[b][key], "difference": ci, "units": "steps"}
+                         "baseline_value": full[b][key], "difference": ci, "units": "steps",
+                         "verdict": judge(ci, not higher, b, "step")[0]}
+
+    if decisions is None:
+        why = ("the decision replay was turned off (--no-counterfactual)" if counterfactual is False else
+               "the decision replay was not run: none of the methods drives decisions")
+        missing["selection"] = missing["allocation"] = why
+    elif "skipped" in decisions:
+        missing["selection"] = missing["allocation"] = f"not replayed on this log: {decisions['skipped']}"
     sel = (decisions or {}).get("selection")
     if sel:
         target = {r["estimator"]: r for r in sel["results"] if r["strategy"] == "target"}
@@ -89,11 +105,45 @@ def _headline(res, metrics: dict, decisions: dict | None) -> dict | None:
                 np.asarray(target[b]["effective_per_pool"], float)
             chosen = np.full(ours.size, float(sel["batch_size"]))
             uniform = next(r for r in sel["results"] if r["strategy"] == "uniform")
+            ci = ratio_bootstrap(ours - theirs, chosen)
             out["selection"] = {"metric": "effective_rate", "strategy": "target", "baseline": b,
                                 "graphdiff": target["graphdiff"]["effective_rate"],
                                 "baseline_value": target[b]["effective_rate"],
                                 "uniform": uniform["effective_rate"],
-                                "difference": ratio_bootstrap(ours - theirs, chosen), "units": "pools"}
+                                "difference": ci, "units": "pools", "verdict": judge(ci, False, b, "pool")[0]}
+        else:
+            missing["selection"] = "graphdiff and a rival estimator are not both in the decision replay"
+    elif decisions and "selection_skipped" in decisions:
+        missing["selection"] = f"not replayed on this log: {decisions['selection_skipped']}"
+    alloc = (decisions or {}).get("allocation")
+    if alloc:
+        table = {(r["estimator"], r["strategy"]): r for r in alloc["results"]}
+        rules = [st for _, st in table if st != "uniform"]
+        rule = "variance" if "variance" in rules else (rules[0] if rules else None)
+        rivals = [n for n, st in table if st == rule and n not in ("graphdiff", "oracle(recorded rate)")
+                  and finite(table[(n, st)]["expected_nondegenerate_per_step"])]
+        if rule is not None and ("graphdiff", rule) in table and ("graphdiff", "uniform") in table and rivals:
+            b = max(rivals, key=lambda n: table[(n, rule)]["expected_nondegenerate_per_step"])
+            ours = np.asarray(table[("graphdiff", rule)]["per_step"], float)
+            theirs = np.asarray(table[(b, rule)]["per_step"], float)
+            uni = np.asarray(table[("graphdiff", "uniform")]["per_step"], float)
+            steps = np.ones(ours.size)
+            ci, ci_u = ratio_bootstrap(ours - theirs, steps), ratio_bootstrap(ours - uni, steps)
+            out["allocation"] = {
+                "metric": "expected_nondegenerate_per_step", "strategy": rule, "baseline": b,
+                "budget_per_prompt": alloc["budget_per_prompt"],
+                "graphdiff": table[("graphdiff", rule)]["expected_nondegenerate_per_step"],
+                "baseline_value": table[(b, rule)]["expected_nondegenerate_per_step"],
+                "uniform": table[("graphdiff", "uniform")]["expected_nondegenerate_per_step"],
+                "vs_uniform": table[("graphdiff", rule)]["vs_uniform"],
+                "difference": ci, "units": "steps", "verdict": judge(ci, False, b, "step")[0],
+                "vs_uniform_difference": ci_u, "vs_uniform_verdict": judge(ci_u, False, "uniform", "step")[0]}
+        else:
+            missing["allocation"] = ("graphdiff, a rival estimator and uniform counts are not all in the decision "
+                                     "replay")
+    elif decisions and "allocation_skipped" in decisions:
+        missing["allocation"] = f"not replayed on this log: {decisions['allocation_skipped']}"
+    out["not_given"] = headline_gaps(out, missing)
     return out
 
 
@@ -173,7 +223,8 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
         try:
             decisions = run_counterfactual(lg, cfg, w, labels, k, emb, n_nodes, methods=cf_methods,
                                            batch_size=int(np.median(sizes)), pool_factor=pool_factor, seed=seed,
-                                           explore=explore, progress=progress)
+                                           explore=explore, skip_unavailable=counterfactual is None,
+                                           progress=progress)
         except DataError as exc:
             if counterfactual:  # asked for by name: the log cannot give it
                 raise
@@ -191,7 +242,7 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
                                        "seconds_per_step")}
                     for name, m in metrics["methods"].items()}
     document = {"run": run, "settings": described, "metrics": metrics, "verdict": _verdict(metrics),
-                "headline": _headline(res, metrics, decisions),
+                "headline": _headline(res, metrics, decisions, counterfactual),
                 "discounted_grid": grid, "discounted_best": tuned, "ground_truth": truth,
                 "counterfactual": decisions}
 

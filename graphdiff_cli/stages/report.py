@@ -94,20 +94,97 @@ def _signed(x, digits: int = 3) -> str:
 MIN_UNITS = 20  # steps (or pools) below which an interval is shown but no verdict is drawn from it
 
 
-def _call(diff: dict, lower_is_better: bool, name: str) -> str:
-    """The verdict of a difference (graphdiff minus baseline) from its interval: better only when the
-    whole interval is on graphdiff's side, and only over at least ``MIN_UNITS`` units."""
+def _count(n, unit: str) -> str:
+    return f"{n:,} {unit}" + ("" if n == 1 else "s")
+
+
+def _has_interval(diff: dict) -> bool:
     lo, hi = diff.get("lo"), diff.get("hi")
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return "too few steps for an interval"
+    return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+
+
+def interval_gap(diff: dict, unit: str = "unit") -> str | None:
+    """Why a difference has no bootstrap interval (``core.metrics.ratio_bootstrap`` needs 2 units with
+    weight), or None when it has one."""
+    if _has_interval(diff):
+        return None
+    units, weighted = diff.get("units"), diff.get("weighted_units")
+    if units is not None and units < 2:
+        return f"{_count(units, unit)}: a bootstrap interval needs at least 2"
+    if weighted is not None and weighted < 2:
+        return f"{weighted} of {_count(units, unit)} can be scored: a bootstrap interval needs at least 2"
+    return "the bootstrap gave no interval"
+
+
+def judge(diff: dict, lower_is_better: bool, name: str, unit: str = "unit") -> tuple[str | None, str | None]:
+    """The verdict of a difference (graphdiff minus baseline) from its interval, as (verdict, None), or
+    (None, why there is none): "graphdiff better" only when the whole interval is on graphdiff's side,
+    "<name> better" when it is on the other, else "no clear difference"; only over at least ``MIN_UNITS``
+    units and with an interval."""
     units = diff.get("units")
     if units is not None and units < MIN_UNITS:
-        return f"no verdict from {units} units (a verdict needs {MIN_UNITS})"
+        return None, f"no verdict from {_count(units, unit)} (a verdict needs {MIN_UNITS})"
+    if not _has_interval(diff):
+        return None, "no verdict without an interval"
+    lo, hi = diff["lo"], diff["hi"]
     good, bad = (hi < 0, lo > 0) if lower_is_better else (lo > 0, hi < 0)
-    return "**graphdiff better**" if good else f"**{name} better**" if bad else "**no clear difference**"
+    return ("graphdiff better" if good else f"{name} better" if bad else "no clear difference"), None
 
 
-def _interval(d: dict, pct: int, digits: int = 3, scale: float = 1.0) -> str:
+def _call(diff: dict, lower_is_better: bool, name: str, unit: str = "unit") -> str:
+    """The verdict as the headline writes it: bold, or why there is none."""
+    verdict, why = judge(diff, lower_is_better, name, unit)
+    return f"**{verdict}**" if verdict else why
+
+
+# each question of the headline: (its differences: key, lower is better, the key of its baseline's name), unit
+QUESTIONS = {
+    "estimate": ([("difference", True, "baseline")], "step"),
+    "ranking": ([("difference", False, "baseline")], "step"),
+    "selection": ([("difference", False, "baseline")], "pool"),
+    "allocation": ([("vs_uniform_difference", False, None), ("difference", False, "baseline")], "step"),
+}
+
+
+def headline_gaps(h: dict, missing: dict[str, str]) -> list[dict]:
+    """Every figure of the headline ``h`` that its log cannot give, as {"figure", "reason"}: a question not
+    answered (``missing``: question -> reason), an interval or a verdict not drawn, the cost weighing
+    without the MAE interval."""
+    gaps = []
+    for q, (diffs, unit) in QUESTIONS.items():
+        if q not in h:
+            gaps.append({"figure": q, "reason": missing.get(q, "not measured on this log")})
+            continue
+        for key, lower, name_key in diffs:
+            d = h[q][key]
+            suffix = "" if key == "difference" else " vs uniform"
+            why = interval_gap(d, unit)
+            if why:
+                gaps.append({"figure": f"{q} interval{suffix}", "reason": why})
+            name = h[q][name_key] if name_key else "uniform"
+            verdict, why = judge(d, lower, name, unit)
+            if verdict is None:
+                gaps.append({"figure": f"{q} verdict{suffix}", "reason": why})
+    why = _cost_gap(h["estimate"]["difference"]) if "estimate" in h else None
+    if why:
+        gaps.append({"figure": "cost verdict", "reason": why})
+    return gaps
+
+
+def _cost_gap(diff: dict) -> str | None:
+    """Why the cost weighing draws no verdict (it weighs the estimate's MAE interval), or None."""
+    if not _has_interval(diff):
+        return "it weighs the MAE interval, not given on this log"
+    units = diff.get("units")
+    if units is not None and units < MIN_UNITS:
+        return f"it weighs the MAE interval, which gives no verdict from {_count(units, 'step')}"
+    return None
+
+
+def _interval(d: dict, pct: int, digits: int = 3, scale: float = 1.0, unit: str = "unit") -> str:
+    why = interval_gap(d, unit)
+    if why:
+        return f"no {pct}% interval ({why})"
     return f"{pct}% interval [{_signed(scale * d['lo'], digits)}, {_signed(scale * d['hi'], digits)}]"
 
 
@@ -121,8 +198,15 @@ def _cost_line(h: dict, metrics: dict) -> str | None:
     mae = {n: methods[n]["phases"]["full"]["all"].get("mae") for n in cost}
     if not e or cost.get("graphdiff") is None:
         return None
-    half = (e["difference"]["hi"] - e["difference"]["lo"]) / 2
     ours = mae["graphdiff"]
+    why = _cost_gap(e["difference"])
+    if why:
+        rivals = [n for n in cost if n != "graphdiff" and cost[n] is not None]
+        cheap = f"; the cheapest real baseline, {min(rivals, key=lambda n: cost[n])}, " \
+            f"{1000 * min(cost[n] for n in rivals):.1f} ms" if rivals else ""
+        return (f"- **Is it worth its cost?** graphdiff takes {1000 * cost['graphdiff']:.1f} ms per step{cheap}; "
+                f"no verdict on the better buy: {why}.")
+    half = (e["difference"]["hi"] - e["difference"]["lo"]) / 2
     close = [n for n in cost if n != "graphdiff" and cost[n] is not None and mae[n] is not None
              and math.isfinite(mae[n]) and mae[n] <= ours + half]
     ms = 1000 * cost["graphdiff"]
@@ -144,8 +228,23 @@ def _cost_line(h: dict, metrics: dict) -> str | None:
             "alone.")
 
 
+def _verdict(q: dict, key: str, lower_is_better: bool, name: str, unit: str) -> str:
+    """A question's verdict as the headline writes it; from the document when it carries one (a report
+    re-rendered from an older metrics.json is judged here)."""
+    verdict = q.get("verdict" if key == "difference" else "vs_uniform_verdict")
+    return f"**{verdict}**" if verdict else _call(q[key], lower_is_better, name, unit)
+
+
+def _not_measured(h: dict, question: str) -> str:
+    why = next((g["reason"] for g in h.get("not_given", []) if g["figure"] == question), None)
+    return f"Not measured here: {why}." if why else (
+        "Not measured here: the decision replay was turned off (`--no-counterfactual`) or this log cannot give "
+        "it (see Decisions), or neither graphdiff nor a rival estimator was among the methods.")
+
+
 def _headline_markdown(h: dict | None, run: dict, metrics: dict | None = None) -> list[str]:
-    """One sentence per question, each with its interval and a verdict; then the cost, and the one plot."""
+    """One sentence per question, each with its interval and every verdict computed; then the cost, and the
+    one plot."""
     if not h:
         return []
     pct = int(round(100 * h["level"]))
@@ -156,16 +255,19 @@ def _headline_markdown(h: dict | None, run: dict, metrics: dict | None = None) -
         rel = d["estimate"] / e["baseline_value"] if e["baseline_value"] else float("nan")
         out.append(f"- **Is the estimate closer than what you use?** MAE {_fmt(e['graphdiff'], 4)} for graphdiff vs "
                    f"{_fmt(e['baseline_value'], 4)} for {e['baseline']} (the best real baseline here by MAE): "
-                   f"{_signed(d['estimate'], 4)} ({_signed(100 * rel, 1)}%), {_interval(d, pct, 4)} "
-                   f"over {d['units']:,} steps → "
-                   f"{_call(d, True, e['baseline'])}.")
+                   f"{_signed(d['estimate'], 4)} ({_signed(100 * rel, 1)}%), {_interval(d, pct, 4, unit='step')} "
+                   f"over {_count(d['units'], 'step')} → {_verdict(e, 'difference', True, e['baseline'], 'step')}.")
+    else:
+        out.append(f"- **Is the estimate closer than what you use?** {_not_measured(h, 'estimate')}")
     r = h.get("ranking")
     if r:
         d = r["difference"]
         out.append(f"- **Does it rank a batch's prompts better?** within-batch r {_fmt(r['graphdiff'])} vs "
                    f"{_fmt(r['baseline_value'])} for {r['baseline']} (the best real baseline here by within r): "
-                   f"{_signed(d['estimate'])}, {_interval(d, pct)} over {d['units']:,} steps → "
-                   f"{_call(d, False, r['baseline'])}.")
+                   f"{_signed(d['estimate'])}, {_interval(d, pct, unit='step')} over {_count(d['units'], 'step')} → "
+                   f"{_verdict(r, 'difference', False, r['baseline'], 'step')}.")
+    else:
+        out.append(f"- **Does it rank a batch's prompts better?** {_not_measured(h, 'ranking')}")
     s = h.get("selection")
     if s:
         d = s["difference"]
@@ -173,12 +275,26 @@ def _headline_markdown(h: dict | None, run: dict, metrics: dict | None = None) -
                    f"{_fmt(100 * s['graphdiff'], 1)}% of the groups graphdiff chose had both outcomes vs "
                    f"{_fmt(100 * s['baseline_value'], 1)}% for {s['baseline']} (the best other estimator) and "
                    f"{_fmt(100 * s['uniform'], 1)}% for uniform choice: {_signed(100 * d['estimate'], 1)} points, "
-                   f"{_interval(d, pct, 1, 100)} over {d['units']:,} pools → {_call(d, False, s['baseline'])}. Offline: the policy's response to "
+                   f"{_interval(d, pct, 1, 100, unit='pool')} over {_count(d['units'], 'pool')} → "
+                   f"{_verdict(s, 'difference', False, s['baseline'], 'pool')}. Offline: the policy's response to "
                    "the choice is not simulated (see Decisions).")
     else:
-        out.append("- **Does it choose batches with more signal?** Not measured here: the decision replay was "
-                   "turned off (`--no-counterfactual`) or this log cannot give it (see Decisions), or neither "
-                   "graphdiff nor a rival estimator was among the methods.")
+        out.append(f"- **Does it choose batches with more signal?** {_not_measured(h, 'selection')}")
+    a = h.get("allocation")
+    if a:
+        d, du = a["difference"], a["vs_uniform_difference"]
+        out.append(f"- **Does it split a batch's rollouts better?** With the {a['strategy']} rule "
+                   f"({a['budget_per_prompt']} rollouts per prompt on average), graphdiff's counts expect "
+                   f"{_fmt(a['graphdiff'], 2)} groups with both outcomes per step vs {_fmt(a['uniform'], 2)} for "
+                   f"uniform counts ({_fmt(a['vs_uniform'])}x uniform): {_signed(du['estimate'], 2)}, "
+                   f"{_interval(du, pct, 2, unit='step')} over {_count(du['units'], 'step')} → "
+                   f"{_verdict(a, 'vs_uniform_difference', False, 'uniform', 'step')}; vs "
+                   f"{_fmt(a['baseline_value'], 2)} for {a['baseline']} (the best other estimator with that rule): "
+                   f"{_signed(d['estimate'], 2)}, {_interval(d, pct, 2, unit='step')} → "
+                   f"{_verdict(a, 'difference', False, a['baseline'], 'step')}. Offline: each prompt's recorded rate "
+                   "is the truth (see Decisions).")
+    elif "not_given" in h:  # a document from before the allocation question has no line for it
+        out.append(f"- **Does it split a batch's rollouts better?** {_not_measured(h, 'allocation')}")
     cost = _cost_line(h, metrics) if metrics else None
     if cost:
         out.append(cost)
@@ -331,6 +447,9 @@ def _counterfactual_markdown(cf: dict | None) -> list[str]:
         return ["## Decisions driven by each estimator (offline counterfactual)", "",
                 f"Not replayed on this log: {cf['skipped']}.", ""]
     out = ["## Decisions driven by each estimator (offline counterfactual)", "", cf["note"], ""]
+    for key in ("selection", "allocation"):
+        if f"{key}_skipped" in cf:
+            out += [f"{key.capitalize()}: Not replayed on this log: {cf[key + '_skipped']}.", ""]
     sel = cf.get("selection")
     if sel:
         rows = sorted(sel["results"], key=lambda r: -(r["effective_rate"] if r["effective_rate"] is not None else -1))
@@ -388,23 +507,28 @@ def _answer_plot(folder: Path, doc: dict, steps: np.ndarray, styles: dict) -> No
     ax = fig.subplots()
     e = (doc.get("headline") or {}).get("estimate")
     series = doc["metrics"]["series"]
+    width = max(3, steps.size // 25)
+    drawn = 0
     if e:
-        width = max(3, steps.size // 25)
         for name in ("graphdiff", e["baseline"]):
             y = np.asarray(series[name]["mae"], dtype=float)
             ok = np.isfinite(y)
             if ok.sum() < width:
                 continue
+            drawn += 1
             x, y = steps[ok], y[ok]
             win = np.lib.stride_tricks.sliding_window_view(y, width)
             mean, half = win.mean(axis=1), 1.96 * win.std(axis=1, ddof=1) / np.sqrt(width)
             xs = x[width - 1:]
             line = ax.plot(xs, mean, **{**styles[name], "label": name})[0]
             ax.fill_between(xs, mean - half, mean + half, color=line.get_color(), alpha=0.2, lw=0)
+    if drawn:
         ax.set_ylabel(f"MAE within the batch (moving average over {width} steps)")
         ax.legend(fontsize=9)
     else:
-        ax.text(0.5, 0.5, "no estimate comparison on this log", ha="center", va="center", transform=ax.transAxes)
+        why = (f"{steps.size} step{'s' if steps.size != 1 else ''}: a moving average over {width} steps needs more"
+               if e else "no estimate comparison on this log")
+        ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("step")
     ax.set_title("Estimate error over training: graphdiff vs the best real baseline (95% bands)")
     fig.tight_layout()
