@@ -427,3 +427,16 @@ def test_watch_keeps_the_estimator_in_memory_and_predicts_only_the_pool_named(st
     assert_same_as_reference(state, inputs)
     rows = (tmp_path / f"pred-{STEPS:06d}.csv").read_text().splitlines()
     assert rows[0].startswith("id,p,") and [r.split(",")[0] for r in rows[1:]] == [inputs["ids"][5], inputs["ids"][2]]
+
+
+def test_once_says_it_found_nothing_to_apply_not_that_it_waits(state, inbox, inputs):
+    """watch --once ends after its pass: its line says what it found, never "waiting for step N"."""
+    res = runner.invoke(app, ["watch", "--state", str(state), "--inbox", str(inbox), "--once"])
+    assert res.exit_code == 0, res.stderr
+    assert "waiting" not in res.stderr and "nothing to apply: no file for step 1 in the inbox" in res.stderr
+    for t in (1, 3):
+        drop(inputs, inbox, t)
+    res = runner.invoke(app, ["watch", "--state", str(state), "--inbox", str(inbox), "--once"])
+    assert res.exit_code == 0 and "waiting" not in res.stderr, res.stderr
+    assert "nothing more to apply: no file for step 2 in the inbox; left for a later run: step(s) 3" in res.stderr
+    assert applied_steps(state) == [0, 1]

@@ -13,7 +13,9 @@ from ..options import (DEFAULT_GROUP_SIZE, DEFAULT_LOCK_TIMEOUT, DEFAULT_SUCCESS
                        LockTimeoutOption, StateOption, SuccessThresholdOption)
 
 
-def _describe(event: dict) -> str | None:
+def _describe(event: dict, once: bool = False, applied: int = 0) -> str | None:
+    """The line for one event of the watcher; ``once``: a --once pass, which ends where a watcher would wait
+    (``applied``: the steps it applied before)."""
     kind = event["event"]
     if kind == "applied":
         return (f"step {event['step']} <- {event['file']}: {event['prompts']} prompts, "
@@ -25,9 +27,15 @@ def _describe(event: dict) -> str | None:
     if kind == "predicted":
         return f"  predictions of step {event['step']} -> {event['out']}"
     if kind == "waiting":
-        parts = [f"waiting for step {event['next_step']}"]
-        if event["later_steps"]:
-            parts.append(f"held until then: step(s) {', '.join(map(str, event['later_steps']))}")
+        if once:  # the pass ends here: say what it found, not that it waits
+            parts = [f"nothing {'more ' if applied else ''}to apply: no file for step {event['next_step']} in the inbox"]
+            if event["later_steps"]:
+                parts.append(f"left for a later run: step(s) {', '.join(map(str, event['later_steps']))} (after "
+                             f"step {event['next_step']})")
+        else:
+            parts = [f"waiting for step {event['next_step']}"]
+            if event["later_steps"]:
+                parts.append(f"held until then: step(s) {', '.join(map(str, event['later_steps']))}")
         if event["incomplete"]:
             parts.append(f"incomplete (no .done marker): {', '.join(event['incomplete'])}")
         if event["invalid"]:
@@ -82,8 +90,12 @@ def watch(
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
 
+    applied = []
+
     def listener(event: dict) -> None:
-        text = _describe(event)
+        if event["event"] == "applied":
+            applied.append(event["step"])
+        text = _describe(event, once, len(applied))
         if text is None:
             return
         for line in event.get("warnings", ()):
