@@ -268,7 +268,9 @@ def command(name: str, **kwargs):
 
     ``fn`` declares only its own options; the wrapper typer sees has those plus the three shared ones
     (appended to its signature), applies them with ``configure``, then calls ``fn`` through
-    ``run_guarded``. ``kwargs`` go to ``app.command`` (e.g. ``help=`` instead of the docstring).
+    ``run_guarded``. ``kwargs`` go to ``app.command`` (e.g. ``help=`` instead of the docstring). The short
+    help (``graphdiff --help``'s list of commands, shell completion) is the help's first paragraph on one line
+    (``short_help``), unless ``kwargs`` give one.
     """
 
     def decorate(fn):
@@ -288,9 +290,17 @@ def command(name: str, **kwargs):
         wrapper.__signature__ = sig.replace(parameters=params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params  # a new dict, not fn's
                                    if p.annotation is not p.empty}
+        kwargs.setdefault("short_help", short_help(kwargs.get("help") or fn.__doc__ or ""))
         return app.command(name, **kwargs)(wrapper)
 
     return decorate
+
+
+def short_help(text: str) -> str:
+    """The first paragraph of a command's help as one line. Without it typer's list of commands keeps the
+    docstring's line breaks under rich (a sentence cut into rows mid-way) and shell completion cuts the text
+    after 45 characters ("Write per-prompt rollout counts that sum...")."""
+    return " ".join(inspect.cleandoc(text).partition("\f")[0].split("\n\n")[0].split())
 
 
 def run(argv: list[str]) -> int:
