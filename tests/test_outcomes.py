@@ -341,3 +341,73 @@ def test_an_id_on_several_count_rows_is_summed_and_said(tmp_path):
     rollouts = tmp_path / "r.jsonl"  # one row per rollout is that schema's shape: nothing to say
     rollouts.write_text('{"id": "a", "reward": 1}\n{"id": "a", "reward": 0}\n')
     assert _as_dict(read_outcomes(rollouts)) == {"a": (2, 1)} and read_outcomes(rollouts).warnings == ()
+
+
+# ------------------------------------------------------------------ CSV read as strictly as JSON; files as streams
+
+@pytest.mark.parametrize("header,words", [("id,n,s,id", "column 'id' appears twice"),
+                                          ("id,n,n,s", "column 'n' appears twice"),
+                                          ("id,s,n,s,n", "columns 'n', 's' appear twice")])
+def test_a_csv_header_with_a_column_twice_is_refused(tmp_path, header, words):
+    path = tmp_path / "o.csv"
+    path.write_text(header + "\n" + ",".join(["a", "8", "3", "b", "1"][:header.count(",") + 1]) + "\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:1: {words} in the header"):
+        read_outcomes(path)
+
+
+@pytest.mark.parametrize("cell", ["1_0", "\uff18", "\u0668", "8\u00a0", "nan", "inf", "0x8", "8e", "", "+"])
+def test_csv_numbers_are_ascii_digits_as_json_writes_them(tmp_path, cell):
+    path = tmp_path / "o.csv"
+    path.write_text(f"id,n,s\na,{cell},0\n", encoding="utf-8")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: n must be an integer"):
+        read_outcomes(path)
+    path.write_text(f"id,reward\na,{cell}\n", encoding="utf-8")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: reward must be a number"):
+        read_outcomes(path, success_threshold=0.5)
+
+
+@pytest.mark.parametrize("cell,value", [(" 8 ", 8), ("8.0", 8), ("+8", 8), ("8e0", 8), ("80e-1", 8)])
+def test_csv_numbers_still_read_as_before(tmp_path, cell, value):
+    path = tmp_path / "o.csv"
+    path.write_text(f"id,n,s\na,{cell},1\n", encoding="utf-8")
+    assert _as_dict(read_outcomes(path)) == {"a": (value, 1)}
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".csv"])
+def test_text_outcomes_are_read_as_a_stream_and_hashed_whole(tmp_path, ext, monkeypatch):
+    """JSONL and CSV are parsed line by line from one open file (never read whole: memory follows the ids, not
+    the file), and the hash is of every byte of that file."""
+    import hashlib
+
+    rows = [{"id": f"p{i % 50}", "n": 4, "s": i % 5} for i in range(2000)]
+    path = write_outcomes(tmp_path / f"o{ext}", rows)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"{self} read whole"))
+    out = read_outcomes(path)
+    assert len(out.ids) == 50 and out.n_rows == 2000 and int(out.n.sum()) == 8000
+    monkeypatch.undo()
+    assert out.hash == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def test_an_unknown_id_is_refused_at_its_line_while_streaming(tmp_path):
+    path = write_outcomes(tmp_path / "o.jsonl", [{"id": "a", "n": 1, "s": 0}, {"id": "zz", "n": 1, "s": 0}])
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: unknown prompt id 'zz'"):
+        read_outcomes(path, index=IdIndex(["a", "b"]))
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".csv"])
+def test_bad_bytes_are_refused_with_their_line(tmp_path, ext):
+    path = tmp_path / f"o{ext}"
+    head = b'{"id": "a", "n": 1, "s": 0}\n' if ext == ".jsonl" else b"id,n,s\n"
+    path.write_bytes(head + b"a,1,0\n" * (ext == ".csv") + b"\xff\xfe,1,0\n")
+    line = 3 if ext == ".csv" else 2
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:{line}: not UTF-8 text"):
+        read_outcomes(path)
+    path.write_bytes(head + b"b\x00,1,0\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: contains a NUL byte"):
+        read_outcomes(path)
+
+
+def test_a_csv_with_lone_carriage_returns_reads_as_lines(tmp_path):
+    path = tmp_path / "o.csv"
+    path.write_bytes(b"id,n,s\ra,8,3\rb,4,4\r")
+    assert _as_dict(read_outcomes(path)) == {"a": (8, 3), "b": (4, 4)}

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError, option
-from .tables import as_float, as_int, check_id_field, detect_format, field_value, id_field_hint, read_file_once, read_rows, row_id
+from .tables import as_float, as_int, check_id_field, detect_format, field_value, id_field_hint, open_hashed, read_file_once, read_rows, row_id
 
 COUNT_COLUMNS = ("id", "n", "s")
 MAX_COUNT = 1_000_000  # rollouts of one prompt in one step: far above any real group (a sum of tokens or rewards is not)
@@ -91,17 +91,6 @@ def check_threshold(success_threshold) -> float | None:
     if not math.isfinite(x):
         raise InvalidArgumentError(f"{option('--success-threshold')} must be a finite number, got {success_threshold!r}")
     return x
-
-
-def _check_utf8(path: Path, data: bytes) -> None:
-    """Refuse text that is not UTF-8 with the line it is on (the table readers only name the file)."""
-    for line_no, raw in enumerate(data.split(b"\n"), start=1):  # lines as a binary file iterates them
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
-        if b"\x00" in raw:
-            raise DataError(f"{path}:{line_no}: contains a NUL byte (binary data, not a text table)")
 
 
 def _has(row: dict) -> str:
@@ -170,18 +159,28 @@ def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float | No
 
 
 def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESHOLD, fmt: str | None = None,
-                  id_field: str = "id") -> Outcomes:
+                  id_field: str = "id", index=None) -> Outcomes:
     """Parse and check a whole outcomes file (see the module docstring for the contract). ``id_field``: the
-    column holding the prompt id, or a dotted path into nested fields (``extra_info.index``)."""
+    column holding the prompt id, or a dotted path into nested fields (``extra_info.index``). ``index``: the
+    STATE's ``readers.IdIndex``, when given an id it does not know is refused at its line as it is read.
+
+    JSONL and CSV are read as a stream, one line at a time, hashed as they are read: memory grows with the
+    number of distinct ids (bounded by the STATE's prompts when ``index`` is given), not with the file."""
     path = Path(path)
     threshold = check_threshold(success_threshold)
     id_field = check_id_field(id_field)
     if not path.is_file():
         raise DataError(f"{path}: no such outcomes file")
     fmt = detect_format(path, fmt)
-    data, digest = read_file_once(path)
-    if fmt != "parquet":
-        _check_utf8(path, data)
+    if fmt == "parquet":  # random access: read whole (decoded one record batch at a time)
+        data, digest = read_file_once(path)
+        return _parse(path, fmt, read_rows(path, fmt, data), threshold, id_field, index, lambda: digest)
+    with open_hashed(path) as (stream, digest):
+        return _parse(path, fmt, read_rows(path, fmt, stream=stream), threshold, id_field, index, digest)
+
+
+def _parse(path: Path, fmt: str, rows, threshold: float | None, id_field: str, index, digest) -> Outcomes:
+    """The outcomes of ``rows`` (line, row dict) aggregated per id; ``digest()``: the hash of the bytes read."""
     schema = None
     pos: dict[str, int] = {}
     ids: list[str] = []
@@ -191,7 +190,7 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
     n_rows = 0
     repeated: dict[str, tuple[int, int]] = {}  # counts rows of an id seen before: (its first line, this line)
     low, high = math.inf, -math.inf
-    for line_no, row in read_rows(path, fmt, data):
+    for line_no, row in rows:
         if schema is None:
             schema = _schema_of(path, 1 if fmt == "csv" else line_no, row, id_field)
         columns = COUNT_COLUMNS if schema == "counts" else ROLLOUT_COLUMNS
@@ -208,6 +207,8 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
             raise DataError(f"{path}:{line_no}: unreadable value ({exc.__class__.__name__}: {exc})") from None
         j = pos.get(pid)
         if j is None:
+            if index is not None:
+                index.nodes([pid], where=lambda _j: f"{path}:{line_no}")  # unknown: refused at its line
             pos[pid] = len(ids)
             ids.append(pid)
             lines.append(line_no)
@@ -234,4 +235,4 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
                         f"{again}); their n and s are summed, as for a prompt rolled out in several groups")
     return Outcomes(path=path, schema=schema, ids=ids, n=np.asarray(n_acc, dtype=np.int64),
                     s=np.asarray(s_acc, dtype=np.int64), lines=lines, n_rows=n_rows,
-                    warnings=tuple(w for w in warnings if w), hash=digest)
+                    warnings=tuple(w for w in warnings if w), hash=digest())

@@ -7,9 +7,13 @@ Parquet: the row number, first row = 1) and are raised as ``DataError``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
+import io
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -33,19 +37,22 @@ def detect_format(path, fmt: str | None = None) -> str:
     raise InvalidArgumentError(f"{path}: cannot tell the format from the extension; use .jsonl, .csv or .parquet")
 
 
-def read_rows(path, fmt: str | None = None, data: bytes | None = None) -> Iterator[tuple[int, dict]]:
+def read_rows(path, fmt: str | None = None, data: bytes | None = None, stream=None) -> Iterator[tuple[int, dict]]:
     """Yield (line number, row dict) for every data row of a JSONL, CSV or Parquet file; ``data``: the file's
-    bytes, already read (a reader that hashes what it parses reads the file once: ``read_file_once``)."""
+    bytes, already read (a reader that hashes what it parses reads the file once: ``read_file_once``);
+    ``stream``: a binary file object to read JSONL or CSV from as it goes (``open_hashed``), so a file of any
+    size is parsed in constant memory."""
     path = Path(path)
-    if data is None and not path.is_file():
+    if data is None and stream is None and not path.is_file():
         raise DataError(f"{path}: no such file")
     fmt = detect_format(path, fmt)
+    source = stream if stream is not None else data
     if fmt == "jsonl":
-        yield from _read_jsonl(path, data)
+        yield from _read_jsonl(path, source)
     elif fmt == "csv":
-        yield from _read_csv(path, data)
+        yield from _read_csv(path, source)
     else:
-        yield from _read_parquet(path, data)
+        yield from _read_parquet(path, data if stream is None else stream.read())
 
 
 def read_file_once(path) -> tuple[bytes, str]:
@@ -61,6 +68,47 @@ def read_file_once(path) -> tuple[bytes, str]:
     except IsADirectoryError:
         raise DataError(f"{path}: is a folder, not a file") from None
     return data, hashlib.sha256(data).hexdigest()[:16]
+
+
+class _Hashing(io.RawIOBase):
+    """A binary file that hashes every byte read from it."""
+
+    def __init__(self, f):
+        self._f = f
+        self._sha = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self._f.readinto(b)
+        if n:
+            self._sha.update(memoryview(b)[:n])
+        return n
+
+    def digest(self) -> str:
+        """The content hash (sha256, 16 hex digits) of the whole file: what was not read yet is read first."""
+        buf = bytearray(1 << 20)
+        while n := self._f.readinto(buf):
+            self._sha.update(memoryview(buf)[:n])
+        return self._sha.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def open_hashed(path):
+    """Open ``path`` once to parse it as a stream: yields (binary stream, digest()), where ``digest()`` is the
+    content hash of every byte of that open file (read to its end first), so what is parsed is what is
+    hashed even when the file is replaced (renamed over) meanwhile, and nothing is held whole in memory."""
+    path = Path(path)
+    try:
+        f = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not a file") from None
+    with f:
+        raw = _Hashing(f)
+        yield io.BufferedReader(raw, buffer_size=1 << 20), raw.digest
 
 
 def unique_keys(pairs) -> dict:
@@ -90,21 +138,56 @@ def load_json(text, where) -> object:
         raise DataError(f"{where}: a JSON number with more than {sys.get_int_max_str_digits()} digits") from None
 
 
-def _opened(path: Path, data: bytes | None):
-    import io
+def _opened(path: Path, source):
+    """A binary file to read: ``source``'s bytes, ``source`` itself when it is a stream (left open for its
+    owner), else ``path`` opened."""
+    if source is None:
+        return open(path, "rb")
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return io.BytesIO(source)
+    return _Unclosed(source)
 
-    return io.BytesIO(data) if data is not None else open(path, "rb")
+
+class _Unclosed(io.BufferedIOBase):
+    """``stream`` read through a ``with`` that must not close it (its opener closes it)."""
+
+    def __init__(self, stream):
+        self._s = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size=-1):
+        return self._s.read(size)
+
+    def read1(self, size=-1):
+        return self._s.read1(size)
+
+    def readinto(self, b):
+        return self._s.readinto(b)
+
+    def readline(self, size=-1):
+        return self._s.readline(size)
 
 
-def _read_jsonl(path: Path, data: bytes | None = None):
-    with _opened(path, data) as f:
-        for line_no, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
-            if line_no == 1 and line.startswith("\ufeff"):
-                line = line[1:]  # a UTF-8 byte order mark (some Windows tools write one): not part of the data
+def _text_lines(path: Path, f):
+    """(line number, text) of each line of the binary file ``f``, as read (ends kept): a line that is not UTF-8
+    or holds a NUL byte is refused with its number; a UTF-8 byte order mark before the first is dropped."""
+    for line_no, raw in enumerate(f, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
+        if "\x00" in line:
+            raise DataError(f"{path}:{line_no}: contains a NUL byte (binary data, not a text table)")
+        if line_no == 1 and line.startswith("\ufeff"):
+            line = line[1:]  # a UTF-8 byte order mark (some Windows tools write one): not part of the data
+        yield line_no, line
+
+
+def _read_jsonl(path: Path, source=None):
+    with _opened(path, source) as f:
+        for line_no, line in _text_lines(path, f):
             if not line.strip(" \t\r\n"):  # JSON's own whitespace only: U+0085 is no blank line
                 continue
             row = load_json(line, f"{path}:{line_no}")
@@ -113,16 +196,22 @@ def _read_jsonl(path: Path, data: bytes | None = None):
             yield line_no, row
 
 
-def _read_csv(path: Path, data: bytes | None = None):
-    import io
+_LONE_CR = re.compile(r"(?<=\r)(?!\n)")  # a line end of a file written with CR alone
 
+
+def _read_csv(path: Path, source=None):
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     try:
-        # -sig: a leading byte order mark is dropped
-        with io.TextIOWrapper(_opened(path, data), encoding="utf-8-sig", newline="") as f:
-            reader = csv.DictReader(f, delimiter=delimiter)
+        with _opened(path, source) as f:
+            lines = (part for _, line in _text_lines(path, f) for part in _LONE_CR.split(line) if part)
+            reader = csv.DictReader(lines, delimiter=delimiter)
             if reader.fieldnames is None:
                 return
+            twice = sorted({c for c in reader.fieldnames if reader.fieldnames.count(c) > 1})
+            if twice:
+                raise DataError(f"{path}:1: column{'s' if len(twice) > 1 else ''} "
+                                f"{', '.join(_show(c) for c in twice)} appear{'' if len(twice) > 1 else 's'} twice "
+                                "in the header (which one is meant?)")
             for row in reader:
                 line_no = reader.line_num
                 if None in row:
@@ -132,8 +221,6 @@ def _read_csv(path: Path, data: bytes | None = None):
                 yield line_no, row
     except csv.Error as exc:
         raise DataError(f"{path}: malformed CSV ({exc})") from None
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not UTF-8 text") from None
 
 
 PARQUET_BATCH_ROWS = 16_384  # rows decoded at a time
@@ -203,6 +290,12 @@ def _show(value) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
+# A number written as text (a CSV cell): ASCII digits, an optional sign, fraction and exponent, as JSON writes
+# numbers; no "1_000" (Python's int() reads it as 1000), no full-width or other Unicode digits, no "nan"/"inf".
+_BLANK = " \t\r\n"  # around a number in a cell; a no-break space is no blank
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
 def as_int(value, path, line_no: int, field: str, strict: bool = False) -> int:
     """An integer count from a cell ("8", 8, 8.0); NaN, fractions, booleans and text are refused. ``strict``
     (typed formats: JSON, Parquet): a number written as a string ("8") is refused too."""
@@ -218,15 +311,13 @@ def as_int(value, path, line_no: int, field: str, strict: bool = False) -> int:
             return int(value)
         raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}")
     if isinstance(value, str):
-        v = value.strip()
+        v = value.strip(_BLANK)
+        if not _NUMBER.fullmatch(v):
+            raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}")
         try:
             return int(v)
         except ValueError:
-            try:
-                f = float(v)
-            except ValueError:
-                raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}") from None
-            return as_int(f, path, line_no, field)
+            return as_int(float(v), path, line_no, field)
     raise DataError(f"{path}:{line_no}: {field} must be an integer, got {_show(value)}")
 
 
@@ -235,7 +326,7 @@ def as_float(value, path, line_no: int, field: str, strict: bool = False) -> flo
     if strict and isinstance(value, str):
         raise DataError(f"{path}:{line_no}: {field} must be a number, got the string {_show(value)} (write {field} "
                         "as a JSON number)")
-    if isinstance(value, bool) or value is None:
+    if isinstance(value, bool) or value is None or (isinstance(value, str) and not _NUMBER.fullmatch(value.strip(_BLANK))):
         raise DataError(f"{path}:{line_no}: {field} must be a number, got {_show(value)}")
     try:
         f = float(value)

@@ -252,7 +252,7 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
     t1 = time.perf_counter()
     index = state.index
     t_model = time.perf_counter() - t1
-    parsed = read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field)
+    parsed = read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field, index=index)
     nodes = parsed.node_indices(index)
     outcomes_hash = parsed.hash  # of the bytes parsed: a file replaced while it was read is never mislabelled
     t_parse = time.perf_counter()
