@@ -303,3 +303,30 @@ def test_core_decisions_imports_numpy_only():
             "bad = [m for m in ('torch', 'typer', 'rich', 'zarr', 'faiss') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_expected_signal_groups_under_the_belief():
+    """A point belief gives the plug-in P(0 < s < n) summed; a Beta belief its Beta-Binomial expectation."""
+    p = np.array([0.5] * 8 + [0.05] * 8)
+    n = d.allocate("variance", p, 128, 2, 32)
+    assert d.expected_signal_groups(p, np.zeros(16), n) == pytest.approx(d.nondegenerate_probability(p, n).sum())
+    # the issue's case: the variance rule's own estimate is worse than uniform's
+    assert d.short_of_uniform(d.expected_signal_groups(p, np.zeros(16), n),
+                              d.expected_signal_groups(p, np.zeros(16), np.full(16, 8)))
+    assert not d.short_of_uniform(10.0, 10.0 + 1e-12) and d.short_of_uniform(10.0, 10.01)
+    # Beta(2, 3), n = 4: P(0 < s < 4) by the Beta-Binomial
+    from scipy.stats import betabinom
+
+    a, b = 2.0, 3.0
+    mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+    want = 1 - betabinom.pmf(0, 4, a, b) - betabinom.pmf(4, 4, a, b)
+    assert d.expected_signal_groups([mean], [var], np.array([4])) == pytest.approx(want)
+    assert d.expected_signal_groups([mean, mean], [var, var], np.array([0, 1])) == 0.0  # no group of 2: no signal
+    with pytest.raises(InvalidArgumentError):
+        d.expected_signal_groups([0.5], [0.0], np.array([2.5]))
+
+
+def test_selection_signal_groups_against_a_uniform_draw():
+    pzv = np.array([0.1, 0.9, 0.5, 0.3])
+    chosen, uniform = d.selection_signal_groups(pzv, [1, 3])
+    assert chosen == pytest.approx(0.1 + 0.7) and uniform == pytest.approx(2 * np.mean(1 - pzv))

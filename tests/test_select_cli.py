@@ -204,3 +204,63 @@ def test_allocate_refusals_write_nothing(state, tmp_path):
              "--out", out, code=1)
     assert "bad.txt:2: unknown prompt id 'zzz'" in res.stderr
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def lopsided(tmp_path_factory):
+    """A STATE whose topics the policy solves always (i % 4 == 0), about 1 time in 20 (1) and half the time (2, 3):
+    the variance rule moves rollouts from the rarely solved prompts, which need them to show a signal, to the
+    half-solved ones, which show one anyway."""
+    folder = tmp_path_factory.mktemp("lopsided")
+    graph, clusters, ids = make_inputs(folder, n=40)
+    out = folder / "STATE"
+    State.init(graph, clusters, out, device="cpu", durable=False)
+    for t in (1, 2, 3):
+        rows = [{"id": pid, "n": 8, "s": [8, 0 if t < 3 else 1, 4, 4][i % 4]} for i, pid in enumerate(ids)]
+        State.open(out, durable=False).update(t, write_outcomes(folder / f"o{t}.jsonl", rows))
+    return out, ids
+
+
+def test_allocate_warns_when_its_own_belief_says_uniform_does_better(lopsided, tmp_path):
+    root, ids = lopsided
+    batch = [pid for i, pid in enumerate(ids) if i % 4 in (1, 2)][:16]
+    (tmp_path / "batch.txt").write_text("\n".join(batch) + "\n")
+    gd("predict", "--state", root, "--out", tmp_path / "p.jsonl")
+    pred = {r["id"]: r for r in _read_jsonl(tmp_path / "p.jsonl")}
+    mean = np.array([pred[i]["mean"] for i in batch])
+    var = np.array([pred[i]["variance"] for i in batch])
+    for strategy in dec.ALLOCATE_STRATEGIES:
+        args = ["allocate", "--state", root, "--ids", tmp_path / "batch.txt", "--budget", 128, "--strategy", strategy,
+                "--out", tmp_path / f"{strategy}.jsonl"]
+        res = gd("--json", *args)
+        out = json.loads(res.stdout)
+        n = np.array([r["n"] for r in _read_jsonl(tmp_path / f"{strategy}.jsonl")])
+        expected = out["expected_signal_groups"]
+        assert expected["allocation"] == pytest.approx(dec.expected_signal_groups(mean, var, n))
+        assert expected["uniform"] == pytest.approx(dec.expected_signal_groups(mean, var, np.full(16, 8)))
+        if strategy == "uniform":
+            assert out["warnings"] == [] and "warning" not in res.stderr
+            continue
+        assert expected["allocation"] < expected["uniform"]  # the case the warning is for
+        assert len(out["warnings"]) == 1 and "does worse than uniform" in out["warnings"][0]
+        assert f"{expected['allocation']:.2f}" in out["warnings"][0] and f"{expected['uniform']:.2f}" in out["warnings"][0]
+        text = gd(*args)
+        warned = [line for line in text.stderr.splitlines() if line.startswith("graphdiff: warning: ")]
+        assert len(warned) == 1 and strategy in warned[0], text.stderr
+        assert gd("-q", *args).stderr == ""  # -q hides it
+
+
+def test_select_warns_when_its_choice_is_expected_to_do_worse_than_a_uniform_draw(lopsided, tmp_path):
+    root, ids = lopsided
+    (tmp_path / "cand.txt").write_text("\n".join(ids) + "\n")
+    args = ["select", "--state", root, "--candidates", tmp_path / "cand.txt", "-B", 8, "--out", tmp_path / "b.txt"]
+    good = gd_json(*args)  # the target rule at 0.5: far better than uniform, nothing to say
+    assert good["warnings"] == [] and good["expected_signal_groups"]["chosen"] > good["expected_signal_groups"]["uniform"]
+    bad = gd("--json", *args, "--target", 0.0)  # the prompts it is surest fail: little signal
+    out = json.loads(bad.stdout)
+    assert out["expected_signal_groups"]["chosen"] < out["expected_signal_groups"]["uniform"]
+    assert out["expected_signal_groups"]["chosen"] == pytest.approx(8 * out["predicted_effective_share"]["chosen"])
+    assert out["expected_signal_groups"]["uniform"] == pytest.approx(8 * out["predicted_effective_share"]["pool"])
+    assert len(out["warnings"]) == 1 and "the target strategy does worse than uniform" in out["warnings"][0]
+    assert bad.stderr.count("graphdiff: warning: ") == 1
+    assert gd_json(*args, "--strategy", "uniform")["warnings"] == []

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvalidArgumentError, option
-from .beta import from_moments  # the moment matching p_zero_variance uses
+from .beta import from_moments, zero_variance_from_moments  # the moment matching p_zero_variance uses
 
 SELECT_STRATEGIES = ("target", "thompson", "skip-zero-variance", "uniform")
 # the rule with the highest effective-group rate on the real log (docs/results.md: 0.789 over eight shuffles,
@@ -400,3 +400,39 @@ def nondegenerate_probability(p, n) -> np.ndarray:
     p = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
     n = np.asarray(n, dtype=np.float64)
     return np.where(n >= 1, 1.0 - p ** n - (1.0 - p) ** n, 0.0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# expected groups with a signal, against uniform's
+
+
+def expected_signal_groups(mean, variance, counts) -> float:
+    """The expected number of groups with a signal (0 < s < n_i: not all correct, not all wrong) when prompt i gets
+    n_i rollouts and its success probability follows the belief, the Beta moment-matched to (mean_i, variance_i)
+    (a point mass where the variance is 0): sum_i 1 - E[p_i^n_i + (1 - p_i)^n_i]. A prompt given fewer than two
+    rollouts has none."""
+    m = _check_unit(mean, "mean")
+    var = _check_variance(variance, m.size)
+    n = np.asarray(counts)
+    if n.shape != m.shape or (n.size and (n.dtype.kind not in "iu" or n.min() < 0)):
+        raise InvalidArgumentError("counts must be a 1-D array of integers >= 0, one per prompt")
+    total = 0.0
+    for g in np.unique(n[n >= 2]):
+        at = n == g
+        total += float(np.sum(1.0 - zero_variance_from_moments(m[at], var[at], int(g))))
+    return total
+
+
+def selection_signal_groups(p_zero_variance, chosen) -> tuple[float, float]:
+    """(expected groups with a signal among the ``chosen`` candidates, the same for a uniform draw of as many from
+    the whole pool): sum over the chosen of 1 - p_zero_variance, and B times its mean over the pool."""
+    signal = 1.0 - _check_unit(p_zero_variance, "p_zero_variance")
+    chosen = np.asarray(chosen, dtype=np.int64)
+    uniform = chosen.size * float(signal.mean()) if signal.size else 0.0
+    return float(signal[chosen].sum()), uniform
+
+
+def short_of_uniform(expected: float, uniform: float) -> bool:
+    """Whether a strategy's expected groups with a signal fall below uniform's (beyond rounding: equal ones, as
+    when every prompt gets the same count, do not)."""
+    return expected < uniform - 1e-9 * max(1.0, abs(uniform))

@@ -5,6 +5,11 @@ ids through the STATE's ids, take the current step's estimates for them, and wri
 prompts (``core.decisions.select``). ``allocate``: the same for a list of prompts and a total rollout
 budget, writing one count per prompt (``core.decisions.allocate``).
 
+Both say what the decision is worth by the estimator's own belief: the expected number of groups with a signal
+(0 < s < n) of its choice and of uniform's (``expected_signal_groups``), and a one-line warning in the result's
+``warnings`` when the strategy's falls short of uniform's (``core.decisions.short_of_uniform``): a rule that the
+estimate itself says does worse than uniform does not go ahead silently.
+
 Everything is read and checked before anything is written: an unknown or repeated id is refused with
 its file and line, an impossible batch size or budget before the estimator is even loaded, and the
 output is written atomically (``.txt``: one id per line; otherwise JSONL, CSV or Parquet by the
@@ -102,6 +107,12 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
     sel = dec.select(strategy, batch_size, p=m["mean"], variance=m["variance"],
                      p_zero_variance=m["p_zero_variance"], target=target, explore=explore, seed=seed)
     progress(2, 3)
+    expected, uniform = dec.selection_signal_groups(m["p_zero_variance"], sel.chosen)
+    warnings = []
+    if strategy != "uniform" and dec.short_of_uniform(expected, uniform):
+        warnings.append(f"the {strategy} strategy does worse than uniform here by the estimator's own belief: its "
+                        f"{batch_size} prompts are expected to give {expected:.2f} groups with a signal (0 < s < "
+                        f"{group_size}), a uniform draw from the pool of {rows.size} {uniform:.2f}")
     records = [{"rank": r + 1, "id": ids[j], "p": float(m["p"][j]), "mean": float(m["mean"][j]), "variance": float(m["variance"][j]),
                 "p_zero_variance": float(m["p_zero_variance"][j]), "n_seen": int(m["n_seen"][j]),
                 "key": _json_float(sel.key[j])} for r, j in enumerate(sel.chosen)]
@@ -117,6 +128,8 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
             "p_mean": {"chosen": float(m["p"][chosen].mean()), "pool": float(m["p"].mean())},
             # predicted share of groups with 0 < s < g: what the choice is meant to raise
             "predicted_effective_share": {"chosen": float(signal[chosen].mean()), "pool": float(signal.mean())},
+            # the same as expected groups with a signal, and uniform's: a uniform draw of as many from the pool
+            "expected_signal_groups": {"chosen": expected, "uniform": uniform}, "warnings": warnings,
             **({"dropped": int(sel.dropped.sum()), "filled": sel.info["filled"]} if sel.dropped is not None else {}),
             "timings": {"total_s": time.perf_counter() - t0}}
 
@@ -146,7 +159,8 @@ def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int
     ids, rows, skipped, _where = _candidates(state, ids, id_field)
     dec.check_budget(rows.size, budget, min_count, max_count)
     progress(1, 3)
-    p = np.asarray(est.predict(rows), dtype=np.float64)
+    m = est.estimates(rows)
+    p = np.asarray(m["p"], dtype=np.float64)
     n = dec.allocate(strategy, p, budget, min_count, max_count, vip_gamma=vip_gamma)
     progress(2, 3)
     signal = dec.nondegenerate_probability(p, n)
@@ -156,6 +170,14 @@ def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int
         _write(out, fmt, records, ALLOCATE_COLUMNS)
     progress(3, 3)
     uniform = dec.allocate("uniform", p, budget, min_count, max_count)
+    # under the belief (each prompt's Beta of mean and variance, as select and p_zero_variance read it)
+    expected = {"allocation": dec.expected_signal_groups(m["mean"], m["variance"], n),
+                "uniform": dec.expected_signal_groups(m["mean"], m["variance"], uniform)}
+    warnings = []
+    if strategy != "uniform" and dec.short_of_uniform(expected["allocation"], expected["uniform"]):
+        warnings.append(f"the {strategy} allocation does worse than uniform here by the estimator's own belief: its "
+                        f"counts are expected to give {expected['allocation']:.2f} groups with a signal (0 < s < n), "
+                        f"uniform counts {expected['uniform']:.2f}")
     return {"command": "allocate", "state": str(sd.root), "step": est.step_, "strategy": strategy,
             "budget": int(budget), "prompts": len(ids), "retired_skipped": skipped, "min": int(min_count), "max": int(max_count),
             "vip_gamma": float(vip_gamma), "out": None if out is None else str(out), "format": fmt,
@@ -165,4 +187,5 @@ def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int
             # plug-in expectation under the estimates (the policy's true rates are unknown here)
             "predicted_nondegenerate_groups": {"allocation": float(signal.sum()),
                                                "uniform": float(dec.nondegenerate_probability(p, uniform).sum())},
+            "expected_signal_groups": expected, "warnings": warnings,
             "timings": {"total_s": time.perf_counter() - t0}}

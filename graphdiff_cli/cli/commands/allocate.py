@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 from ...core.decisions import ALLOCATE_STRATEGIES
 from ..options import IdFieldOption, StateOption, complete_from
 
@@ -37,7 +37,9 @@ def allocate(
     with progress("allocating") as bar:
         res = State.open(state).allocate(ids, budget, strategy, out, min_count=min_count, max_count=max_count,
                                          vip_gamma=vip_gamma, fmt=fmt, id_field=id_field, progress=bar)
-    pred = res["predicted_nondegenerate_groups"]
+    expected = res["expected_signal_groups"]
+    for line in res["warnings"]:
+        warn(line)
     emit(res, f"step {res['step']}: {res['budget']} rollouts over {res['prompts']} prompts by {strategy} "
-              f"(n {res['counts']['min']}..{res['counts']['max']}; predicted groups with signal "
-              f"{pred['allocation']:.1f} vs {pred['uniform']:.1f} uniform) -> {res['out']}")
+              f"(n {res['counts']['min']}..{res['counts']['max']}; expected groups with signal "
+              f"{expected['allocation']:.2f} vs {expected['uniform']:.2f} uniform) -> {res['out']}")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ...core.decisions import DEFAULT_SELECT_STRATEGY, SELECT_STRATEGIES
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, StateOption, complete_from
 
 
@@ -42,6 +42,8 @@ def select(
         res = State.open(state).select(candidates, batch_size, strategy, out, seed=seed, target=target,
                                        explore=explore, group_size=group_size, fmt=fmt, id_field=id_field,
                                        progress=bar)
+    for line in res["warnings"]:
+        warn(line)
     emit(res, f"step {res['step']}: chose {res['batch_size']} of {res['pool']} by {strategy} "
               f"(predicted effective share {res['predicted_effective_share']['chosen']:.3f} vs "
               f"{res['predicted_effective_share']['pool']:.3f} for the pool) -> {res['out']}")
