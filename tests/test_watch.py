@@ -293,7 +293,7 @@ def test_cli_json_and_predictions_after_each_step(state, inbox, inputs, tmp_path
     out = json.loads(res.stdout)
     assert out["command"] == "watch" and out["step"] == 2 and out["n_applied"] == 2
     assert out["predictions"] == str(predictions_path(template, 2))
-    written = sorted(p.name for p in (tmp_path / "preds").iterdir())
+    written = sorted(p.name for p in (tmp_path / "preds").iterdir() if not p.name.startswith("."))
     assert written == ["p-000000.csv", "p-000001.csv", "p-000002.csv"]  # at start, then after each step
     lines = (tmp_path / "preds" / "p-000002.csv").read_text().splitlines()
     assert lines[0].startswith("id,p,") and len(lines) == 1 + len(inputs["ids"])
@@ -311,6 +311,40 @@ def test_predictions_at_start_only_when_the_state_moved(state, inbox, inputs, tm
     _, events = run_watch(state, inbox, predictions=out)
     assert [e["step"] for e in events if e["event"] == "predicted"] == [0]
     assert max(json.loads(x)["n_seen"] for x in out.read_text().splitlines()) == 0
+
+
+def test_freshness_is_read_from_what_the_files_say_not_their_times(state, inbox, inputs, tmp_path):
+    """A predictions file dated in the future (clock skew, a copy) is rewritten when the STATE moved; one whose
+    step was rolled back and applied again from other outcomes too, even with a file per step; a file replaced
+    after it was written too. Only a file its stamp vouches for, at the current version, is kept."""
+    out = tmp_path / "p.jsonl"
+    drop(inputs, inbox, 1)
+    run_watch(state, inbox, predictions=out)
+    stamp = out.with_name(f".{out.name}.stamp")
+    assert json.loads(stamp.read_text())["version"] == [1, 0]
+    st = State.open(state)
+    st.rollback(0)
+    future = time.time() + 10 * 365 * 86400
+    os.utime(out, (future, future))  # the old file looks newer than any CURRENT
+    _, events = run_watch(state, inbox, predictions=out)
+    assert [e["step"] for e in events if e["event"] == "predicted"] == [0, 1]  # at start, then after step 1 again
+    _, events = run_watch(state, inbox, predictions=out)
+    assert not [e for e in events if e["event"] == "predicted"]
+    out.write_text(out.read_text().replace('"n_seen": 0', '"n_seen": 9'))  # replaced since: not vouched for
+    os.utime(out, (future, future))
+    _, events = run_watch(state, inbox, predictions=out)
+    assert [e["step"] for e in events if e["event"] == "predicted"] == [1]
+    # a file per step: step 1 rolled back and applied again from other outcomes is another state
+    per_step = tmp_path / "pred-{step}.jsonl"
+    run_watch(state, inbox, predictions=per_step)
+    first = predictions_path(per_step, 1).read_text()
+    st.rollback(0)
+    (inbox / step_file_name(1)).unlink()
+    write_outcomes(inbox / step_file_name(1), step_rows(inputs["ids"], 1, seed=5))
+    State.open(state).update(1, inbox / step_file_name(1))
+    _, events = run_watch(state, inbox, predictions=per_step)
+    assert [e["step"] for e in events if e["event"] == "predicted"] == [1]
+    assert predictions_path(per_step, 1).read_text() != first
 
 
 # ------------------------------------------------------------------------------- kill -9 and restart

@@ -38,6 +38,7 @@ Nothing here prints: events go to ``listener(event: dict)``; the result is a JSO
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import time
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import DataError, InvalidArgumentError, StateError
+from ..io.artifacts import hash_file
 from ..io.locks import DEFAULT_LOCK_TIMEOUT, file_lock
 
 STEP_FILE = re.compile(r"^step-(\d{1,12})\.(jsonl|ndjson|json|csv|tsv|parquet|pq)$")
@@ -138,6 +140,12 @@ def inbox_lock(inbox: Path):
                    cannot_open=lambda exc: f"{inbox}: cannot create the watcher's lock file {LOCK_NAME} "
                                            f"({exc.strerror}); the inbox must be writable by the watcher"):
         yield
+
+
+def stamp_path(predictions: Path) -> Path:
+    """Where ``watch`` says which version a predictions file holds: the hidden ``.<file>.stamp`` beside it (a
+    glob for the predictions, ``p-*.csv``, does not see it)."""
+    return predictions.with_name(f".{predictions.name}.stamp")
 
 
 def predictions_path(template, step: int) -> Path:
@@ -255,22 +263,46 @@ class _Watcher:
 
     def write_predictions(self, step: int) -> None:
         out = predictions_path(self.predictions, step)  # a new folder is made (and fsynced) by the write
+        before = self._version_stamp()
         res = self.st.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
         if res["step"] != step:  # another writer moved CURRENT between the update and the predict
             self.listener({"event": "moved", "step": step, "current": res["step"]})
+        if before is not None and before == self._version_stamp():  # what the file holds, said beside it
+            from ..io.atomic import atomic_write_text
+
+            atomic_write_text(stamp_path(out), json.dumps({**before, "predictions_hash": hash_file(out)}) + "\n")
         self.listener({"event": "predicted", "step": res["step"], "out": str(out), "rows": res["rows"]})
 
+    def _version_stamp(self) -> dict | None:
+        """The version CURRENT names and its step artifact's content hash (a step applied again after a
+        rollback has the same number, not the same hash); None when it cannot be read."""
+        from ..errors import GraphdiffError
+        from ..io.artifacts import read_artifact
+        from ..io.estimator_store import STEP_KIND, read_pointer
+
+        try:
+            step, rev, rel = read_pointer(self.sd.root)
+            return {"version": [step, rev], "state_hash": read_artifact(self.sd.root / rel, STEP_KIND).content_hash}
+        except (GraphdiffError, OSError):
+            return None
+
     def ensure_predictions(self) -> None:
-        """At start: a restarted watcher may have been killed between an update and its predictions."""
+        """At start: a restarted watcher may have been killed between an update and its predictions. The file is
+        fresh when the stamp written beside it names the current version (its content hash) and the file's own
+        hash: what the files say, never their times (a clock that jumped, a file copied in)."""
         if self.predictions is None:
             return
-        from ..io.layout import CURRENT
-
         cur = self.sd.current_step
         out = predictions_path(self.predictions, cur)
-        if out.is_file() and (STEP_TOKEN in str(self.predictions)
-                              or out.stat().st_mtime_ns >= (self.state / CURRENT).stat().st_mtime_ns):
-            return  # already written after CURRENT last moved (update and rollback replace CURRENT)
+        if out.is_file():
+            try:
+                stamp = json.loads(stamp_path(out).read_text(encoding="utf-8"))
+                fresh = (isinstance(stamp, dict) and stamp.get("predictions_hash") == hash_file(out)
+                         and {k: stamp.get(k) for k in ("version", "state_hash")} == self._version_stamp())
+            except (OSError, ValueError):
+                fresh = False
+            if fresh:
+                return
         self.write_predictions(cur)
 
     # -- bookkeeping -------------------------------------------------------------------------------
