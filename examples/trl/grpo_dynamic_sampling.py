@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 FAMILIES = [  # (instruction, the words that count as right; "*" = any word)
@@ -119,6 +120,17 @@ def tiny_lm(tok, seed: int = 0):
 
 # -- 3. the trainer with graphdiff's dynamic sampling ---------------------------------------------------
 
+def no_checkpointing(config_class) -> dict:
+    """Activation checkpointing off (a one-layer model has no activations worth recomputing). TRL's configs turn
+    it on by default through ``gradient_checkpointing``, which transformers 5 deprecated in favour of
+    ``activation_checkpointing`` (a FutureWarning at every config); the new name where the config has it."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(config_class)}
+    return {"activation_checkpointing": False} if "activation_checkpointing" in names else \
+        {"gradient_checkpointing": False}
+
+
 def train(out: Path, steps: int = 6, ds="prefilter", max_rounds: int = 6, n_prompts: int = 48,
           groups: int = 4, generations: int = 4, seed: int = 0):
     from datasets import Dataset
@@ -134,12 +146,18 @@ def train(out: Path, steps: int = 6, ds="prefilter", max_rounds: int = 6, n_prom
     args = GRPOConfig(output_dir=str(out / "trainer"), per_device_train_batch_size=groups * generations,
                       num_generations=generations, max_completion_length=6, max_steps=steps, learning_rate=1e-3,
                       beta=0.0, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, seed=seed,
-                      dataloader_num_workers=0, disable_tqdm=True)
+                      dataloader_num_workers=0, disable_tqdm=True, **no_checkpointing(GRPOConfig))
     trainer = GRPOTrainer(model=tiny_lm(tok, seed), processing_class=tok, args=args, train_dataset=dataset,
                           reward_funcs=[gd.reward(correctness)])
     gd.attach(trainer)  # graphdiff's sampler, the step callback, and DS around TRL's generation
     t0 = time.perf_counter()
-    trainer.train()
+    with warnings.catch_warnings():
+        # TRL itself (trl/models/utils.py, 1.16) reads model.is_gradient_checkpointing around every generation,
+        # a name transformers 5 deprecated for is_activation_checkpointing: a FutureWarning per generation that no
+        # argument of ours can avoid (the ones our config caused are gone, see no_checkpointing); only that one
+        # is hidden, and only here
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        trainer.train()
     seconds = time.perf_counter() - t0
     return gd, trainer, seconds
 
