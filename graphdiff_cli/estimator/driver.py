@@ -198,6 +198,39 @@ class Estimator:
         when belief_strength is unset (the belief is then mix_by_evidence's, or Appendix E's)."""
         return self.choices.nu
 
+    def source_weights(self, ids=None) -> dict[str, np.ndarray | None]:
+        """Each source's weight in p-hat, per prompt of ``ids`` (node indices; all if None), summing to 1:
+        ``states`` (the mean-field states' estimate, shifted by the neighbours' offsets under neighbor_smoothing),
+        ``label_propagation`` and ``readout`` (None when off) - the parts of the graph's estimate m = (1 - r)
+        ((1 - w) states + w propagated) + r readout, w and r the weights in use - and ``history``, the prompt's own
+        outcomes: C_i / (kappa + C_i) of its forgotten rollouts C_i under evidence mixing (offset mixing: the
+        weight of its own residuals, the same), 1 - gamma for a prompt rolled out under gamma mixing, else 0."""
+        rows = self._rows(ids)
+        c = self.settings
+        if c.mixing == "gamma":
+            history = np.where(self.rollouts_[rows] > 0, 1.0 - c.gamma, 0.0)
+        else:
+            roll = np.asarray(self.rollouts_decayed_[rows], dtype=np.float64)
+            total = self.kappa_ + roll
+            history = np.divide(roll, total, out=np.zeros_like(roll), where=total > 0)
+        graph = 1.0 - history
+        w, r = self.propagation_, self.readout_
+        own = graph * (1.0 - (r or 0.0))  # the graph's estimate less the read-out's part
+        return {"states": own * (1.0 - (w or 0.0)), "label_propagation": None if w is None else own * w,
+                "readout": None if r is None else graph * r, "history": history}
+
+    def state_occupancy(self, ids=None) -> tuple[np.ndarray, np.ndarray]:
+        """(sum_i q_ik: the expected number of the prompts ``ids`` (node indices; all if None) in state k, how many
+        of them have k as their most probable state), read a block of rows of q at a time."""
+        rows = self._rows(ids)
+        k = self.n_states
+        expected, counts = np.zeros(k), np.zeros(k, dtype=np.int64)
+        for i in range(0, rows.size, mf.RESIDUAL_BLOCK_ROWS):
+            q = self._q_rows(rows[i:i + mf.RESIDUAL_BLOCK_ROWS])
+            expected += q.sum(axis=0, dtype=np.float64)
+            counts += np.bincount(q.argmax(axis=1), minlength=k)
+        return expected, counts
+
     @property
     def kappa_errors_(self) -> np.ndarray:
         """prior_strength "auto" chosen alone: per kappa of bl.KAPPA_GRID, the summed absolute error of the

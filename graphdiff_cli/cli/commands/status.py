@@ -1,4 +1,4 @@
-"""``graphdiff status``: what a STATE directory holds."""
+"""``graphdiff status``: what a STATE directory holds (with ``--estimator``: what its estimator believes)."""
 
 from __future__ import annotations
 
@@ -43,13 +43,73 @@ def _human(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _num(x, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def _estimator_lines(e: dict) -> list[str]:
+    """``status --estimator``'s text (``stages.beliefs.estimator_summary``)."""
+    def dist(d):
+        return (f"mean {_num(d['mean'])}; min {_num(d['min'])}, 5% {_num(d['p05'])}, 25% {_num(d['p25'])}, median "
+                f"{_num(d['median'])}, 75% {_num(d['p75'])}, 95% {_num(d['p95'])}, max {_num(d['max'])}")
+
+    src = e["sources"]
+    parts = [f"states {_num(src['states'])}"]
+    if src["label_propagation"] is not None:
+        parts.append(f"label propagation {_num(src['label_propagation'])}")
+    if src["readout"] is not None:
+        parts.append(f"read-out of the embedding {_num(src['readout'])}")
+    parts.append(f"own outcomes {_num(src['history'])}" + (f" ({_num(src['history_seen'])} over the {e['seen']} "
+                                                             "seen)" if src["history_seen"] is not None else ""))
+    names = {"prior_strength": "prior strength kappa", "belief_strength": "belief strength nu",
+             "label_propagation": "label propagation weight", "time_forgetting": "time forgetting",
+             "readout": "read-out weight", "readout_ridge": "read-out ridge"}
+    choices = []
+    for name, c in e["online_choices"].items():
+        if c["value"] is None:  # off: unset, or the read-out of a STATE without embeddings
+            if name == "readout" and c["setting"] is not None:
+                choices.append("read-out of the embedding: off (this STATE has no embeddings)")
+            continue
+        how = "chosen online" if c["online"] else "set"
+        choices.append(f"{names[name]} {_num(c['value'])} ({how}{', no effect under this mixing' if c['inert'] else ''})")
+    lines = [f"estimator at step {e['step']}: {e['candidates']} candidates ({e['retired']} retired), {e['seen']} "
+             f"rolled out; {e['mixing']} mixing",
+             f"  p over the candidates: {dist(e['p'])}",
+             f"  the decision belief's mean: {dist(e['belief_mean'])}",
+             f"  P(a group of {e['p_zero_variance']['group_size']} is all correct or all wrong) "
+             f"{_num(e['p_zero_variance']['mean'])} on average",
+             f"  weight of each source in p (mean over the candidates): {', '.join(parts)}",
+             "  online choices:" + ("" if choices else " none")]
+    lines += [f"    {c}" for c in choices]
+    states = sorted(e["states"], key=lambda s: (-s["prompts"], -s["expected_prompts"], s["state"]))
+    shown = states[:STATES_SHOWN]
+    lines.append(f"  states (K = {len(states)}; rate = the mean of its Beta(a, b); prompts = candidates whose most "
+                 "probable state it is, expected = their sum of q), largest first:")
+    lines += [f"    state {s['state']}: rate {s['rate']:.3f} (a {s['a']:.1f}, b {s['b']:.1f}), {s['prompts']} prompts "
+              f"({s['expected_prompts']:.1f} expected)" for s in shown]
+    if len(states) > len(shown):
+        lines.append(f"    ... and {len(states) - len(shown)} more (--json lists every state)")
+    return lines
+
+
+STATES_SHOWN = 12  # states listed in the text (--json has all)
+
+
 @command("status")
 def status(
     state: StateOption,
     last: int = typer.Option(10, "--last", help="How many of the last applied steps to list."),
+    estimator: bool = typer.Option(False, "--estimator", help="Also say what the estimator believes: p over the "
+                                   "candidates (quantiles), the states' rates and sizes, each source's weight in p "
+                                   "and the online choices in use (reads the current state's arrays)."),
 ):
-    """Current step, N, K, config, the last applied steps and the retained states."""
+    """Current step, N, K, config, the last applied steps and the retained states; with --estimator, what the estimator believes."""
     from ...state import State
 
-    res = State.open(state).status(last=last)
-    emit(res, _human(res), report=True)
+    st = State.open(state)
+    res = st.status(last=last)
+    if estimator:
+        from ...stages.beliefs import estimator_summary
+
+        res["estimator"] = estimator_summary(st)
+    emit(res, "\n".join([_human(res)] + (_estimator_lines(res["estimator"]) if estimator else [])), report=True)
