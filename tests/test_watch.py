@@ -204,6 +204,16 @@ def test_a_changed_file_for_an_applied_step_is_a_conflict_and_left_alone(state, 
     assert any(e["event"] == "conflict" for e in events)
 
 
+def test_an_applied_step_re_serialised_in_the_inbox_is_no_conflict(state, inbox, inputs):
+    """The same rows in another order (a trainer that rewrote the file on resume) are the step's outcomes."""
+    drop(inputs, inbox, 1)
+    run_watch(state, inbox)
+    lines = inputs["files"][0].read_text().splitlines(keepends=True)
+    (inbox / step_file_name(1)).write_text("".join(reversed(lines)))
+    res, events = run_watch(state, inbox)
+    assert res["conflicts"] == [] and not any(e["event"] == "conflict" for e in events)
+
+
 def test_a_file_deleted_between_the_look_at_the_inbox_and_its_read_is_not_an_error(state, inbox, inputs,
                                                                                    monkeypatch):
     """A trainer may delete step files at any time: one gone after the scan listed it stopped the watcher with a

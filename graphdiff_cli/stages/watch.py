@@ -327,7 +327,8 @@ class _Watcher:
             self.listener({"event": "conflict", **conflict})
 
     def _check_applied(self, scan: InboxScan, cur: int) -> None:
-        """Files for steps <= current must be the bytes the STATE's log recorded; else a conflict."""
+        """Files for steps <= current must hold the outcomes the STATE's log recorded (the same bytes, or the same
+        (id, n, s) rows under the same threshold: a re-serialised re-delivery); else a conflict."""
         present = {p.name for p in scan.ready.values()} | {p.name for ch in scan.changes.values() for _, p in ch}
         if len(self._checked) > len(present):  # files the trainer deleted: forget them (a long run stays flat)
             self._checked = {name: sig for name, sig in self._checked.items() if name in present}
@@ -346,7 +347,7 @@ class _Watcher:
             self._checked[p.name] = sig
             entry = logged.get(step)
             recorded = None if entry is None else entry.get("outcomes_hash")
-            if recorded == actual:
+            if recorded == actual or _same_content(p, entry):
                 self.conflicts.pop(p.name, None)
                 continue
             conflict = {"step": step, "file": p.name, "hash": actual, "applied_hash": recorded,
@@ -362,6 +363,22 @@ class _Watcher:
             self.listener({"event": "waiting", "next_step": cur + 1, "later_steps": later,
                            "incomplete": list(scan.incomplete), "duplicates": scan.duplicates,
                            "invalid": list(scan.invalid)})
+
+
+def _same_content(p: Path, entry: dict | None) -> bool:
+    """Whether inbox file ``p`` holds the (id, n, s) rows the log line ``entry`` was applied from (under its
+    threshold and id column); False when the line predates the content hash or the file cannot be parsed."""
+    from ..errors import GraphdiffError
+    from ..io.outcomes import read_outcomes
+
+    if entry is None or entry.get("outcomes_content") is None:
+        return False
+    try:
+        parsed = read_outcomes(p, success_threshold=entry.get("success_threshold"),
+                               id_field=entry.get("id_field", "id"))
+    except (GraphdiffError, OSError):
+        return False
+    return parsed.content_hash == entry["outcomes_content"]
 
 
 def _hash(p: Path) -> str | None:
