@@ -7,7 +7,9 @@ prompt), and a short last wave when the episode's prompts run out. OpenRLHF itse
 Checked: one STATE step per wave, each with exactly that wave's groups (the filtered ones too), applied
 by whichever process completed the wave; evaluation rows not recorded; an unknown id refused and the
 refusal kept (OpenRLHF swallows exceptions); a crash between moving a wave out and applying it is
-finished exactly once by the next call.
+finished exactly once by the next call; rows of a wave's file or of a close that are not rollouts set
+aside by file and line; a crashed run's rollouts never mixed into a resumed run's wave. Recorders that
+stand for several processes of one run share a run id, as a Ray job's engines do.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def state(tmp_path):
 def test_waves_from_several_processes_become_one_step_each(state):
     root, ids = state
     env = {"GRAPHDIFF_STATE": str(root), "GRAPHDIFF_BATCH_SIZE": str(B), "GRAPHDIFF_N_SAMPLES": str(N_SAMPLES),
-           "GRAPHDIFF_FILTER_RANGE": "0,1", "GRAPHDIFF_EPISODE_PROMPTS": str(N_PROMPTS)}
+           "GRAPHDIFF_FILTER_RANGE": "0,1", "GRAPHDIFF_EPISODE_PROMPTS": str(N_PROMPTS),
+           "GRAPHDIFF_RUN_ID": "job-1"}  # in OpenRLHF the Ray job id, which every engine of a run shares
     order = [str(x) for x in np.random.default_rng(0).permutation(ids)]
     expected: list[dict[str, int]] = []  # per wave: prompt id -> successes
     spawn = multiprocessing.get_context("spawn")
@@ -104,10 +107,11 @@ def test_an_unknown_id_is_refused_and_the_refusal_kept(state):
         rec.record(ids[0], 1.0)  # OpenRLHF would swallow the first error: every later call fails too
     error.unlink()
     assert rec.record(ids[0], 1.0) is None
-    with pytest.raises(Exception):  # anything unexpected is kept too (here: the wave's file is not JSON)
-        (root.parent / "STATE.openrlhf" / "pending-00000001.jsonl").write_text("not json\n")
-        StepRecorder(root, batch_size=2, n_samples=2, durable=False).record(ids[0], 1.0)
-    assert "JSONDecodeError" in error.read_text() and len(error.read_text().splitlines()) == 1
+    rec._groups = lambda: (_ for _ in ()).throw(RuntimeError("something\n  unexpected"))
+    with pytest.raises(RuntimeError):  # anything unexpected is kept too, in one line
+        rec.record(ids[0], 1.0)
+    assert error.read_text() == "RuntimeError: something unexpected\n"
+    del rec._groups
     error.unlink()
     (root.parent / "STATE.openrlhf" / "pending-00000001.jsonl").write_text(
         json.dumps({"id": ids[0], "reward": 1.0, "score": 1.0}) + "\n")
@@ -121,7 +125,7 @@ def test_a_crash_anywhere_in_a_close_leaves_the_wave_applied_once(state, monkeyp
     import graphdiff_cli.integrations.openrlhf as O
 
     root, ids = state
-    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False)
+    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")
     rec.record(ids[3], 1.0)  # a rollout of a group that stays incomplete: it must survive the close
     rec.record(ids[1], 1.0)
     writes = {"closing written": 1, "next wave written": 2, "episode written": 3}
@@ -145,7 +149,7 @@ def test_a_crash_anywhere_in_a_close_leaves_the_wave_applied_once(state, monkeyp
     monkeypatch.undo()
     folder = root.parent / "STATE.openrlhf"
     assert (folder / "closing.json").exists()
-    fresh = StepRecorder(root, batch_size=1, n_samples=2, durable=False)  # e.g. another engine process
+    fresh = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")  # another engine process
     assert fresh.record(ids[3], 0.0) == 2  # finishes wave 1, then ids[3]'s group (kept) completes wave 2
     sd = StateDir.open(root)
     log = sd.log_entries()
@@ -158,12 +162,12 @@ def test_a_crash_anywhere_in_a_close_leaves_the_wave_applied_once(state, monkeyp
 
 def test_an_append_cut_short_is_dropped_not_merged(state):
     root, ids = state
-    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False)
+    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")
     rec.record(ids[1], 1.0)
     path = root.parent / "STATE.openrlhf" / "pending-00000001.jsonl"
     with open(path, "a") as f:
         f.write('{"id": "' + ids[1] + '", "rew')  # a process killed mid-append
-    other = StepRecorder(root, batch_size=1, n_samples=2, durable=False)
+    other = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")  # another engine process
     assert other.record(ids[1], 0.0) == 1
     assert StateDir.open(root).log_entries()[1]["rollouts"] == 2
 
@@ -208,7 +212,7 @@ def test_a_reward_that_is_not_0_or_1_is_refused_at_once_without_a_threshold(stat
     """No GRAPHDIFF_SUCCESS_THRESHOLD: the first reward that is not 0/1 stops the recorder (before any wave
     closes on a silent threshold); with one, the same reward is recorded."""
     root, ids = state
-    rec = StepRecorder(root, batch_size=2, n_samples=2, durable=False)
+    rec = StepRecorder(root, batch_size=2, n_samples=2, durable=False, run="job-1")
     rec.record(ids[0], 1.0)
     with pytest.raises(DataError, match=rf"^prompt '{ids[0]}' got reward 0.7, not 0 or 1; set "
                                         "GRAPHDIFF_SUCCESS_THRESHOLD"):
@@ -216,7 +220,7 @@ def test_a_reward_that_is_not_0_or_1_is_refused_at_once_without_a_threshold(stat
     error = root.parent / "STATE.openrlhf" / "ERROR"
     assert "got reward 0.7, not 0 or 1" in error.read_text()
     error.unlink()
-    rec = StepRecorder(root, batch_size=1, n_samples=2, success_threshold=0.5, durable=False)
+    rec = StepRecorder(root, batch_size=1, n_samples=2, success_threshold=0.5, durable=False, run="job-1")
     with pytest.warns(RewardWarning, match="all 2 rewards are at or above success_threshold 0.5"):
         assert rec.record(ids[0], 0.7) == 1  # the group (1.0, 0.7) completes the wave: step 1, 2 successes
     assert State.open(root).status()["step"] == 1
@@ -346,3 +350,123 @@ def test_the_episode_file_keeps_only_the_steps_a_rollback_can_reach(state):
     assert counts == {"4": 4, "7": 7, "8": 8, "9": 9}
     State.open(root, durable=False).rollback(4)
     assert rec._episode() == 4  # the count at the checkpoint's step
+
+
+def test_bad_pending_rows_are_set_aside_named_by_file_and_line_never_closed(state, capsys):
+    """Lines of a wave's file that are not rollouts this recorder writes (garbage, a list, no id, an id the STATE
+    lacks, a reward that is not a finite 0/1 without a threshold, a score that is not a number, another run's
+    row) used to stop the recorder with a bare JSONDecodeError, TypeError or KeyError, or to be copied into the
+    close and fail it there for good. Each is now named by its file and line on stderr, once however many
+    processes read it, kept in rejected-<T>.jsonl and left out of the wave and of the rollouts carried on."""
+    root, ids = state
+    folder = root.parent / "STATE.openrlhf"
+    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")
+    rec.record(ids[0], 1.0)
+    bad = ["not json", "[1, 2]", json.dumps({"reward": 1.0, "run": "job-1"}),
+           json.dumps({"id": "nope", "reward": 1.0, "run": "job-1"}),
+           json.dumps({"id": ids[0], "reward": "NaN-string", "score": 1.0, "run": "job-1"}),
+           '{"id": "%s", "reward": NaN, "run": "job-1"}' % ids[0],
+           json.dumps({"id": ids[0], "reward": 0.5, "run": "job-1"}),  # no threshold: 0 or 1 only
+           json.dumps({"id": ids[0], "reward": 1.0, "score": "high", "run": "job-1"}),
+           json.dumps({"id": [ids[0]], "reward": 1.0, "run": "job-1"}),
+           json.dumps({"id": ids[0], "reward": 10 ** 400, "run": "job-1"}),  # no float holds it
+           json.dumps({"id": ids[0], "reward": 1.0, "run": "job-0"})]  # another run's rollout
+    with open(folder / "pending-00000001.jsonl", "a") as f:
+        f.write("".join(line + "\n" for line in bad))
+    other = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")  # another engine process
+    assert other.record(ids[1], 1.0) is None
+    err = capsys.readouterr().err
+    assert [f"pending-00000001.jsonl line {k}:" in err for k in range(2, 2 + len(bad))] == [True] * len(bad)
+    assert "'NaN-string'" in err and "unknown prompt id 'nope'" in err and "rejected-00000001.jsonl" in err
+    assert rec.record(ids[0], 0.0) == 1  # ids[0]'s group is its two good rollouts: wave 1 closes
+    assert "pending-00000001.jsonl line" not in capsys.readouterr().err  # said once, not again by each process
+    rejected = [json.loads(x) for x in (folder / "rejected-00000001.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in rejected] == bad and rejected[0]["where"] == "pending-00000001.jsonl line 2"
+    [step_file] = folder.glob("step_00000001-*.jsonl")
+    assert [json.loads(x) for x in step_file.read_text().splitlines()] == [{"id": ids[0], "n": 2, "s": 1}]
+    carried = [json.loads(x) for x in (folder / "pending-00000002.jsonl").read_text().splitlines()]
+    assert carried == [{"id": ids[1], "reward": 1.0, "score": 1.0, "run": "job-1"}]
+    assert not (folder / "ERROR").exists()
+    # what the recorder writes itself is held to the same rule: a reward that is not a finite number is refused
+    thr = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1", success_threshold=0.5)
+    with pytest.raises(DataError, match=rf"^prompt '{ids[2]}' got reward nan, not a finite number"):
+        thr.record(ids[2], float("nan"))
+
+
+def test_a_close_holding_bad_rows_sets_them_aside_and_finishes(state, capsys):
+    """A closing.json holding a row that is not a rollout (written by an older version, which copied the wave's
+    file into it unchecked) failed its close with "ValueError: Unknown format code 'g'" at every later call,
+    ERROR removed or not. The close now checks its rows, sets the bad ones aside (named, in rejected-<T>.jsonl)
+    and finishes."""
+    root, ids = state
+    folder = root.parent / "STATE.openrlhf"
+    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")
+    rec.record(ids[3], 1.0)  # its group stays incomplete: carried on in the close's "rest"
+    rec.record(ids[1], 1.0)
+    _killed_after_writing_the_close(rec, ids[1])  # the close of wave 1
+    closing = folder / "closing.json"
+    doc = json.loads(closing.read_text())
+    doc["rows"][1]["reward"] = "NaN-string"
+    doc["rest"] += ["garbage", {"id": ids[3], "reward": 1.0, "score": 1.0, "run": ["job-1"]}]
+    closing.write_text(json.dumps(doc) + "\n")
+    fresh = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")
+    assert fresh.record(ids[3], 0.0) == 2  # finishes wave 1 without the bad rows; ids[3]'s group closes wave 2
+    err = capsys.readouterr().err
+    assert "closing.json rows[1]:" in err and "'NaN-string'" in err and "closing.json rest[1]:" in err
+    assert "closing.json rest[2]:" in err
+    log = StateDir.open(root).log_entries()
+    assert [(e["rollouts"], e["successes"]) for e in log[1:]] == [(1, 1), (2, 1)]
+    assert len((folder / "rejected-00000001.jsonl").read_text().splitlines()) == 3
+    assert not closing.exists() and not (folder / "ERROR").exists()
+
+
+@pytest.mark.parametrize("text", ["not json\n", "[]\n", '{"step": "one", "rows": [], "rest": [], "episode": 0}\n'])
+def test_a_close_that_cannot_be_read_is_named_and_removing_it_is_enough(state, text):
+    root, ids = state
+    folder = root.parent / "STATE.openrlhf"
+    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1")
+    rec.record(ids[1], 1.0)
+    closing = folder / "closing.json"
+    closing.write_text(text)
+    with pytest.raises(DataError, match=r"closing\.json is not a close .*: remove it to go on"):
+        rec.record(ids[1], 0.0)
+    error = folder / "ERROR"
+    assert "remove it to go on" in error.read_text() and len(error.read_text().splitlines()) == 1
+    assert State.open(root).step == 0
+    closing.unlink()
+    error.unlink()
+    assert rec.record(ids[1], 0.0) == 1  # wave 1 closed again from its file
+    assert [(e["rollouts"], e["successes"]) for e in StateDir.open(root).log_entries()[1:]] == [(2, 1)]
+
+
+@pytest.mark.parametrize("left", ["half a wave", "a close"])
+def test_a_resumed_run_without_a_run_id_refuses_rollouts_it_cannot_place(state, monkeypatch, left):
+    """Outside Ray and without GRAPHDIFF_RUN_ID rollouts carry no run, so a resumed run cannot tell the crashed
+    run's half wave (or its close) from its own: it used to take them in (the crashed run's prompt carried into
+    its next step). Its first call now refuses in one line, naming the files and GRAPHDIFF_RUN_ID, with the STATE
+    and the files unchanged; once they are cleared, the run goes on."""
+    monkeypatch.delenv("GRAPHDIFF_RUN_ID", raising=False)
+    root, ids = state
+    folder = root.parent / "STATE.openrlhf"
+    crashed = StepRecorder(root, batch_size=1, n_samples=2, durable=False)
+    assert crashed.run is None
+    crashed.record(ids[0], 1.0)
+    if left == "a close":
+        _killed_after_writing_the_close(crashed, ids[0])
+    named = ["closing.json"] if left == "a close" else ["pending-00000001.jsonl"]
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "lock"}
+    resumed = StepRecorder(root, batch_size=1, n_samples=2, durable=False)
+    with pytest.raises(StateError, match="set GRAPHDIFF_RUN_ID") as exc:
+        resumed.record(ids[5], 1.0)
+    assert "\n" not in str(exc.value) and all(name in str(exc.value) for name in named)
+    error = folder / "ERROR"
+    assert error.read_text().strip() == str(exc.value)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name not in ("lock", "ERROR")} == before
+    assert State.open(root).step == 0
+    for name in named + ["ERROR"]:  # the user clears what the message names
+        (folder / name).unlink()
+    (folder / "pending-00000001.jsonl").unlink(missing_ok=True)
+    assert resumed.record(ids[5], 1.0) is None and resumed.record(ids[5], 0.0) == 1
+    [step_file] = folder.glob("step_00000001-*.jsonl")
+    assert [json.loads(x) for x in step_file.read_text().splitlines()] == [{"id": ids[5], "n": 2, "s": 1}]
+    assert (folder / "pending-00000002.jsonl").read_text() == ""

@@ -26,6 +26,14 @@ so every prompt OpenRLHF generates - a wave's B and each replacement for a filte
 A failure (an id not in the STATE, a group with more than n rollouts, a STATE moved by someone else, or
 anything unexpected) is raised, written in one line to ``<STATE>.openrlhf/ERROR`` and printed on stderr, and every later call raises it again
 until the file is removed: OpenRLHF would otherwise hide it.
+
+Every row is checked where it is read - a wave's file and a close's rows alike: a JSON object with a string or
+number id the STATE has, finite numeric reward and score (0 or 1 without a success threshold), and the run
+field of this recorder. A row that is not is set aside in ``rejected-<T>.jsonl`` (where it was, why, its text)
+and named by file and line on stderr once, and is never counted or carried into a close; a ``closing.json``
+that is not a close at all is refused, naming it, until it is removed. Runs are told apart by ``run_id()``: a
+recorder without one cannot tell a crashed run's rollouts from another process's of its own, so its first
+call refuses, in one line and changing nothing, a wave file or close it finds already begun.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import json
+import math
 import os
 import sys
 from collections import deque
@@ -43,7 +52,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import DataError, GraphdiffError, InvalidArgumentError, StateError
-from ..io.atomic import append_nofollow, atomic_write_text, make_dirs
+from ..io.atomic import append_nofollow, atomic_write_text, make_dirs, open_nofollow
 from ..io.locks import file_lock
 from ..io.outcomes import THRESHOLD_REASON, check_threshold, is_binary
 from ..io.tables import unique_keys
@@ -92,6 +101,22 @@ def parse_label(label) -> tuple[str, dict]:
     return str(meta["id"]), meta
 
 
+def _finite(value, what: str) -> float:
+    """``value`` as a finite float (a bool is 0 or 1), else a one-line DataError starting with ``what``."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        x = math.nan
+    if not math.isfinite(x):
+        raise DataError(f"{what} {_show(value)}, not a finite number")
+    return x
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class StepRecorder:
     """Rollouts from OpenRLHF's reward function -> one graphdiff step per training step (see the module)."""
 
@@ -113,9 +138,11 @@ class StepRecorder:
         make_dirs(self.folder, durable)
         self.target = StateTarget(self.state, outcomes_dir=self.folder, device=device, durable=durable)
         self._ids: set[str] | None = None
-        self._cache: tuple[str, int, dict] | None = None  # (pending file, bytes read, rollouts by prompt)
+        self._cache: tuple[str, int, int, dict] | None = None  # (pending file, bytes, lines read, rollouts by id)
+        self._rejected: dict[str, tuple[int, set]] = {}  # rejected-<T>.jsonl -> (bytes read, (where, text) in it)
         self._mine: tuple[str, int] | None = None  # (pending file, inode) known to hold this run's rollouts
         self._episode_cache: tuple[tuple, dict[int, int]] | None = None  # (episode.json's stat, its counts)
+        self._started = False  # whether this recorder's first call found nothing it cannot place (run-less only)
 
     @classmethod
     def from_env(cls, **overrides) -> StepRecorder:
@@ -145,12 +172,15 @@ class StepRecorder:
                 if error.exists():
                     raise StateError(f"graphdiff's OpenRLHF recorder stopped earlier: {error.read_text().strip()} "
                                      f"(remove {error} once fixed)")
+                self._check_start()
                 self._finish_closing()
                 pid = self._known(str(prompt_id))
-                if self.success_threshold is None and not is_binary(float(reward)):  # refused at once, not at the close
-                    raise DataError(f"prompt {pid!r} got reward {float(reward):g}, not 0 or 1; set "
+                reward = _finite(reward, f"prompt {pid!r} got reward")  # refused at once, not at the close
+                score = reward if score is None else _finite(score, f"prompt {pid!r} got score")
+                if self.success_threshold is None and not is_binary(reward):
+                    raise DataError(f"prompt {pid!r} got reward {reward:g}, not 0 or 1; set "
                                     f"GRAPHDIFF_SUCCESS_THRESHOLD ({THRESHOLD_REASON})")
-                row = {"id": pid, "reward": float(reward), "score": float(reward if score is None else score)}
+                row = {"id": pid, "reward": reward, "score": score}
                 if self.run is not None:
                     row["run"] = self.run
                 self._append(row)
@@ -173,6 +203,93 @@ class StepRecorder:
                 self.target.nodes([pid], "the reward function's prompt id")  # raises the usual one-line error
         return pid
 
+    def _is_known(self, pid: str) -> bool:
+        if self._ids is None or pid not in self._ids:
+            self._ids = set(self.target.ids)
+        return pid in self._ids
+
+    def _check_start(self) -> None:
+        """A recorder without a run id (no GRAPHDIFF_RUN_ID, no Ray job) writes rollouts that say nothing of who
+        wrote them, so at its first call it cannot tell a wave begun by a crashed run from one begun by another
+        process of its own: rather than take them into its wave, it refuses in one line, changing nothing."""
+        if self.run is not None or self._started:
+            return
+        found = [p.name for p in (self.folder / "closing.json",) if p.exists()]
+        path = self._pending_path(self.target.step + 1)
+        try:
+            with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as f:  # a link there is refused, not read
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        if data[:data.rfind(b"\n") + 1].strip():
+            found.append(path.name)
+        if found:
+            raise StateError(
+                f"graphdiff's OpenRLHF recorder has no run id (GRAPHDIFF_RUN_ID unset, no Ray job) and found "
+                f"{' and '.join(found)} in {self.folder} already begun: rollouts of a crashed run or of another "
+                "process of this one, it cannot tell which; set GRAPHDIFF_RUN_ID (one value for every process of a "
+                f"run, new for each restart), or delete {' and '.join(found)} if no process of this run wrote them")
+        self._started = True
+
+    def _row(self, row, owner: str | None) -> tuple[dict | None, str]:
+        """(the rollout, "") for a row this recorder would have written for run ``owner``, else (None, why)."""
+        if not isinstance(row, dict):
+            return None, f"not a JSON object but {type(row).__name__}"
+        pid = row.get("id")
+        if isinstance(pid, bool) or not isinstance(pid, (str, int, float)):
+            return None, "no \"id\"" if pid is None else f"its \"id\" {_show(pid)} is not a string or a number"
+        pid = str(pid)
+        if not self._is_known(pid):
+            return None, f"unknown prompt id {pid!r} (not in {self.state})"
+        got = {}
+        for key in ("reward", "score"):
+            x = row.get(key, got.get("reward")) if key == "score" else row.get(key)
+            try:
+                ok = isinstance(x, (int, float)) and math.isfinite(x)  # a bool is 0 or 1, as record() takes it
+            except OverflowError:  # an integer too large for a float
+                ok = False
+            if not ok:
+                return None, f"its \"{key}\" {_show(x)} is not a finite number"
+            got[key] = float(x)
+        if self.success_threshold is None and not is_binary(got["reward"]):
+            return None, f"reward {got['reward']:g} is not 0 or 1 and no GRAPHDIFF_SUCCESS_THRESHOLD is set"
+        run = row.get("run")
+        if run != owner:
+            mine = f"this run's ({owner})" if owner is not None else "this recorder has none"
+            return None, f"its \"run\" is {_show(run)}, {mine}: another run's rollout"
+        out = {"id": pid, **got}
+        if run is not None:
+            out["run"] = run
+        return out, ""
+
+    def _reject(self, wave: int, where: str, text: str, why: str) -> None:
+        """A row that is not a rollout, set aside in ``rejected-<wave>.jsonl`` (its place, why, its text) and said
+        on stderr once, however many processes read it: never counted, never carried into a close."""
+        path = self.folder / f"rejected-{wave:08d}.jsonl"
+        offset, seen = self._rejected.get(path.name, (0, set()))
+        try:  # what any process set aside since this one last looked (read incrementally: it only grows)
+            with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].split(b"\n")[:-1]:
+            try:
+                old = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(old, dict) and isinstance(old.get("where"), str) and isinstance(old.get("text"), str):
+                seen.add((old["where"], old["text"]))
+        self._rejected[path.name] = (offset + end, seen)
+        if (where, text) in seen:
+            return
+        entry = {"where": where, "reason": why, "text": text}
+        append_nofollow(path, (json.dumps(entry) + "\n").encode(), durable=self.durable, create=True, drop_torn=True)
+        seen.add((where, text))
+        print(f"graphdiff (OpenRLHF recorder): {where}: {why}; set aside in {path.name}, not counted",
+              file=sys.stderr, flush=True)
+
     def _pending_path(self, step: int) -> Path:
         return self.folder / f"pending-{step:08d}.jsonl"  # the rollouts of wave `step` recorded so far
 
@@ -188,9 +305,11 @@ class StepRecorder:
         if not force and (self._mine == (path.name, ino) or not first.strip()):
             return
         try:
-            owner = json.loads(first).get("run")
-        except ValueError:
-            owner = None
+            doc = json.loads(first)
+        except (ValueError, RecursionError):
+            doc = None
+        owner = doc.get("run") if isinstance(doc, dict) else None
+        owner = owner if isinstance(owner, str) else None  # a row that names no run: begun by an unknown one
         if owner == self.run and not force:
             self._mine = (path.name, ino)
             return
@@ -213,10 +332,11 @@ class StepRecorder:
     def _groups(self) -> dict[str, list[dict]]:
         """The current wave's rollouts by prompt, read incrementally: this process remembers how far it read
         (a wave's file only grows; the next wave has a file of its own), so a call costs its new lines."""
-        path = self._pending_path(self.target.step + 1)
+        wave = self.target.step + 1
+        path = self._pending_path(wave)
         if self._cache is None or self._cache[0] != path.name:
-            self._cache = (path.name, 0, {})
-        _, offset, groups = self._cache
+            self._cache = (path.name, 0, 0, {})
+        _, offset, lineno, groups = self._cache
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
@@ -224,11 +344,19 @@ class StepRecorder:
         except FileNotFoundError:
             data = b""
         end = data.rfind(b"\n") + 1  # a partial last line is not a rollout (yet)
-        for line in data[:end].splitlines():
-            if line.strip():
-                r = json.loads(line)
+        for line in data[:end].split(b"\n")[:-1]:
+            lineno += 1
+            if not line.strip():
+                continue
+            try:
+                r, why = self._row(json.loads(line, object_pairs_hook=unique_keys), self.run)
+            except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, a key twice
+                r, why = None, f"not JSON ({' '.join(str(exc).split())[:120]})"
+            if r is None:
+                self._reject(wave, f"{path.name} line {lineno}", line.decode("utf-8", "replace"), why)
+            else:
                 groups.setdefault(r["id"], []).append(r)
-        self._cache = (path.name, offset + end, groups)
+        self._cache = (path.name, offset + end, lineno, groups)
         return groups
 
     def _episodes(self) -> dict[int, int]:
@@ -295,6 +423,21 @@ class StepRecorder:
         self._finish_closing()
         return step
 
+    def _read_closing(self, path: Path) -> dict:
+        """closing.json, its shape checked: a file that is not a close is named, with what to do."""
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as exc:
+            doc, why = None, f"not JSON: {' '.join(str(exc).split())[:120]}"
+        else:
+            why = "not a JSON object with an integer \"step\" >= 1, lists \"rows\" and \"rest\", an integer \"episode\""
+        if (isinstance(doc, dict) and isinstance(doc.get("rows"), list) and isinstance(doc.get("rest"), list)
+                and all(isinstance(doc.get(k), int) and not isinstance(doc.get(k), bool) for k in ("step", "episode"))
+                and doc["step"] >= 1 and doc["episode"] >= 0):
+            return doc
+        raise DataError(f"{path} is not a close this recorder can carry out ({why}): remove it to go on (a wave it "
+                        "had not applied is closed again from its pending-<T>.jsonl)")
+
     def _passes(self, group: list[dict]) -> bool:
         if self.filter_range is None:
             return True
@@ -305,9 +448,10 @@ class StepRecorder:
         path = self.folder / "closing.json"
         if not path.exists():
             return
-        closing = json.loads(path.read_text(encoding="utf-8"))
-        step, cur = int(closing["step"]), self.target.step
-        owners = {r.get("run") for r in closing["rows"] + closing["rest"]}
+        closing = self._read_closing(path)
+        step, cur = closing["step"], self.target.step
+        owners = {r.get("run") for r in closing["rows"] + closing["rest"]
+                  if isinstance(r, dict) and isinstance(r.get("run"), (str, type(None)))}
         if self.run is not None and owners and self.run not in owners:
             # a crashed run's close: that run never trained on the wave (the close happens inside the reward call
             # of its last rollout), so the run resumed from a checkpoint generates it afresh - applying the old
@@ -329,6 +473,15 @@ class StepRecorder:
         if cur not in (step - 1, step):
             raise StateError(f"{self.state} is at step {cur} but the wave being closed is step {step}: another "
                              "writer moved the STATE (one recorder folder per STATE and run)")
+        for key in ("rows", "rest"):  # a row that is not a rollout (an older version copied them unchecked)
+            kept = []
+            for k, r in enumerate(closing[key]):
+                good, why = self._row(r, self.run)
+                if good is None:
+                    self._reject(step, f"{path.name} {key}[{k}]", json.dumps(r), why)
+                else:
+                    kept.append(good)
+            closing[key] = kept
         nxt = self._pending_path(step + 1)  # the rollouts of the next wave that were already in this one's file
         if not nxt.exists() or cur == step - 1:
             atomic_write_text(nxt, "".join(json.dumps(r) + "\n" for r in closing["rest"]))
