@@ -119,6 +119,13 @@ def test_the_first_screen_names_every_verdict_computed(inputs, tmp_path):
     assert a["difference"]["estimate"] == pytest.approx(
         ours["expected_nondegenerate_per_step"] - rival["expected_nondegenerate_per_step"])
     assert a["vs_uniform_difference"]["estimate"] == pytest.approx(a["graphdiff"] - a["uniform"])
+    # evaluate's allocation reuses the estimation replay's predictions: the same figures as its own pass
+    from graphdiff_cli.stages.counterfactual import counterfactual
+
+    alone = counterfactual(log, graph, clusters, methods=["history", "labelprop", "graphdiff"], batch_size=BATCH,
+                           strategies=(), device="cpu")["allocation"]["results"]
+    assert {(r["estimator"], r["strategy"]): r["per_step"] for r in alone} == \
+        {(r["estimator"], r["strategy"]): r["per_step"] for r in alloc["results"]}
     md = (out / "report.md").read_text()
     block = _answer_block(md)
     assert "Does it split a batch's rollouts better?" in block

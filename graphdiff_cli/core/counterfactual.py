@@ -218,8 +218,13 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
 def allocation_replay(step, ids, n, s, factories: dict[str, Callable[[], object]], *,
                       strategies: Sequence[str] = ("uniform", "variance", "vip"), budget_per_prompt: int = 8,
                       min_count: int = 2, max_count: int = 32, vip_gamma: float = 0.0,
-                      n_nodes: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Replay allocation on the log; see the module docstring."""
+                      n_nodes: int | None = None, predictions: dict[str, np.ndarray] | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> dict:
+    """Replay allocation on the log; see the module docstring.
+
+    ``predictions``: {name: each row's prediction made before its step's outcomes} for estimators already
+    replayed on this log in the same order (``core.replay.replay``: predict a step's batch, then learn its
+    outcomes), which is exactly this replay's pass; those estimators are not replayed a second time."""
     step, ids, n, s = check_log(step, ids, n, s, n_nodes)
     for st in strategies:
         dec.check_strategy(st, dec.ALLOCATE_STRATEGIES, "allocation")
@@ -240,14 +245,22 @@ def allocation_replay(step, ids, n, s, factories: dict[str, Callable[[], object]
         for st, v in score(rate[a:b], a, b).items():
             oracle[st].append(v)
     names = list(factories)
+    known = predictions or {}
     for j, name in enumerate(names):
-        method = factories[name]()
+        given = known.get(name)
+        if given is not None and np.shape(given) != step.shape:
+            raise InvalidArgumentError(f"predictions of {name!r} have {np.shape(given)} rows, the log {step.size}")
+        method = factories[name]() if given is None else None
         acc: dict[str, list[float]] = {st: [] for st in strategies}
         for a, b in zip(starts, ends):
-            p = np.clip(np.asarray(method.predict(ids[a:b].copy()), dtype=np.float64), 0.0, 1.0)
+            if method is None:
+                p = np.clip(np.asarray(given[a:b], dtype=np.float64), 0.0, 1.0)
+            else:
+                p = np.clip(np.asarray(method.predict(ids[a:b].copy()), dtype=np.float64), 0.0, 1.0)
             for st, v in score(p, a, b).items():
                 acc[st].append(v)
-            method.update(ids[a:b].copy(), n[a:b].copy(), s[a:b].copy())
+            if method is not None:
+                method.update(ids[a:b].copy(), n[a:b].copy(), s[a:b].copy())
         for st in strategies:
             per_step[(name, st)] = acc[st]
         if progress is not None:

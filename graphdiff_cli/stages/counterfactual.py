@@ -24,13 +24,15 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
                        batch_size: int = 128, pool_factor: float = 2.0, seed: int = 0,
                        strategies=("target", "thompson", "skip-zero-variance"), allocation=("uniform", "variance", "vip"),
                        budget_per_prompt: int = 8, min_count: int = 2, max_count: int = 32,
-                       explore: float | None = None, skip_unavailable: bool = False,
+                       explore: float | None = None, skip_unavailable: bool = False, predictions=None,
                        progress: Progress = no_progress) -> dict:
     """Both replays on a log already read (``read_log``) with the graph's arrays; the result dict.
 
     A log that cannot give one of the replays (selection: no round holds a pool) raises its ``DataError``;
     with ``skip_unavailable`` the other replay is still run and the reason is kept instead, under
     ``selection_skipped`` / ``allocation_skipped`` (both unavailable: the first error is raised).
+    ``predictions``: {name: per-row predictions} of estimators already replayed on this log as built here
+    (``core.counterfactual.allocation_replay`` then reuses them instead of a second pass).
     """
     from ..core import decisions as dec
     from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
@@ -65,7 +67,7 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
         attempt("allocation", lambda: allocation_replay(
             lg["step"], lg["id"], lg["n"], lg["s"], factories, strategies=allocation,
             budget_per_prompt=budget_per_prompt, min_count=min_count, max_count=max_count, n_nodes=n_nodes,
-            progress=progress))
+            predictions=predictions, progress=progress))
     if errors and "selection" not in res and "allocation" not in res:
         raise errors[0]
     return res

@@ -220,11 +220,16 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     if counterfactual or (counterfactual is None and cf_methods):
         from .counterfactual import run_counterfactual
 
+        # the allocation replay's pass (predict each step's batch, then learn its outcomes) is the estimation
+        # replay's, and its estimators are built alike: their predictions are reused, not replayed again
+        # (but discounted history's, tuned on the log here and not there)
+        reused = {name: res.predictions[name] for name in res.methods
+                  if not res.oracle[name] and name != "discounted"}
         try:
             decisions = run_counterfactual(lg, cfg, w, labels, k, emb, n_nodes, methods=cf_methods,
                                            batch_size=int(np.median(sizes)), pool_factor=pool_factor, seed=seed,
                                            explore=explore, skip_unavailable=counterfactual is None,
-                                           progress=progress)
+                                           predictions=reused, progress=progress)
         except DataError as exc:
             if counterfactual:  # asked for by name: the log cannot give it
                 raise
