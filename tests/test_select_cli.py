@@ -243,7 +243,8 @@ def test_allocate_warns_when_its_own_belief_says_uniform_does_better(lopsided, t
             continue
         assert expected["allocation"] < expected["uniform"]  # the case the warning is for
         assert len(out["warnings"]) == 1 and "does worse than uniform" in out["warnings"][0]
-        assert f"{expected['allocation']:.2f}" in out["warnings"][0] and f"{expected['uniform']:.2f}" in out["warnings"][0]
+        assert f"{expected['allocation']:.2f}" in out["warnings"][0]
+        assert f"{expected['uniform']:.2f}" in out["warnings"][0]
         text = gd(*args)
         warned = [line for line in text.stderr.splitlines() if line.startswith("graphdiff: warning: ")]
         assert len(warned) == 1 and strategy in warned[0], text.stderr
@@ -255,7 +256,8 @@ def test_select_warns_when_its_choice_is_expected_to_do_worse_than_a_uniform_dra
     (tmp_path / "cand.txt").write_text("\n".join(ids) + "\n")
     args = ["select", "--state", root, "--candidates", tmp_path / "cand.txt", "-B", 8, "--out", tmp_path / "b.txt"]
     good = gd_json(*args)  # the target rule at 0.5: far better than uniform, nothing to say
-    assert good["warnings"] == [] and good["expected_signal_groups"]["chosen"] > good["expected_signal_groups"]["uniform"]
+    assert good["warnings"] == []
+    assert good["expected_signal_groups"]["chosen"] > good["expected_signal_groups"]["uniform"]
     bad = gd("--json", *args, "--target", 0.0)  # the prompts it is surest fail: little signal
     out = json.loads(bad.stdout)
     assert out["expected_signal_groups"]["chosen"] < out["expected_signal_groups"]["uniform"]

@@ -71,7 +71,8 @@ def _estimator_lines(e: dict) -> list[str]:
                 choices.append("read-out of the embedding: off (this STATE has no embeddings)")
             continue
         how = "chosen online" if c["online"] else "set"
-        choices.append(f"{names[name]} {_num(c['value'])} ({how}{', no effect under this mixing' if c['inert'] else ''})")
+        inert = ", no effect under these settings" if c["inert"] else ""
+        choices.append(f"{names[name]} {_num(c['value'])} ({how}{inert})")
     lines = [f"estimator at step {e['step']}: {e['candidates']} candidates ({e['retired']} retired), {e['seen']} "
              f"rolled out; {e['mixing']} mixing",
              f"  p over the candidates: {dist(e['p'])}",
@@ -103,7 +104,8 @@ def status(
                                    "candidates (quantiles), the states' rates and sizes, each source's weight in p "
                                    "and the online choices in use (reads the current state's arrays)."),
 ):
-    """Current step, N, K, config, the last applied steps and the retained states; with --estimator, what the estimator believes."""
+    """Current step, N, K, config, the last applied steps and the retained states; with --estimator, what the
+    estimator believes."""
     from ...state import State
 
     st = State.open(state)

@@ -18,7 +18,9 @@ def verify(
     state: Optional[Path] = typer.Option(None, "--state", envvar="GRAPHDIFF_STATE",
                                          help="The STATE directory, as the other commands take it (PATH, when given, wins)."),
 ):
-    """Check a STATE's whole lineage (CURRENT, model, log, every retained step, every array against its checksums) or an artifact, and list what killed writers left as notices; exit 0 when intact, 1 when damaged, 6 when PATH is nothing graphdiff wrote."""
+    """Check a STATE's whole lineage (CURRENT, model, log, every retained step, every array against its
+    checksums) or an artifact, and list what killed writers left as notices; exit 0 when intact, 1 when damaged,
+    6 when PATH is nothing graphdiff wrote."""
     from ...stages.verify import verify as run_verify
 
     if path is None and state is None:

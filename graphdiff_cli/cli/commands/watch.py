@@ -28,7 +28,8 @@ def _describe(event: dict, once: bool = False, applied: int = 0) -> str | None:
         return f"  predictions of step {event['step']} -> {event['out']}"
     if kind == "waiting":
         if once:  # the pass ends here: say what it found, not that it waits
-            parts = [f"nothing {'more ' if applied else ''}to apply: no file for step {event['next_step']} in the inbox"]
+            parts = [f"nothing {'more ' if applied else ''}to apply: no file for step {event['next_step']} in the "
+                     "inbox"]
             if event["later_steps"]:
                 parts.append(f"left for a later run: step(s) {', '.join(map(str, event['later_steps']))} (after "
                              f"step {event['next_step']})")
