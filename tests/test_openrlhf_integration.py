@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 
@@ -470,3 +471,19 @@ def test_a_resumed_run_without_a_run_id_refuses_rollouts_it_cannot_place(state, 
     [step_file] = folder.glob("step_00000001-*.jsonl")
     assert [json.loads(x) for x in step_file.read_text().splitlines()] == [{"id": ids[5], "n": 2, "s": 1}]
     assert (folder / "pending-00000002.jsonl").read_text() == ""
+
+
+def test_a_damaged_episode_count_is_named_and_removing_it_is_enough(state):
+    root, ids = state
+    rec = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1", episode_prompts=3)
+    rec.record(ids[0], 1.0)
+    assert rec.record(ids[0], 0.0) == 1
+    episode = root.parent / "STATE.openrlhf" / "episode.json"
+    episode.write_text('{"by_step": {"1": "one"')
+    fresh = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1", episode_prompts=3)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(episode))}: damaged episode count \(JSONDecodeError\); remove it"):
+        fresh.record(ids[1], 1.0)
+    (root.parent / "STATE.openrlhf" / "ERROR").unlink(missing_ok=True)
+    episode.unlink()
+    fresh = StepRecorder(root, batch_size=1, n_samples=2, durable=False, run="job-1", episode_prompts=3)
+    assert fresh.record(ids[1], 0.0) == 2  # with the rollout recorded before the refusal: the wave is whole

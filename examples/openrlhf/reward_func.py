@@ -7,7 +7,9 @@ a training step's wave applies it to the STATE as one step (graphdiff_cli.integr
 environment of the Ray job: GRAPHDIFF_STATE, GRAPHDIFF_BATCH_SIZE (= --rollout.batch_size),
 GRAPHDIFF_N_SAMPLES (= --rollout.n_samples_per_prompt), and with dynamic filtering GRAPHDIFF_FILTER_RANGE
 ("lo,hi", = --algo.dynamic_filtering_range); GRAPHDIFF_EPISODE_PROMPTS (the number of training prompts)
-closes an episode's short last step.
+closes an episode's short last step. The rollouts are tagged with the run (the Ray job id, or
+GRAPHDIFF_RUN_ID when set: set it, new for each run, when the engines do not run as one Ray job), so a resumed
+run sets a crashed run's half-recorded wave aside instead of mixing it into its own.
 """
 
 import torch

@@ -370,11 +370,15 @@ class StepRecorder:
             return {}
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._episode_cache is None or self._episode_cache[0] != key:
-            doc = json.loads(path.read_text())
-            if "by_step" in doc:
-                counts = {int(k): int(v) for k, v in doc["by_step"].items()}
-            else:  # written before 2026-11-27: one count, taken as the current step's
-                counts = {self.target.step: int(doc["prompts"])}
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+                if "by_step" in doc:
+                    counts = {int(k): int(v) for k, v in doc["by_step"].items()}
+                else:  # written before 2026-11-27: one count, taken as the current step's
+                    counts = {self.target.step: int(doc["prompts"])}
+            except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
+                raise DataError(f"{path}: damaged episode count ({exc.__class__.__name__}); remove it to go on (the "
+                                "episode's prompt count then starts again from this wave)") from None
             self._episode_cache = (key, counts)
         return self._episode_cache[1]
 
