@@ -381,9 +381,15 @@ class State:
         return handoff.retention(self, keep=keep, keep_every=keep_every, snapshot_every=snapshot_every,
                                  lock_timeout=lock_timeout)
 
-    def status(self, *, last: int = 10) -> dict:
-        """What the STATE holds: current step, prompts, states, config, the last applied steps, retention."""
-        return handoff.status(self, last=last)
+    def status(self, *, last: int = 10, estimator: bool = False) -> dict:
+        """What the STATE holds: current step, prompts, states, config, the last applied steps, retention; with
+        ``estimator``, also what its estimator believes (``["estimator"]``: ``stages.beliefs.estimator_summary``)."""
+        res = handoff.status(self, last=last)
+        if estimator:
+            from .stages.beliefs import estimator_summary
+
+            res["estimator"] = estimator_summary(self)
+        return res
 
     def verify(self) -> dict:
         """Read every array of every retained version against its checksums; ``["intact"]`` and the problems."""

@@ -5,12 +5,13 @@ the Estimator's public accessors (checked here against the estimator's own numbe
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from _handoff_fixtures import make_inputs, step_rows, write_outcomes
+from _handoff_fixtures import GRAPHDIFF, make_inputs, step_rows, write_outcomes
 from graphdiff_cli.cli.app import app
 from graphdiff_cli.core.beta import mean_variance
 from graphdiff_cli.estimator import Estimator
@@ -88,3 +89,14 @@ def test_status_estimator_text(state):
                   "own outcomes", "online choices:", "prior strength", "states (K = 4"):
         assert words in text, (words, text)
     assert all(len(line) < 200 for line in text.splitlines())
+
+
+def test_the_python_api_gives_the_same_summary(state):
+    """State.status(estimator=True) is what `status --estimator --json` prints (the same function)."""
+    state = state[0]
+    res = State.open(state, durable=False).status(estimator=True)
+    out = json.loads(subprocess.run([str(GRAPHDIFF), "status", "--state", str(state), "--estimator", "--json"],
+                                    capture_output=True, text=True, check=True, timeout=300).stdout)
+    assert res["estimator"].keys() == out["estimator"].keys()
+    assert res["estimator"]["p"] == pytest.approx(out["estimator"]["p"], rel=1e-12)
+    assert "estimator" not in State.open(state, durable=False).status()

@@ -109,9 +109,5 @@ def status(
     from ...state import State
 
     st = State.open(state)
-    res = st.status(last=last)
-    if estimator:
-        from ...stages.beliefs import estimator_summary
-
-        res["estimator"] = estimator_summary(st)
+    res = st.status(last=last, estimator=estimator)
     emit(res, "\n".join([_human(res)] + (_estimator_lines(res["estimator"]) if estimator else [])), report=True)
