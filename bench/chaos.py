@@ -48,6 +48,17 @@ Parts (each a sub-command; ``all`` runs them in this order):
   in the inbox pointing at a user's file): ``update``, ``extend``, ``rollback``, ``retention`` and ``watch``
   must each refuse in one line (exit 7) with the STATE and every byte outside it unchanged, and complete once
   the link is gone; ``predict --out`` a link replaces the link and leaves the file it named alone.
+* ``serve``: ``graphdiff serve`` and its clients on the server's local Unix socket: connections that stall
+  (a client beside them must be answered at once, each stalled one closed in one line after the read timeout),
+  malformed requests, requests announcing 400 MB to 2^64 bytes or sending 2 MiB (each refused in one line, the
+  server goes on, its peak memory does not move), requests for another STATE or command (``serve``,
+  ``rollback``, ``init``, ...: refused, the STATE served goes on), as root an impostor socket of another uid
+  (0777, answering ``{"code": 0}``: the client sends it nothing and runs the update itself; ``serve`` says whose
+  socket it is), a listener run as another uid behind a file made to look right (only SO_PEERCRED tells), a
+  peer of another uid at a real server; a server stopped with SIGSTOP (the client runs the command itself
+  within its bound); ``kill -9`` of the server while it runs an update (the client runs it
+  itself: old or new, never torn); 80 clients at once (each answered right, one of 10 updates of one step
+  applies it). Every exchange is bounded (``SERVE_BOUND`` seconds).
 * ``soak``: one ``graphdiff watch`` process fed one outcomes file per step for ``--soak-steps`` steps, in
   lockstep like a trainer; its resident memory, the STATE's size and file count and the time per step
   recorded every ``--every`` steps.
@@ -60,18 +71,23 @@ Prints one JSON object (and writes it to --out); exits 1 if any check failed. No
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import platform
 import random
 import resource
+import select
 import shlex
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import date
 from pathlib import Path
@@ -84,7 +100,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
 STEPS = 6  # reference steps
 DEBRIS = (".staging-", ".tmp")
-PARTS = ("kill", "race", "readers", "redeliver", "resume", "tamper", "diskfull", "links", "big", "soak")  # all: in this order
+PARTS = ("kill", "race", "readers", "redeliver", "resume", "tamper", "diskfull", "links", "serve", "big", "soak")  # all: in this order
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -815,6 +831,442 @@ def part_links(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
     tally.record("links", "predict: --out a link", p.returncode == 0 and not out.is_symlink()
                  and sha(out) == w.pred[3] and (outside / "user.txt").read_text() == "a user's file\n",
                  f"exit {p.returncode} {p.stderr.strip()[:200]!r}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# graphdiff serve under attack: local Unix sockets only
+
+SERVE_BOUND = 30.0  # seconds any one exchange or client may take before its check fails
+NOBODY = 65534
+
+
+def _frame(body) -> bytes:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return struct.pack(">Q", len(data)) + data
+
+
+def _frames(sock: socket.socket, timeout: float = SERVE_BOUND) -> list:
+    """What the server sends on ``sock`` until its final frame (one with ``code``), the close or ``timeout``."""
+    out, buf, deadline = [], b"", time.monotonic() + timeout
+    while True:
+        while len(buf) >= 8 and len(buf) >= 8 + struct.unpack(">Q", buf[:8])[0]:
+            size = struct.unpack(">Q", buf[:8])[0]
+            out.append(json.loads(buf[8:8 + size]))
+            buf = buf[8 + size:]
+            if "code" in out[-1]:
+                return out
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return out + ["timeout"]
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(1 << 16)
+        except socket.timeout:
+            return out + ["timeout"]
+        except OSError:
+            return out
+        if not chunk:
+            return out
+        buf += chunk
+
+
+def _ask(path: Path, raw: bytes, timeout: float = SERVE_BOUND, close_write: bool = False) -> list:
+    """Send ``raw`` on a new connection to ``path`` (then end the sending side, with ``close_write``); the
+    frames back."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        with contextlib.suppress(OSError):  # refused from its length: the rest may not be taken
+            sock.sendall(raw)
+            if close_write:
+                sock.shutdown(socket.SHUT_WR)
+        return _frames(sock, timeout)
+    except OSError as exc:
+        return [f"connect: {exc}"]
+    finally:
+        sock.close()
+
+
+def _refused(frames: list) -> bool:
+    """A refusal as promised: a final frame with a non-zero code and one error line."""
+    if not frames or not isinstance(frames[-1], dict) or not frames[-1].get("code"):
+        return False
+    lines = frames[-1].get("stderr", "").splitlines()
+    return len(lines) == 1 and lines[0].startswith("graphdiff: error: ")
+
+
+def _json(text: str, default=None):
+    """``text`` parsed as JSON, or ``default`` ({}) when it is not JSON (a client that printed nothing)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {} if default is None else default
+
+
+def _vmhwm_mb(pid: int) -> float:
+    """The peak resident memory of process ``pid`` (nan once it is gone)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Server:
+    """``graphdiff serve --state s`` as a real process, up once its socket answers."""
+
+    def __init__(self, s: Path):
+        from graphdiff_cli.cli.wire import socket_path
+
+        self.s, self.path = s, socket_path(s)
+        self.proc = subprocess.Popen([str(GRAPHDIFF), "serve", "--state", str(s)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        ready, _, _ = select.select([self.proc.stderr], [], [], 120)
+        first = self.proc.stderr.readline() if ready else ""
+        if not first.startswith("serving STATE"):
+            self.proc.kill()
+            raise RuntimeError(f"graphdiff serve did not start: {first!r} {self.proc.communicate()}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 60.0) -> tuple[int | None, str]:
+        """One SIGTERM; the exit code (None: still running after ``timeout``, then killed) and its stderr."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=timeout)
+            return self.proc.returncode, err
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.communicate()
+            return None, ""
+
+
+def _client(*argv, cwd=None, env=None, timeout: float = SERVE_BOUND) -> subprocess.CompletedProcess | None:
+    """A `graphdiff` client call (through the socket when a server answers); None when it ran past ``timeout``."""
+    try:
+        return subprocess.run([str(GRAPHDIFF), *map(str, argv)], capture_output=True, text=True, cwd=cwd,
+                              env={**os.environ, **(env or {})}, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def part_serve(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
+    """``graphdiff serve`` and its clients attacked on its local Unix socket: stalled, malformed, huge,
+    wrong-STATE and other-uid connections, an impostor socket, ``kill -9`` of the server mid-update, and 80
+    clients at once. Each exchange is bounded by SERVE_BOUND seconds."""
+    o = w.outcomes
+    status = ("--json", "status", "--state")
+
+    def answered(p, step):  # a client call the server answered: its result, and nothing else said
+        return p is not None and p.returncode == 0 and _json(p.stdout).get("step") == step and p.stderr == ""
+
+    # stalled connections: 3 bytes of a header, a header and no body, nothing at all
+    s = w.fresh(3, "served")
+    srv = Server(s)
+    try:
+        for trial in range(trials):
+            stalled = []
+            for raw in (b"\x00\x00\x00", struct.pack(">Q", 100), b""):
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.connect(str(srv.path))
+                c.sendall(raw)
+                stalled.append(c)
+            t0 = time.monotonic()
+            p = _client(*status, s)
+            took = time.monotonic() - t0
+            tally.record("serve", "stalled: a client beside 3 stalled connections is answered", answered(p, 3)
+                         and took < 10, f"{took:.1f} s, {p and (p.returncode, p.stderr.strip()[:200])}")
+            for c in stalled:
+                frames = _frames(c)
+                c.close()
+                tally.record("serve", "stalled: the connection is closed in one line", _refused(frames),
+                             f"{frames[-1:]}")
+
+        # malformed requests: each refused on its own connection, the server goes on
+        good = {"v": 2, "argv": ["status", "--state", str(s)], "cwd": str(s.parent), "env": {}}
+        malformed = {
+            "a JSON list": _frame([1, 2]), "cwd null": _frame({**good, "cwd": None}),
+            "env a list": _frame({**good, "env": ["x"]}),
+            "env value with NUL": _frame({**good, "env": {"GRAPHDIFF_DEBUG": "a\x00b"}}),
+            "env of a variable not read": _frame({**good, "env": {"LD_PRELOAD": "/x.so"}}),
+            "argv a string": _frame({**good, "argv": "status"}), "argv of numbers": _frame({**good, "argv": [1]}),
+            "argv with NUL": _frame({**good, "argv": ["status", "--state", "S\x00"]}),
+            "cwd relative": _frame({**good, "cwd": "x"}), "no argv": _frame({"v": 2, "cwd": "/", "env": {}}),
+            "no version": _frame({k: v for k, v in good.items() if k != "v"}),
+            "not JSON": _frame(b"\xff\xfe{"), "nested 200,000 deep": _frame(b"[" * 200_000), "empty": _frame(b""),
+            "a header cut short then closed": b"\x00\x00\x01",
+        }
+        for case, raw in malformed.items():
+            frames = _ask(srv.path, raw, close_write=case.endswith("closed"))
+            ok = _refused(frames) and srv.alive()
+            tally.record("serve", f"malformed: {case}", ok, f"{frames[-1:]}")
+        tally.record("serve", "malformed: still serving", answered(_client(*status, s), 3) and srv.alive(), "")
+
+        # huge: refused from the announced length; the server's peak memory does not move
+        before = _vmhwm_mb(srv.proc.pid)
+        huge = {"400 MB announced": struct.pack(">Q", 400_000_000) + b"{" * 65536,
+                "1 GiB announced": struct.pack(">Q", 1 << 30), "2^64 - 1 announced": struct.pack(">Q", (1 << 64) - 1),
+                "2 MiB sent": _frame({**good, "argv": ["status", "x" * (2 << 20)]})}
+        for case, raw in huge.items():
+            t0 = time.monotonic()
+            frames = _ask(srv.path, raw)
+            tally.record("serve", f"huge: {case}", _refused(frames) and time.monotonic() - t0 < 10 and srv.alive(),
+                         f"{frames[-1:]}")
+        grew = _vmhwm_mb(srv.proc.pid) - before
+        tally.record("serve", "huge: the server's peak memory grew < 32 MB", grew < 32, f"{grew:.1f} MB")
+
+        # other STATEs and commands: refused, the served STATE goes on being served
+        other = w.fresh(2, "other")
+        from graphdiff_cli.cli.wire import socket_path
+
+        wrong = {"serve S2": (["serve", "--state", str(other)], {}),
+                 "status --state S2": (["status", "--state", str(other)], {}),
+                 "status --state=S2": (["status", f"--state={other}"], {}),
+                 "--state S then S2": (["status", "--state", str(s), "--state", str(other)], {}),
+                 "GRAPHDIFF_STATE=S2": (["status"], {"GRAPHDIFF_STATE": str(other)}),
+                 "rollback": (["rollback", "--state", str(s), "--to", "1"], {}),
+                 "init": (["init", "--graph", str(w.graph), "--clusters", str(w.clusters), "--out", str(other) + "x"],
+                          {}),
+                 "watch": (["watch", "--state", str(s), "--inbox", str(s.parent)], {})}
+        for case, (argv, env) in wrong.items():
+            frames = _ask(srv.path, _frame({**good, "argv": argv, "env": env}))
+            tally.record("serve", f"wrong STATE or command: {case}", _refused(frames) and srv.alive()
+                         and not socket_path(other).exists() and version(s) == (3, 0), f"{frames[-1:]}")
+        tally.record("serve", "wrong STATE or command: still serving its STATE",
+                     answered(_client(*status, s), 3) and srv.alive() and intact(other)
+                     and version(other) == (2, 0), "")
+
+        # a stopped server (SIGSTOP: its socket takes the connection, nobody reads it): the client does not wait
+        os.killpg(srv.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            p = _client(*status, s)
+            took = time.monotonic() - t0
+        finally:
+            os.killpg(srv.proc.pid, signal.SIGCONT)
+        tally.record("serve", "stopped server: the client runs the command itself within 15 s",
+                     p is not None and p.returncode == 0 and _json(p.stdout).get("step") == 3
+                     and "did not answer within" in p.stderr and took < 15,
+                     f"{took:.1f} s, {p and (p.returncode, p.stderr.strip()[:200])}")
+        tally.record("serve", "stopped server: serving again once continued",
+                     answered(_client(*status, s), 3) and srv.alive(), "")
+    finally:
+        code, err = srv.stop()
+    tally.record("serve", "one SIGTERM stops the server", code == 0 and not srv.path.exists(), f"exit {code}")
+
+    # impostors: a socket another uid holds, a listener run as another uid (needs root to set them up)
+    if os.geteuid() == 0:
+        _serve_impostors(w, tally)
+
+    # kill -9 of the server while it runs an update: the client runs it itself; old or new, never torn
+    if "served update" not in w.durations:  # the client's whole call, on a scratch copy: where kills are aimed
+        s = w.fresh(3, "served")
+        srv = Server(s)
+        try:
+            w.duration("served update", lambda: gd("update", "--state", s, "--step", 4, "--outcomes", o[4],
+                                                   check=True))
+        finally:
+            srv.stop()
+    d = w.durations["served update"]
+    for _ in range(trials):
+        s = w.fresh(3, "served")
+        srv = Server(s)
+        client = subprocess.Popen([str(GRAPHDIFF), "update", "--state", str(s), "--step", "4", "--outcomes",
+                                   str(o[4]), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay(rng, d))
+        os.killpg(srv.proc.pid, signal.SIGKILL)
+        srv.proc.communicate()
+        try:
+            out, err = client.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            out, err = client.communicate()
+        ok = client.returncode == 0 and version(s) == (4, 0) and intact(s) and w.predictions(s) == w.pred[4]
+        p = gd("update", "--state", s, "--step", 5, "--outcomes", o[5])  # the next writer, in its own process
+        ok = ok and p.returncode == 0 and w.predictions(s) == w.pred[5] and not debris(s.parent)
+        tally.record("serve", "kill -9 of the server mid-update", ok,
+                     f"client exit {client.returncode} {err.strip()[-200:]!r}; next {p.returncode}; "
+                     f"debris {debris(s.parent)}")
+
+    # 80 clients at once: every one answered right; exactly one of 10 updates of one step applies it
+    s = w.fresh(3, "served")
+    cands = w.work / "trial" / "serve_candidates.txt"
+    cands.write_text("".join(f"{i}\n" for i in w.ids[:200]))
+    outdir = w.work / "trial" / "serve_out"
+    shutil.rmtree(outdir, ignore_errors=True)
+    outdir.mkdir(parents=True)
+    srv = Server(s)
+    try:
+        calls = ([("status", [*status, s]) for _ in range(40)]
+                 + [("predict", ["predict", "--state", s, "--out", outdir / f"p{i}.jsonl"]) for i in range(20)]
+                 + [("select", ["select", "--state", s, "--candidates", cands, "--batch-size", 8, "--seed", 1,
+                                "--out", outdir / f"s{i}.txt", "--json"]) for i in range(10)]
+                 + [("update", ["update", "--state", s, "--step", 4, "--outcomes", o[4], "--json"]) for _ in range(10)])
+        rng.shuffle(calls)
+        t0 = time.monotonic()
+        procs = [(kind, argv, subprocess.Popen([str(GRAPHDIFF), *map(str, argv)], stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, text=True)) for kind, argv in calls]
+        done = []
+        for kind, argv, proc in procs:
+            try:
+                out, err = proc.communicate(timeout=max(1.0, 300 - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            done.append((kind, argv, proc.returncode, out, err))
+        took = time.monotonic() - t0
+        good_pred = {w.pred[3], w.pred[4]}
+
+        def right(kind, argv, code, out, err):
+            if code != 0 or "warning" in err:
+                return False
+            if kind == "predict":
+                return sha(Path(argv[4])) in good_pred
+            return _json(out).get("step") in (3, 4)
+
+        def applies(kind, code, out):
+            res = _json(out)
+            return kind == "update" and code == 0 and "step" in res and not res.get("noop")
+
+        for kind, argv, code, out, err in done:
+            tally.record("serve", f"80 clients: {kind}", right(kind, argv, code, out, err),
+                         f"exit {code} {err.strip()[:200]!r}")
+        applied = sum(applies(kind, code, out) for kind, _, code, out, _ in done)
+        tally.record("serve", "80 clients: exactly one update applied, STATE intact",
+                     applied == 1 and version(s) == (4, 0) and intact(s) and w.predictions(s) == w.pred[4],
+                     f"{applied} applied")
+        tally.record("serve", "80 clients: all done within 300 s", took < 300, f"{took:.0f} s")
+    finally:
+        code, err = srv.stop()
+    served = [line for line in err.splitlines() if "served" in line]
+    w.durations["serve: 80 clients (s)"] = took
+    tally.record("serve", "80 clients: the server served them all, stopped by one SIGTERM",
+                 code == 0 and bool(served) and f"served {len(calls)} requests" in served[-1], f"{served[-1:]}")
+
+
+NOBODY_LISTENS = r"""
+import socket, struct, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.bind(sys.argv[1]); sock.listen(4); sock.settimeout(60)
+print("listening", flush=True)
+conn, _ = sock.accept(); conn.settimeout(60)
+data = b""
+try:
+    while chunk := conn.recv(1 << 16):
+        data += chunk
+        if len(data) >= 8 and len(data) >= 8 + struct.unpack(">Q", data[:8])[0]:
+            conn.sendall(struct.pack(">Q", 11) + b'{"code": 0}')
+except OSError:
+    pass
+print(len(data), flush=True)
+"""
+
+NOBODY_ASKS = r"""
+import json, socket, struct, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); sock.settimeout(30)
+sock.connect(sys.argv[1])
+req = json.dumps({"v": 2, "argv": ["--json", "status", "--state", sys.argv[2]], "cwd": "/", "env": {}}).encode()
+data = b""
+try:
+    sock.sendall(struct.pack(">Q", len(req)) + req)
+except OSError:
+    pass
+try:
+    while chunk := sock.recv(1 << 16):
+        data += chunk
+except OSError:
+    pass
+print(json.dumps(data.decode(errors="replace")))
+"""
+
+
+def _serve_impostors(w: World, tally: Tally) -> None:
+    from graphdiff_cli.cli.wire import socket_path
+
+    o = w.outcomes
+    # a socket another uid holds (mode 0777), answering {"code": 0} to everything
+    s = w.fresh(3, "served")
+    path = socket_path(s)
+    imp = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    imp.bind(str(path))
+    os.chown(path, NOBODY, NOBODY)
+    os.chmod(path, 0o777)
+    imp.listen(8)
+    imp.settimeout(0.2)
+    got, stop = [], threading.Event()
+
+    def answer():
+        while not stop.is_set():
+            try:
+                conn, _ = imp.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    got.append(conn.recv(1 << 20))
+                    conn.sendall(_frame({"code": 0}))
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        p = _client("update", "--state", s, "--step", 4, "--outcomes", o[4], "--json",
+                    env={"GRAPHDIFF_SECRET": "s3cret"}, timeout=120)
+        ok = (p is not None and p.returncode == 0 and version(s) == (4, 0) and w.predictions(s) == w.pred[4]
+              and f"uid {NOBODY}" in p.stderr and got == [])
+        tally.record("serve", "impostor socket (another uid, 0777): the update runs here, nothing sent", ok,
+                     f"{p and (p.returncode, p.stderr.strip()[:200])}; impostor got {len(got)} connections")
+        p = _client("serve", "--state", s, timeout=120)
+        tally.record("serve", "impostor socket: serve refused in one line naming its owner",
+                     p is not None and one_line(p) and p.returncode == 7 and f"uid {NOBODY}" in p.stderr and got == [],
+                     f"{p and (p.returncode, p.stderr.strip()[:200])}")
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        imp.close()
+        path.unlink(missing_ok=True)
+
+    if not shutil.which("setpriv"):
+        return
+    # a listener run by another uid behind a socket file made root's, 0600: only SO_PEERCRED tells
+    shared = Path(tempfile.mkdtemp(prefix="gd-chaos-shared-", dir="/tmp"))
+    try:
+        os.chmod(shared, 0o1777)
+        s = shared / "S"
+        shutil.copytree(w.snap[3], s)
+        path = socket_path(s)
+        nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c"]
+        lis = subprocess.Popen([*nobody, NOBODY_LISTENS, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        if lis.stdout.readline().strip() == "listening":
+            os.chown(path, 0, 0)
+            os.chmod(path, 0o600)
+            p = _client(*("--json", "status", "--state"), s, env={"GRAPHDIFF_SECRET": "s3cret"})
+            out, _ = lis.communicate(timeout=90)
+            ok = (p is not None and p.returncode == 0 and _json(p.stdout).get("step") == 3
+                  and f"uid {NOBODY}" in p.stderr and out.split()[-1:] == ["0"])
+            tally.record("serve", "impostor listener (another uid behind a root 0600 file): not one byte sent", ok,
+                         f"{p and (p.returncode, p.stderr.strip()[:200])}; listener got {out.split()[-1:]} bytes")
+        else:
+            lis.kill()
+            lis.communicate()
+        path.unlink(missing_ok=True)
+        # a peer of another uid at a real server whose socket everyone may connect to (0666)
+        srv = Server(s)
+        try:
+            os.chmod(srv.path, 0o666)
+            q = subprocess.run([*nobody, NOBODY_ASKS, str(srv.path), str(s)], capture_output=True, text=True,
+                               timeout=60)
+            reply = str(_json(q.stdout, "")) if q.returncode == 0 else ""
+            tally.record("serve", "a peer of another uid is refused in one line (SO_PEERCRED)",
+                         f"uid {NOBODY}" in reply and '"step"' not in reply and srv.alive(), f"{reply[:200]!r}")
+        finally:
+            srv.stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------------
