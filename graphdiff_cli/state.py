@@ -24,6 +24,8 @@ returns a JSON-able dict (what ``--json`` prints); ``estimates`` returns arrays.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -254,25 +256,31 @@ class State:
         if isinstance(outcomes, (str, Path)):
             return handoff.update(self, step, outcomes, success_threshold=success_threshold,
                                   lock_timeout=lock_timeout, id_field=id_field, progress=progress)
-        with self._outcome_rows(step, outcomes) as (path, created):
+        with self._outcome_rows(step, outcomes) as path:
             res = handoff.update(self, step, path, success_threshold=success_threshold,
                                  lock_timeout=lock_timeout, id_field=id_field, progress=progress)
-            if created and res.get("noop"):  # another writer applied these rows first, from its own file
+            if res.get("outcomes") != str(path.resolve()):  # the no-op: applied before, from another file
                 path.unlink(missing_ok=True)
-        self._prune_outcomes()
+        self._prune_outcomes(res["step"], res["retained"])
         return res
+
+    _ROWS_NAME = re.compile(r"step_(\d{8})-[0-9a-f]{16}-([0-9a-f]{8})-[0-9a-f]{8}\.jsonl")
+
+    @property
+    def _rows_tag(self) -> str:
+        """What names this STATE's rows files in ``outcomes_dir`` (several STATEs may share the folder)."""
+        return hashlib.sha256(str(self.dir.root.resolve()).encode("utf-8")).hexdigest()[:8]
 
     @contextlib.contextmanager
     def _outcome_rows(self, step, rows):
-        """``rows`` as a JSONL file: ``outcomes_dir/step_T-<content hash>.jsonl`` when ``step`` is the next
-        step, else a temporary file (only read: a step already applied or a gap is a no-op or a refusal, and
-        writes nothing here). Yields (path, whether this call wrote it); a refused step removes the file it
-        wrote, so the folder keeps only the outcomes of applied steps. The name carries the content, so no
-        file a log names is ever replaced (two writers of one step, two STATEs sharing the folder). An error
-        in the rows names the row (``outcome row 3``), not the file."""
-        import hashlib
+        """``rows`` written to ``outcomes_dir/step_T-<content hash>-<STATE tag>-<nonce>.jsonl`` (atomically) and
+        the path yielded: a file of this call's own, so that no file a log names is ever replaced or removed by
+        another writer (two writers of one step, two STATEs sharing the folder). It is kept only when the step
+        was applied from it: a refusal, the no-op (the log names the first file of those rows) or an error
+        removes it (the caller removes it after a no-op). An error in the rows names the row (``outcome row 3``),
+        not the file."""
         import json
-        import tempfile
+        import secrets
 
         from .errors import GraphdiffError
         from .io.atomic import atomic_write_text
@@ -291,51 +299,45 @@ class State:
             text = "".join(json.dumps(r, default=_plain, allow_nan=False) + "\n" for r in rows)
         except ValueError as exc:  # NaN or infinity: no JSON number
             raise DataError(f"outcome rows hold finite numbers: {exc}") from None
-        data = text.encode("utf-8")
-        with contextlib.ExitStack() as stack:
-            if step == self.step + 1:
-                path = self.outcomes_dir / f"step_{step:08d}-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
-                created = not (path.is_file() and path.read_bytes() == data)
-                if created:
-                    atomic_write_text(path, text)  # makes outcomes_dir (fsynced) when it is new
-            else:
-                path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="graphdiff-rows-"))) / "rows.jsonl"
-                path.write_text(text, encoding="utf-8")
-                created = False
-            try:
-                yield path, created
-            except BaseException as exc:
-                if created and not self._logged(path):  # refused or cut short before its commit: not kept
-                    path.unlink(missing_ok=True)
-                message = str(exc).replace(f"{path}:", "outcome row ").replace(str(path), "the outcome rows")
-                if isinstance(exc, GraphdiffError) and message != str(exc):
-                    raise type(exc)(message) from None
-                raise
-
-    def _logged(self, path: Path) -> bool:
-        """Whether the log's last line names ``path`` (its step committed); True when that cannot be read."""
+        content = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        path = self.outcomes_dir / f"step_{step:08d}-{content}-{self._rows_tag}-{secrets.token_hex(4)}.jsonl"
+        atomic_write_text(path, text)  # makes outcomes_dir (fsynced) when it is new
         try:
-            entries = self.dir.log_entries()
-            return bool(entries) and entries[-1].get("outcomes") == str(path.resolve())
-        except Exception:  # noqa: BLE001 - called while another exception is raised: keep the file, say nothing
+            yield path
+        except BaseException as exc:
+            if not self._logged(step, path):  # refused, or cut short before its commit
+                path.unlink(missing_ok=True)
+            if isinstance(exc, GraphdiffError):
+                where = re.escape(str(path))
+                message = re.sub(where + r":(\d+):", r"outcome row \1:", str(exc))
+                message = re.sub(where, "the outcome rows", message)
+                if message != str(exc):
+                    raise type(exc)(message) from None
+            raise
+
+    def _logged(self, step: int, path: Path) -> bool:
+        """Whether the log names ``path`` as step ``step``'s outcomes; True when that cannot be read (the file is
+        then kept, never a file the log may name removed)."""
+        try:
+            if self.dir.current_step < step:  # not committed (CURRENT moves last)
+                return False
+            entry = self.dir.log_entry((step, 0))
+            return entry.get("step") == step and entry.get("outcomes") == str(path.resolve())
+        except Exception:  # noqa: BLE001 - also called while another exception is raised: keep the file, say nothing
             return True
 
-    def _prune_outcomes(self) -> None:
-        """Remove the rows files of steps this STATE no longer retains: only files under ``outcomes_dir``, named
-        as ``update`` names them and named by this STATE's log (never another STATE's sharing the folder)."""
-        import re
-
-        pattern = re.compile(r"step_(\d{8})-[0-9a-f]{16}\.jsonl")
+    def _prune_outcomes(self, current: int, retained) -> None:
+        """Remove this STATE's rows files (its tag in the name) of the steps up to ``current`` it no longer
+        retains; a file of a later step is another writer's, on its way in."""
         try:
-            files = [f for f in self.outcomes_dir.iterdir() if pattern.fullmatch(f.name)]
+            files = list(self.outcomes_dir.iterdir())
         except OSError:  # no folder (every step came as a file), or unreadable: nothing to prune
             return
-        retained = set(self.dir.retained_steps())
-        stale = {str(f.resolve()) for f in files if int(pattern.fullmatch(f.name).group(1)) not in retained}
-        if stale:
-            for entry in self.dir.log_entries():
-                if entry.get("outcomes") in stale and entry.get("step") not in retained:
-                    Path(entry["outcomes"]).unlink(missing_ok=True)
+        keep, tag = set(retained), self._rows_tag
+        for f in files:
+            m = self._ROWS_NAME.fullmatch(f.name)
+            if m and m.group(2) == tag and int(m.group(1)) <= current and int(m.group(1)) not in keep:
+                f.unlink(missing_ok=True)
 
     def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = 8) -> dict:
         """Every estimate of the prompts ``ids`` (all candidates, retired ones left out, when None) at the

@@ -63,7 +63,7 @@ def test_a_cli_step_resent_as_rows_is_a_no_op_and_the_reverse(st, tmp_path, inpu
     ids = inputs[2]
     _applied(st, tmp_path, ids, 2)
     assert st.update(2, step_rows(ids, 2)[::-1])["noop"]
-    assert not st.outcomes_dir.exists()  # nothing written for a step already applied
+    assert not st.outcomes_dir.exists() or not any(st.outcomes_dir.iterdir())  # nothing kept for a step applied
     res = st.update(3, step_rows(ids, 3))  # rows through the API, then the same rows as a file, reordered
     path = write_outcomes(tmp_path / "again.jsonl", step_rows(ids, 3)[::-1])
     proc = subprocess.run([str(GRAPHDIFF), "update", "--state", str(st.path), "--step", "3", "--outcomes",
@@ -125,19 +125,53 @@ def test_rows_files_are_pruned_with_their_steps(st, inputs):
     assert named == {p.name for p in st.outcomes_dir.iterdir()}
 
 
-def test_pruning_leaves_files_of_another_state_sharing_the_folder(tmp_path, inputs):
+def test_states_sharing_the_folder_keep_their_own_files_even_for_the_same_rows(tmp_path, inputs):
+    """Two STATEs fed the same rows (an empty step's placeholder row is the same for any two STATEs of the same
+    prompts) each keep the file their own log names, whatever the other prunes."""
     graph, clusters, ids = inputs
     shared = tmp_path / "rows"
-    a = State.init(graph, clusters, tmp_path / "A", device="cpu", keep=2, durable=False)
+    State.init(graph, clusters, tmp_path / "A", device="cpu", keep=2, keep_every=0, durable=False)
+    State.init(graph, clusters, tmp_path / "B", device="cpu", keep=50, durable=False)
     a = State.open(tmp_path / "A", device="cpu", durable=False, outcomes_dir=shared)
-    State.init(graph, clusters, tmp_path / "B", device="cpu", keep=2, durable=False)
     b = State.open(tmp_path / "B", device="cpu", durable=False, outcomes_dir=shared)
-    b.update(1, step_rows(ids, 1, seed=7))
-    other = next(shared.iterdir())
     for t in range(1, 6):
-        a.update(t, step_rows(ids, t))
-    assert other.is_file()
-    assert len(list(shared.iterdir())) == 1 + 2
+        rows = [] if t == 3 else step_rows(ids, t)
+        b.update(t, rows)
+        a.update(t, rows)
+    for e in b.dir.log_entries():
+        if e.get("step"):
+            assert Path(e["outcomes"]).is_file(), e["step"]
+    assert len([e for e in a.dir.log_entries() if e.get("step") and Path(e["outcomes"]).is_file()]) < 5
+
+
+def test_a_writer_refused_or_answered_the_no_op_never_removes_a_file_the_log_names(tmp_path, inputs):
+    """Two writers of one step: whichever loses (refused under the lock, or answered the no-op) removes only
+    its own file; a writer whose view of the STATE was a step old still applies from a file that stays."""
+    graph, clusters, ids = inputs
+    root = tmp_path / "S"
+    State.init(graph, clusters, root, device="cpu", durable=False)
+    a, b = State.open(root, device="cpu", durable=False), State.open(root, device="cpu", durable=False)
+    b.step  # b read the STATE at step 0
+    res = a.update(1, step_rows(ids, 1))
+    assert b.update(1, step_rows(ids, 1))["noop"]
+    assert Path(res["outcomes"]).is_file()
+    res2 = b.update(2, step_rows(ids, 2))  # b's view was a step old: its file is the one the log names
+    assert Path(res2["outcomes"]).is_file() and State.open(root).step == 2
+    assert sorted(p.name[:13] for p in a.outcomes_dir.iterdir()) == ["step_00000001", "step_00000002"]
+
+
+def test_an_error_that_names_no_row_is_not_mangled(st, monkeypatch):
+    from graphdiff_cli.stages import handoff
+
+    def gone(state, step, path, **kw):
+        from graphdiff_cli.io.outcomes import read_outcomes
+
+        Path(path).unlink()
+        return read_outcomes(path)
+
+    monkeypatch.setattr(handoff, "update", gone)
+    with pytest.raises(DataError, match="^the outcome rows: no such outcomes file$"):
+        st.update(1, [{"id": "q000", "n": 1, "s": 0}])
 
 
 def test_python_errors_name_keywords_and_the_cli_names_flags(st, tmp_path, inputs):

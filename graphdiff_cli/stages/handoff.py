@@ -133,39 +133,32 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
 
 # ------------------------------------------------------------------------------------------- update
 
-def _step_entries(sd) -> list[dict]:
-    """The log lines of the steps applied along the current history (no revisions, no events), newest first."""
-    return [e for e in reversed(sd.log_entries(upto=sd.current_version()))
-            if e.get("step") and not e.get("revision") and e.get("event") is None]
-
-
-def _applied_from(sd, outcomes, success_threshold: float | None, id_field: str) -> list[dict]:
-    """The log lines (newest first) of the applied steps whose outcomes these are: the same (id, n, s) rows
-    under the same threshold, whatever their order, key order, format or id column (a log line written before
-    the content hash was kept: the same bytes and id column, as it was matched then). [] when none is, or the
-    file cannot be read."""
+def _same_outcomes(outcomes, success_threshold: float | None, id_field: str):
+    """A test ``same(log line) -> bool``: whether the step of that line was applied from these outcomes (the same
+    (id, n, s) rows under the same threshold, whatever their order, key order, format or id column; a line
+    written before the content hash was kept: the same bytes and id column, as it was matched then). None when
+    the file cannot be read (then it is no step's outcomes)."""
     from ..io.outcomes import read_outcomes
 
-    entries = _step_entries(sd)
-    if not entries or not Path(outcomes).is_file():
-        return []
     try:
-        digest = hash_file(outcomes)
-    except OSError:  # deleted or unreadable since is_file: not these outcomes again
-        return []
-    try:
-        content = read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field).content_hash
+        parsed = read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field)
+        content, digest = parsed.content_hash, parsed.hash
     except (GraphdiffError, OSError):  # not readable as outcomes: only its bytes can match a step
-        content = None
+        try:
+            content, digest = None, hash_file(outcomes)
+        except OSError:  # gone or unreadable
+            return None
 
     def same(e: dict) -> bool:
+        if not e.get("step") or e.get("revision") or e.get("event") is not None:
+            return False
         if e.get("success_threshold") != success_threshold:
             return False
         if e.get("outcomes_content") is not None and content is not None:
             return e["outcomes_content"] == content
         return e.get("outcomes_hash") == digest and e.get("id_field", "id") == id_field
 
-    return [e for e in entries if same(e)]
+    return same
 
 
 def _noop(sd, entry: dict, t0: float) -> dict:
@@ -181,11 +174,17 @@ def _refuse_or_noop(sd, step: int, cur: int, outcomes, success_threshold: float 
                     id_field: str) -> dict:
     """For an update of ``step`` != ``cur`` + 1: the no-op result when ``step`` is the last applied step and
     was applied from these very outcomes (a trainer's retry after a crash, or a signal that came after the
-    commit), else the refusal, naming the step these outcomes were applied as when they were."""
-    matches = _applied_from(sd, outcomes, success_threshold, id_field)
+    commit: one streamed read of the log), else the refusal, naming the step these outcomes were applied as
+    when they were."""
+    same = _same_outcomes(outcomes, success_threshold, id_field) if step >= 1 else None
+    if same is None:
+        raise step_refusal(sd.root, step, cur)
+    if step == cur:
+        entry = sd.log_entry((cur, 0))
+        if same(entry):
+            return _noop(sd, entry, t0)
+    matches = [e for e in reversed(sd.log_entries(upto=sd.current_version())) if same(e)]  # a refusal: rare
     same_step = [e for e in matches if e["step"] == step]
-    if step == cur and same_step:
-        return _noop(sd, same_step[0], t0)
     raise step_refusal(sd.root, step, cur, applied_as=same_step[0]["step"] if same_step else
                        matches[0]["step"] if matches else None)
 
@@ -267,8 +266,8 @@ def update(state, step: int, outcomes, *, success_threshold: float | None = None
             raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
         nodes = parsed.node_indices(state.index)  # again: an extend or rollback may have moved the prompt set
         warnings = [f"step {step}: {w}" for w in parsed.warnings]
-        last = next(iter(_step_entries(sd)), None) if cur > 0 else None
-        if last is not None and last.get("step") == cur and (
+        last = sd.log_entry((cur, 0)) if cur > 0 else None  # the line of update cur (streamed, not held)
+        if last is not None and last.get("step") == cur and not last.get("revision") and (
                 last.get("outcomes_content") == parsed.content_hash if last.get("outcomes_content") is not None
                 else _step_outcomes_hash(sd, cur) == outcomes_hash):
             warnings.append(f"step {step}: {outcomes} holds the same outcomes as step {cur} was applied from (a "
