@@ -110,10 +110,10 @@ def command_line():
         _COMMAND_LINE.reset(token)
 
 
-def option(flag: str) -> str:
+def option(flag: str, keyword: str | None = None) -> str:
     """The option ``flag`` (``"--id-field"``) as a message names it to its reader: the flag on the command line,
-    the keyword argument (``id_field``) in Python."""
-    return flag if _COMMAND_LINE.get() else flag.lstrip("-").replace("-", "_")
+    the keyword argument in Python (``keyword``, by default the flag's name: ``id_field``)."""
+    return flag if _COMMAND_LINE.get() else keyword or flag.lstrip("-").replace("-", "_")
 
 
 def either(command_line: str, python: str) -> str:

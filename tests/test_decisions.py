@@ -277,14 +277,14 @@ def test_allocation_refusals(strategy):
         d.allocate(strategy, [0.2, 0.5, 0.7], 5, 2, 32)
     with pytest.raises(InvalidArgumentError, match="above the maximum 4 x 3 prompts = 12"):
         d.allocate(strategy, [0.2, 0.5, 0.7], 13, 2, 4)
-    with pytest.raises(InvalidArgumentError, match="max 1 is below min 2"):
+    with pytest.raises(InvalidArgumentError, match="max_count 1 is below min_count 2"):
         d.allocate(strategy, [0.2], 2, 2, 1)
 
 
 def test_allocation_other_refusals():
     with pytest.raises(InvalidArgumentError, match="unknown allocation strategy 'greedy'"):
         d.allocate("greedy", [0.5], 4)
-    with pytest.raises(InvalidArgumentError, match="vip strategy needs min >= 2"):
+    with pytest.raises(InvalidArgumentError, match="vip strategy needs min_count >= 2"):
         d.allocate("vip", [0.5, 0.2], 4, 1, 8)
     with pytest.raises(InvalidArgumentError, match="at least one prompt"):
         d.allocate("uniform", [], 0)

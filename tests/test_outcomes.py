@@ -355,6 +355,12 @@ def test_a_csv_header_with_a_column_twice_is_refused(tmp_path, header, words):
         read_outcomes(path)
 
 
+def test_a_csv_column_graphdiff_does_not_read_may_repeat(tmp_path):
+    path = tmp_path / "o.csv"
+    path.write_text("id,n,s,note,note,,\na,8,3,x,y,,\n")
+    assert _as_dict(read_outcomes(path)) == {"a": (8, 3)}
+
+
 @pytest.mark.parametrize("cell", ["1_0", "\uff18", "\u0668", "8\u00a0", "nan", "inf", "0x8", "8e", "", "+"])
 def test_csv_numbers_are_ascii_digits_as_json_writes_them(tmp_path, cell):
     path = tmp_path / "o.csv"

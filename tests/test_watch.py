@@ -330,7 +330,7 @@ def test_freshness_is_read_from_what_the_files_say_not_their_times(state, inbox,
     out = tmp_path / "p.jsonl"
     drop(inputs, inbox, 1)
     run_watch(state, inbox, predictions=out)
-    stamp = out.with_name(f".{out.name}.stamp")
+    stamp = out.with_name(f".{out.name}.stamp")  # one for the file (a {step} template: one for all its files)
     assert json.loads(stamp.read_text())["version"] == [1, 0]
     st = State.open(state)
     st.rollback(0)
@@ -355,6 +355,8 @@ def test_freshness_is_read_from_what_the_files_say_not_their_times(state, inbox,
     _, events = run_watch(state, inbox, predictions=per_step)
     assert [e["step"] for e in events if e["event"] == "predicted"] == [1]
     assert predictions_path(per_step, 1).read_text() != first
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".stamp")) == [".p.jsonl.stamp",
+                                                                                   ".pred-{step}.jsonl.stamp"]
 
 
 # ------------------------------------------------------------------------------- kill -9 and restart

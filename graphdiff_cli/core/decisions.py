@@ -258,11 +258,11 @@ def check_budget(count: int, budget, min_count, max_count) -> tuple[int, int, in
     """Validate (budget, min, max) for ``count`` prompts; returns them as ints."""
     if count < 1:
         raise InvalidArgumentError("allocation needs at least one prompt")
-    min_count = check_int(min_count, option("--min"), 1)
-    max_count = check_int(max_count, option("--max"), 1)
+    min_count = check_int(min_count, option("--min", "min_count"), 1)
+    max_count = check_int(max_count, option("--max", "max_count"), 1)
     budget = check_int(budget, option("--budget"), 0)
     if max_count < min_count:
-        raise InvalidArgumentError(f"{option('--max')} {max_count} is below {option('--min')} {min_count}")
+        raise InvalidArgumentError(f"{option('--max', 'max_count')} {max_count} is below {option('--min', 'min_count')} {min_count}")
     if budget < min_count * count:
         raise InvalidArgumentError(f"budget {budget} is below the minimum {min_count} x {count} prompts "
                                    f"= {min_count * count}")
@@ -292,7 +292,7 @@ def round_allocation(x, budget: int, min_count: int, max_count: int) -> np.ndarr
         while short > 0:  # more than one pass only if x did not sum to the budget
             take = order[n[order] < max_count][:short]
             if take.size == 0:  # unreachable when check_budget passed
-                raise InvalidArgumentError(f"cannot place {short} more rollouts within {option('--max')} {max_count}")
+                raise InvalidArgumentError(f"cannot place {short} more rollouts within {option('--max', 'max_count')} {max_count}")
             n[take] += 1
             short -= take.size
     elif short < 0:
@@ -301,7 +301,7 @@ def round_allocation(x, budget: int, min_count: int, max_count: int) -> np.ndarr
         while short < 0:
             take = order[n[order] > min_count][:-short]
             if take.size == 0:  # unreachable when check_budget passed
-                raise InvalidArgumentError(f"cannot remove {-short} rollouts within {option('--min')} {min_count}")
+                raise InvalidArgumentError(f"cannot remove {-short} rollouts within {option('--min', 'min_count')} {min_count}")
             n[take] -= 1
             short += take.size
     return n
@@ -353,7 +353,7 @@ def continuous_allocation(strategy: str, p, budget: int, min_count: int = 2, max
 
     # vip
     if lo < 2:
-        raise InvalidArgumentError(f"the vip strategy needs {option('--min')} >= 2 (its variance has n - 1 in "
+        raise InvalidArgumentError(f"the vip strategy needs {option('--min', 'min_count')} >= 2 (its variance has n - 1 in "
                                    f"the denominator), got {lo}")
     g = float(vip_gamma)
     if not (np.isfinite(g) and g >= 0):

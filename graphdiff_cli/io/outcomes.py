@@ -175,8 +175,9 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
     if fmt == "parquet":  # random access: read whole (decoded one record batch at a time)
         data, digest = read_file_once(path)
         return _parse(path, fmt, read_rows(path, fmt, data), threshold, id_field, index, lambda: digest)
+    read = {id_field, id_field.split(".")[0], *COUNT_COLUMNS[1:], *ROLLOUT_COLUMNS[1:]}
     with open_hashed(path) as (stream, digest):
-        return _parse(path, fmt, read_rows(path, fmt, stream=stream), threshold, id_field, index, digest)
+        return _parse(path, fmt, read_rows(path, fmt, stream=stream, columns=read), threshold, id_field, index, digest)
 
 
 def _parse(path: Path, fmt: str, rows, threshold: float | None, id_field: str, index, digest) -> Outcomes:

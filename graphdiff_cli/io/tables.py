@@ -37,11 +37,14 @@ def detect_format(path, fmt: str | None = None) -> str:
     raise InvalidArgumentError(f"{path}: cannot tell the format from the extension; use .jsonl, .csv or .parquet")
 
 
-def read_rows(path, fmt: str | None = None, data: bytes | None = None, stream=None) -> Iterator[tuple[int, dict]]:
+def read_rows(path, fmt: str | None = None, data: bytes | None = None, stream=None,
+              columns=None) -> Iterator[tuple[int, dict]]:
     """Yield (line number, row dict) for every data row of a JSONL, CSV or Parquet file; ``data``: the file's
     bytes, already read (a reader that hashes what it parses reads the file once: ``read_file_once``);
     ``stream``: a binary file object to read JSONL or CSV from as it goes (``open_hashed``), so a file of any
-    size is parsed in constant memory."""
+    size is parsed in constant memory. ``columns``: the columns the caller reads; a CSV header that names one of
+    them twice is refused (which one is meant?), other repeated names are ignored as other columns are (None:
+    any name given twice is refused)."""
     path = Path(path)
     if data is None and stream is None and not path.is_file():
         raise DataError(f"{path}: no such file")
@@ -50,7 +53,7 @@ def read_rows(path, fmt: str | None = None, data: bytes | None = None, stream=No
     if fmt == "jsonl":
         yield from _read_jsonl(path, source)
     elif fmt == "csv":
-        yield from _read_csv(path, source)
+        yield from _read_csv(path, source, columns)
     else:
         yield from _read_parquet(path, data if stream is None else stream.read())
 
@@ -199,15 +202,17 @@ def _read_jsonl(path: Path, source=None):
 _LONE_CR = re.compile(r"(?<=\r)(?!\n)")  # a line end of a file written with CR alone
 
 
-def _read_csv(path: Path, source=None):
+def _read_csv(path: Path, source=None, columns=None):
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     try:
         with _opened(path, source) as f:
-            lines = (part for _, line in _text_lines(path, f) for part in _LONE_CR.split(line) if part)
+            lines = (part for _, line in _text_lines(path, f)
+                     for part in (_LONE_CR.split(line) if "\r" in line.rstrip("\r\n") else (line,)) if part)
             reader = csv.DictReader(lines, delimiter=delimiter)
             if reader.fieldnames is None:
                 return
-            twice = sorted({c for c in reader.fieldnames if reader.fieldnames.count(c) > 1})
+            twice = sorted({c for c in reader.fieldnames if reader.fieldnames.count(c) > 1 and c.strip()
+                            and (columns is None or c in columns)})
             if twice:
                 raise DataError(f"{path}:1: column{'s' if len(twice) > 1 else ''} "
                                 f"{', '.join(_show(c) for c in twice)} appear{'' if len(twice) > 1 else 's'} twice "

@@ -154,7 +154,7 @@ def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int
     sd = state.dir
     progress(0, 3)
     if strategy == "vip" and min_count < 2:
-        raise InvalidArgumentError(f"the vip strategy needs {option('--min')} >= 2, got {min_count}")
+        raise InvalidArgumentError(f"the vip strategy needs {option('--min', 'min_count')} >= 2, got {min_count}")
     est = state.estimator()
     ids, rows, skipped, _where = _candidates(state, ids, id_field)
     dec.check_budget(rows.size, budget, min_count, max_count)

@@ -108,7 +108,7 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
     out = Path(out)
     settings, retention = init_settings(config, **flags)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise StateError(f"{out}: already exists and is not empty; choose another {option('--out')} or remove it")
+        raise StateError(f"{out}: already exists and is not empty; choose another {option('--out', 'path')} or remove it")
     progress(0, 3)
     inp = read_inputs(graph, clusters)
     g_hash, c_hash = inp.graph.art.content_hash, inp.clusters.art.content_hash

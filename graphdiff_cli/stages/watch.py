@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import DataError, InvalidArgumentError, StateError
+from ..errors import DataError, InvalidArgumentError, StateError, option
 from ..io.artifacts import hash_file
 from ..io.locks import DEFAULT_LOCK_TIMEOUT, file_lock
 
@@ -86,7 +86,7 @@ class InboxScan:
 def scan_inbox(inbox, complete: str = "rename") -> InboxScan:
     """Complete step files of ``inbox`` by step (see the module docstring for the conventions)."""
     if complete not in COMPLETE_MODES:
-        raise InvalidArgumentError(f"--complete must be one of {', '.join(COMPLETE_MODES)}, got {complete!r}")
+        raise InvalidArgumentError(f"{option('--complete')} must be one of {', '.join(COMPLETE_MODES)}, got {complete!r}")
     inbox = Path(inbox)
     try:
         names = set(os.listdir(inbox))
@@ -142,10 +142,12 @@ def inbox_lock(inbox: Path):
         yield
 
 
-def stamp_path(predictions: Path) -> Path:
-    """Where ``watch`` says which version a predictions file holds: the hidden ``.<file>.stamp`` beside it (a
-    glob for the predictions, ``p-*.csv``, does not see it)."""
-    return predictions.with_name(f".{predictions.name}.stamp")
+def stamp_path(template) -> Path:
+    """Where ``watch`` says which version its predictions file holds: one hidden ``.<file>.stamp`` beside the
+    files of ``template`` (with ``{step}`` in the name, one for all of them: it names the last file written), so
+    a glob for the predictions (``p-*.csv``) does not see it and a long run does not pile stamps up."""
+    template = Path(str(template))
+    return template.with_name(f".{template.name}.stamp")
 
 
 def predictions_path(template, step: int) -> Path:
@@ -270,7 +272,8 @@ class _Watcher:
         if before is not None and before == self._version_stamp():  # what the file holds, said beside it
             from ..io.atomic import atomic_write_text
 
-            atomic_write_text(stamp_path(out), json.dumps({**before, "predictions_hash": hash_file(out)}) + "\n")
+            atomic_write_text(stamp_path(self.predictions), json.dumps(
+                {**before, "file": str(out), "predictions_hash": hash_file(out)}) + "\n")
         self.listener({"event": "predicted", "step": res["step"], "out": str(out), "rows": res["rows"]})
 
     def _version_stamp(self) -> dict | None:
@@ -296,8 +299,9 @@ class _Watcher:
         out = predictions_path(self.predictions, cur)
         if out.is_file():
             try:
-                stamp = json.loads(stamp_path(out).read_text(encoding="utf-8"))
-                fresh = (isinstance(stamp, dict) and stamp.get("predictions_hash") == hash_file(out)
+                stamp = json.loads(stamp_path(self.predictions).read_text(encoding="utf-8"))
+                fresh = (isinstance(stamp, dict) and stamp.get("file") == str(out)
+                         and stamp.get("predictions_hash") == hash_file(out)
                          and {k: stamp.get(k) for k in ("version", "state_hash")} == self._version_stamp())
             except (OSError, ValueError):
                 fresh = False
@@ -418,15 +422,15 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
     from ..io.outcomes import check_threshold
 
     if complete not in COMPLETE_MODES:
-        raise InvalidArgumentError(f"--complete must be one of {', '.join(COMPLETE_MODES)}, got {complete!r}")
+        raise InvalidArgumentError(f"{option('--complete')} must be one of {', '.join(COMPLETE_MODES)}, got {complete!r}")
     if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not math.isfinite(poll) or poll <= 0:
-        raise InvalidArgumentError(f"--poll must be a positive number of seconds, got {poll!r}")
+        raise InvalidArgumentError(f"{option('--poll')} must be a positive number of seconds, got {poll!r}")
     from ..core.beta import check_group_size
 
     check_group_size(group_size, "--group-size")
     if until_step is not None and (isinstance(until_step, bool) or not isinstance(until_step, int)
                                    or until_step < 0):
-        raise InvalidArgumentError(f"--until-step must be an integer >= 0, got {until_step!r}")
+        raise InvalidArgumentError(f"{option('--until-step')} must be an integer >= 0, got {until_step!r}")
     check_threshold(success_threshold)
     if predictions is not None:
         from ..io.tables import detect_format
