@@ -59,6 +59,10 @@ Parts (each a sub-command; ``all`` runs them in this order):
   within its bound); ``kill -9`` of the server while it runs an update (the client runs it
   itself: old or new, never torn); 80 clients at once (each answered right, one of 10 updates of one step
   applies it). Every exchange is bounded (``SERVE_BOUND`` seconds).
+* ``streams``: ``update`` with an outcomes file of ``--stream-mb`` MB (JSONL; CSV at a tenth of it): applied
+  with a peak resident memory under ``STREAM_PEAK_MB`` whatever the file's size (the file is parsed as a
+  stream), and the same file with an unknown id on its last line refused in one line naming that line, the
+  STATE unchanged byte for byte.
 * ``soak``: one ``graphdiff watch`` process fed one outcomes file per step for ``--soak-steps`` steps, in
   lockstep like a trainer; its resident memory, the STATE's size and file count and the time per step
   recorded every ``--every`` steps.
@@ -99,8 +103,10 @@ from _emit import emit  # bench/ is on sys.path when a script runs
 ROOT = Path(__file__).resolve().parents[1]
 GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
 STEPS = 6  # reference steps
+STREAM_PEAK_MB = 400  # streams: an update's peak memory bound, whatever the outcomes file's size (600 prompts)
 DEBRIS = (".staging-", ".tmp")
-PARTS = ("kill", "race", "readers", "redeliver", "resume", "tamper", "diskfull", "links", "serve", "big", "soak")  # all: in this order
+PARTS = ("kill", "race", "readers", "redeliver", "resume", "tamper", "diskfull", "links", "serve", "streams", "big",
+         "soak")  # all: in this order
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1333,6 +1339,79 @@ class Readers:
 READERS = ("predict", "select", "allocate", "status", "verify")
 
 
+def _write_big_outcomes(path: Path, ids: list[str], megabytes: float, fmt: str, bad_last: bool = False) -> int:
+    """An outcomes file of about ``megabytes`` MB (counts rows, one rollout each, over ``ids``); with
+    ``bad_last`` its last row names an id the STATE does not have. Returns the rows written."""
+    target, rows, written = int(megabytes * 1e6), 0, 0
+    with open(path, "w", encoding="utf-8") as f:
+        if fmt == "csv":
+            f.write("id,n,s\n")
+        block = []
+        while written < target:
+            pid = ids[rows % len(ids)]
+            line = (f'{{"id": "{pid}", "n": 1, "s": {rows % 2}}}\n' if fmt == "jsonl" else f"{pid},1,{rows % 2}\n")
+            block.append(line)
+            written += len(line)
+            rows += 1
+            if len(block) == 100_000:
+                f.write("".join(block))
+                block = []
+        if bad_last:
+            block.append('{"id": "not-a-prompt", "n": 1, "s": 0}\n' if fmt == "jsonl" else "not-a-prompt,1,0\n")
+            rows += 1
+        f.write("".join(block))
+    return rows
+
+
+def _peak_of(argv: list, timeout: float) -> tuple[subprocess.CompletedProcess | None, float]:
+    """Run ``graphdiff argv`` and sample its peak resident memory (VmHWM, MB) until it exits."""
+    proc = subprocess.Popen([str(GRAPHDIFF), *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    peak, t0 = 0.0, time.monotonic()
+    while proc.poll() is None and time.monotonic() - t0 < timeout:
+        peak = max(peak, _vmhwm_mb(proc.pid))
+        time.sleep(0.2)
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+        return None, peak
+    out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), peak
+
+
+def part_streams(w: World, tally: Tally, trials: int, rng: random.Random, megabytes: float = 1000) -> dict:
+    """``update`` with outcomes files of ``megabytes`` MB (JSONL; CSV at a tenth of it): applied with a peak
+    memory that does not follow the file (under ``STREAM_PEAK_MB``), and the same file with an unknown id on its
+    last line refused in one line naming that line, the STATE unchanged byte for byte."""
+    figures = {}
+    for fmt, mb in (("jsonl", megabytes), ("csv", megabytes / 10)):
+        src = w.work / f"big-outcomes.{fmt}"
+        for bad in (False, True):
+            rows = _write_big_outcomes(src, w.ids[:w.n], mb, fmt, bad_last=bad)
+            state = w.fresh(0, "streams")
+            before = tree_hash(state)
+            t0 = time.perf_counter()
+            res, peak = _peak_of(["update", "--state", state, "--step", 1, "--outcomes", src], timeout=3600)
+            seconds = round(time.perf_counter() - t0, 1)
+            case = f"{fmt}-{'unknown-id-last' if bad else 'valid'}"
+            figures[case] = {"size_mb": round(src.stat().st_size / 1e6, 1), "rows": rows, "peak_rss_mb": round(peak, 1),
+                             "seconds": seconds}
+            if res is None:
+                tally.record("streams", case, False, f"not finished in an hour ({figures[case]})")
+                continue
+            small = peak < STREAM_PEAK_MB
+            if bad:
+                ok = (res.returncode == 1 and one_line(res) and f"{src}:{rows + (fmt == 'csv')}: unknown prompt id"
+                      in res.stderr and tree_hash(state) == before)
+            else:
+                ok = res.returncode == 0 and version(state) == (1, 0) and intact(state)
+            tally.record("streams", case, ok and small,
+                         f"exit {res.returncode}, {res.stderr.strip()[:200]!r}, peak {peak:.0f} MB ({figures[case]})")
+            print(f"streams {case}: {figures[case]}", file=sys.stderr)
+        src.unlink()
+    return figures
+
+
 def part_readers(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
     """predict, select, allocate, status and verify while another process commits extend (3 -> 3.1, a new
     model) then retire (3.1 -> 3.2, a new step artifact of the same model): each must say what a clean run of
@@ -1593,6 +1672,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=600, help="prompts in the STATE")
     ap.add_argument("--big-n", type=int, default=150_000, help="big: prompts in its STATE")
     ap.add_argument("--big-trials", type=int, default=3, help="big: kills per command")
+    ap.add_argument("--stream-mb", type=float, default=1000, help="streams: the JSONL outcomes file's size (MB)")
     ap.add_argument("--only", default=None, help="tamper: only the cases whose name contains this (or one of "
                                                  "these, comma-separated)")
     ap.add_argument("--seed", type=int, default=0)
@@ -1612,7 +1692,7 @@ def main() -> None:
             parts = [p for p in parts if p != "soak"]
         # the 600-prompt world, only for the parts that use it (big builds its own STATE)
         world = World(work, args.n, max(4, args.n // 15), args.seed) if set(parts) - {"big"} else None
-        soak = big = None
+        soak = big = streams = None
         timings = {}
         for part in parts:
             t1 = time.perf_counter()
@@ -1620,6 +1700,8 @@ def main() -> None:
                 soak = part_soak(world, tally, args.soak_steps, args.every)
             elif part == "big":
                 big = part_big(work, tally, args.big_trials, rng, n=args.big_n)
+            elif part == "streams":
+                streams = part_streams(world, tally, args.trials, rng, megabytes=args.stream_mb)
             else:
                 extra = {"only": args.only} if part == "tamper" else {}
                 globals()[f"part_{part}"](world, tally, args.trials, rng, **extra)
@@ -1630,7 +1712,7 @@ def main() -> None:
                         "python": platform.python_version(), "system": platform.platform()},
             "prompts": args.n, "trials": args.trials, "seed": args.seed,
             "uninterrupted_s": {k: round(v, 2) for k, v in world.durations.items()} if world else {},
-            "parts": tally.parts, "soak": soak, "big": big, "part_s": timings,
+            "parts": tally.parts, "soak": soak, "big": big, "streams": streams, "part_s": timings,
             "checks": sum(r["trials"] for p in tally.parts.values() for k, r in p.items() if k != "cases"),
             "failures": tally.failures, "wall_s": round(time.perf_counter() - t0, 1),
         }
