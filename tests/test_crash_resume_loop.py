@@ -7,7 +7,7 @@ interrupted: the same step again; anything else: stop). It keeps a ``graphdiff s
 calls (started when none answers), so kills land in the loop, in a client, and in the server in the
 middle of a write. The harness kills the whole process group with SIGKILL at random moments until the
 loop finishes, with no manual step. The STATE must then hold steps 1..200 each applied exactly once from
-its own file (the log, and the estimates equal to a clean run's to the bit) and verify intact.
+its own file (the log, and the estimates equal to a clean run's to rounding) and verify intact.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from _handoff_fixtures import GRAPHDIFF, make_inputs
+from _tolerances import UPDATE
 from graphdiff_cli.io.artifacts import hash_file
 from graphdiff_cli.state import State
 
@@ -104,10 +105,13 @@ def test_a_killed_and_restarted_shell_loop_applies_every_step_exactly_once(tmp_p
         assert e["outcomes_hash"] == hash_file(work / "out" / f"{e['step']}.jsonl")
     ok = subprocess.run([str(GRAPHDIFF), "verify", "--state", "STATE"], cwd=work, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    # the estimates are those of a run that was never killed, to the bit
+    # the estimates are those of a run that was never killed: the same steps, though along another path (other
+    # processes, states rolled back and composed from deltas), so to a few float32 ulp (_tolerances.UPDATE), not
+    # to the bit; a step applied twice or lost would move them by far more (and the counts exactly)
     clean = State.init(graph, clusters, tmp_path / "CLEAN", durable=False)
     for t in range(1, STEPS + 1):
         clean.update(t, work / "out" / f"{t}.jsonl")
     a, b = st.estimates(st.ids), clean.estimates(st.ids)
+    np.testing.assert_array_equal(a["n_seen"], b["n_seen"])
     for key in ("p", "variance", "p_zero_variance"):
-        assert np.array_equal(a[key], b[key]), key
+        np.testing.assert_allclose(a[key], b[key], **UPDATE, err_msg=key)

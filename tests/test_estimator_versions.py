@@ -1,8 +1,9 @@
 """Encoding versions: every estimator state graphdiff has written is read, migrated and predicts as it did.
 
 tests/data/legacy_79a4679 holds states written by 79a4679 (version 6, stamped 1) and what that release
-predicted from them (tests/data/make_legacy_states.py); each older layout's migration is checked on states
-made here; the per-kind versions of the stamp and their readers agree.
+predicted from them on the machine that wrote them (tests/data/make_legacy_states.py), matched here to
+rounding; each older layout's migration is checked on states made here; the per-kind versions of the stamp
+and their readers agree.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from _handoff_fixtures import make_inputs, step_rows, write_outcomes
+from _tolerances import FLOAT64, UPDATE
 from graphdiff_cli.core import belief as bl
 from graphdiff_cli.errors import ArtifactError, DataError
 from graphdiff_cli.estimator import Estimator
@@ -36,22 +38,25 @@ def _batch(rows):
     return [index[r["id"]] for r in rows], [r["n"] for r in rows], [r["s"] for r in rows]
 
 
-# What 79a4679 predicted after an update is matched to this: label propagation's field (the default preset's, and
-# the STATE's, which is made with it) has been solved in mixed precision to a relative residual of 1e-5 since
-# 2026-11-28, where 79a4679 solved it in float64 to 1e-6 (docs/performance.md); a loaded state, which reads its
-# saved field, and the states without label propagation (paper, kappa_alone) still predict bit for bit as they did.
+# expected.npz was computed on another machine, so what 79a4679 predicted is matched to rounding, not bit for bit:
+# - as loaded: estimates() of the saved arrays, float64 arithmetic that another BLAS kernel, thread count or SIMD
+#   width re-orders (a few ulp: <= 1.2e-15 measured across OpenBLAS kernels, numpy and torch SIMD levels);
+LOADED_ATOL = FLOAT64["atol"]
+# - after one more update: the mean-field step runs in the states' float32 q (eps 1.2e-7), so a few float32 ulp of
+#   values in [0, 1] (<= 7.4e-10 measured with torch's scalar kernels, ATEN_CPU_CAPABILITY=default);
+STEP_ATOL = UPDATE["atol"]
+# - and label propagation's field (the default preset's, and the STATE's, which is made with it) has been solved
+#   in mixed precision to a relative residual of 1e-5 since 2026-11-28, where 79a4679 solved it in float64 to 1e-6
+#   (docs/performance.md): the estimates moved by up to 1.1e-7. A loaded state reads its saved field.
 SOLVE_ATOL = 1e-6
 SOLVED = {"default", "STATE"}  # the states made with label propagation (tests/data/make_legacy_states.py)
 
 
 def _same(est, expected, name, when):
-    solved_since = when == "next" and name in SOLVED
+    atol = LOADED_ATOL if when == "loaded" else max(STEP_ATOL, SOLVE_ATOL if name in SOLVED else 0.0)
     for key, value in est.estimates().items():
         got, want = np.asarray(value, dtype=np.float64), expected[f"{name}/{when}/{key}"]
-        if solved_since:
-            np.testing.assert_allclose(got, want, rtol=0, atol=SOLVE_ATOL, err_msg=f"{name} {when} {key}")
-        else:
-            np.testing.assert_array_equal(got, want, err_msg=f"{name} {when} {key}")
+        np.testing.assert_allclose(got, want, rtol=0, atol=atol, err_msg=f"{name} {when} {key}")
 
 
 # ------------------------------------------------------------------ what 79a4679 wrote, read by this graphdiff
@@ -119,10 +124,10 @@ def test_version_1_gets_the_counts_as_forgotten_counts_and_predicts_the_same(wor
     v1 = _as_version(est.state_dict(), 1)
     v2 = MIGRATIONS[1](v1)
     assert set(LAYOUTS[2]) <= set(v2) and not v2["at_fixed_point"]
-    np.testing.assert_array_equal(v2["successes_decayed"], est.successes_.astype(float))
+    np.testing.assert_array_equal(v2["successes_decayed"], est.successes_.astype(float))  # integer counts, copied
     np.testing.assert_allclose(v2["state_evidence"], np.stack([est.a_ - 1, est.b_ - 1]), atol=1e-12)
     back = Estimator.from_state_dict(v1)
-    np.testing.assert_array_equal(back.predict(), est.predict())
+    np.testing.assert_array_equal(back.predict(), est.predict())  # exact: the same arrays through the same formula
     rows = step_rows(world[2], 4)
     index = {p: i for i, p in enumerate(world[2])}
     for e in (est, back):
@@ -166,7 +171,7 @@ def test_version_6_to_7_moves_n_states_out_and_empties_the_boards_not_in_play(wo
     assert v7["kappa_errors"].size == 0 and v7["belief_loglik"].shape == (12,)
     np.testing.assert_array_equal(v7["mix_errors"], est.mix_errors_)
     back = Estimator.from_state_dict(v6)
-    np.testing.assert_array_equal(back.predict(), est.predict())
+    np.testing.assert_array_equal(back.predict(), est.predict())  # exact: the same arrays through the same formula
     assert back.kappa_ == est.kappa_ and back.nu_ == est.nu_ and back.propagation_ == est.propagation_
 
 
