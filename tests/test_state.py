@@ -46,7 +46,9 @@ def test_rows_in_memory_are_the_same_step_as_a_file(tmp_path, inputs):
         ra = a.update(t, rows)
         rb = b.update(t, write_outcomes(tmp_path / f"o{t}.jsonl", rows))
         assert ra["outcomes_hash"] == rb["outcomes_hash"] and ra["rollouts"] == rb["rollouts"]
-        assert ra["outcomes"] == str((tmp_path / "A.outcomes" / f"step_{t:08d}-{ra['outcomes_hash']}.jsonl").resolve())
+        logged = Path(ra["outcomes"])
+        assert logged.parent == (tmp_path / "A.outcomes").resolve()
+        assert logged.name.startswith(f"step_{t:08d}-{ra['outcomes_hash']}-") and logged.is_file()
     ea, eb = a.estimates(), b.estimates()
     assert ea["id"] == eb["id"] == ids
     for col in ("p", "mean", "variance", "p_zero_variance", "n_seen"):
@@ -188,7 +190,7 @@ def test_a_damaged_retention_file_is_reported_and_never_stops_a_step(st, inputs)
     res = st.verify()
     assert not res["intact"] and any("damaged retention file" in p for p in res["problems"])
     assert st.update(1, step_rows(ids, 1))["step"] == 1  # pruning is housekeeping: the step still commits
-    with pytest.raises(ArtifactError, match="damaged retention file.*graphdiff retention"):
+    with pytest.raises(ArtifactError, match=r"damaged retention file.*State\.retention\(keep=N"):
         st.status()
     st.retention(keep=3, keep_every=10)  # rewriting it mends it
     assert st.verify()["intact"] and st.status()["keep"] == 3
@@ -266,7 +268,7 @@ def test_two_writers_of_one_step_never_replace_the_file_the_log_names(tmp_path, 
     logged = Path(res["outcomes"])
     assert hashlib.sha256(logged.read_bytes()).hexdigest()[:16] == res["outcomes_hash"]
     assert b.update(1, step_rows(ids, 1))["noop"]  # the winner's rows again: a no-op for anyone
-    assert len(list(logged.parent.iterdir())) == 1  # the refused rows were never written
+    assert len(list(logged.parent.iterdir())) == 1  # the refused and the re-sent rows were not kept
     State.init(graph, clusters, tmp_path / "T", device="cpu", durable=False)
     other = State.open(tmp_path / "T", device="cpu", durable=False, outcomes_dir=logged.parent)
     other.update(1, step_rows(ids, 1, seed=4))  # another STATE, the same folder
@@ -279,7 +281,7 @@ def test_rows_for_a_gap_are_refused_before_anything_is_written(st, inputs):
     _, _, ids = inputs
     with pytest.raises(StepGapError):
         st.update(3, step_rows(ids, 3))
-    assert not st.outcomes_dir.exists()
+    assert not st.outcomes_dir.exists() or not any(st.outcomes_dir.iterdir())
 
 
 def test_the_repeat_warning_survives_a_retire_and_a_damaged_retention_file_warns(st, inputs):
