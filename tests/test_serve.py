@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from _handoff_fixtures import GRAPHDIFF, make_inputs
-from graphdiff_cli.cli.wire import socket_path
+from graphdiff_cli.cli.wire import FORWARDED_ENV, socket_path
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="no Unix sockets here")
 
@@ -273,7 +273,11 @@ def test_a_server_that_does_not_answer_is_not_waited_for_and_is_sent_only_what_t
         thread.join(timeout=30)
         request = json.loads(got[0][8:])
         assert request["argv"] == ["--json", "status", "--state", "STATE"]
-        assert set(request["env"]) == {"GRAPHDIFF_DEBUG"}  # of the four set here or by the shell, the one read
+        # of the variables set here, only the one graphdiff reads; of the caller's own environment, only those it
+        # reads too (OMP_NUM_THREADS where the shell sets it: the test must hold in any environment)
+        inherited = {k for k in FORWARDED_ENV if k in os.environ}
+        assert set(request["env"]) == {"GRAPHDIFF_DEBUG"} | inherited
+        assert not {"GRAPHDIFF_SECRET", "AWS_SECRET_ACCESS_KEY"} & set(request["env"])
     finally:
         mute.close()
 
