@@ -99,6 +99,9 @@ from pathlib import Path
 import numpy as np
 
 from _emit import emit  # bench/ is on sys.path when a script runs
+from outcomes_stream import write_file as write_outcomes_file
+
+from graphdiff_cli.cli.wire import MAX_REPLY, MessageError, recv_message
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
@@ -853,27 +856,22 @@ def _frame(body) -> bytes:
 
 def _frames(sock: socket.socket, timeout: float = SERVE_BOUND) -> list:
     """What the server sends on ``sock`` until its final frame (one with ``code``), the close or ``timeout``."""
-    out, buf, deadline = [], b"", time.monotonic() + timeout
+    out, deadline = [], time.monotonic() + timeout
     while True:
-        while len(buf) >= 8 and len(buf) >= 8 + struct.unpack(">Q", buf[:8])[0]:
-            size = struct.unpack(">Q", buf[:8])[0]
-            out.append(json.loads(buf[8:8 + size]))
-            buf = buf[8 + size:]
-            if "code" in out[-1]:
-                return out
         left = deadline - time.monotonic()
         if left <= 0:
             return out + ["timeout"]
-        sock.settimeout(left)
         try:
-            chunk = sock.recv(1 << 16)
+            frame = recv_message(sock, MAX_REPLY, left)  # the client's own reader of a frame
         except socket.timeout:
             return out + ["timeout"]
-        except OSError:
+        except (OSError, MessageError):
             return out
-        if not chunk:
+        if frame is None:
             return out
-        buf += chunk
+        out.append(frame)
+        if "code" in frame:
+            return out
 
 
 def _ask(path: Path, raw: bytes, timeout: float = SERVE_BOUND, close_write: bool = False) -> list:
@@ -1100,7 +1098,7 @@ def part_serve(w: World, tally: Tally, trials: int, rng: random.Random) -> None:
     # 80 clients at once: every one answered right; exactly one of 10 updates of one step applies it
     s = w.fresh(3, "served")
     cands = w.work / "trial" / "serve_candidates.txt"
-    cands.write_text("".join(f"{i}\n" for i in w.ids[:200]))
+    cands.write_text("".join(f"{i}\n" for i in w.ids[:min(200, w.n)]))
     outdir = w.work / "trial" / "serve_out"
     shutil.rmtree(outdir, ignore_errors=True)
     outdir.mkdir(parents=True)
@@ -1339,30 +1337,6 @@ class Readers:
 READERS = ("predict", "select", "allocate", "status", "verify")
 
 
-def _write_big_outcomes(path: Path, ids: list[str], megabytes: float, fmt: str, bad_last: bool = False) -> int:
-    """An outcomes file of about ``megabytes`` MB (counts rows, one rollout each, over ``ids``); with
-    ``bad_last`` its last row names an id the STATE does not have. Returns the rows written."""
-    target, rows, written = int(megabytes * 1e6), 0, 0
-    with open(path, "w", encoding="utf-8") as f:
-        if fmt == "csv":
-            f.write("id,n,s\n")
-        block = []
-        while written < target:
-            pid = ids[rows % len(ids)]
-            line = (f'{{"id": "{pid}", "n": 1, "s": {rows % 2}}}\n' if fmt == "jsonl" else f"{pid},1,{rows % 2}\n")
-            block.append(line)
-            written += len(line)
-            rows += 1
-            if len(block) == 100_000:
-                f.write("".join(block))
-                block = []
-        if bad_last:
-            block.append('{"id": "not-a-prompt", "n": 1, "s": 0}\n' if fmt == "jsonl" else "not-a-prompt,1,0\n")
-            rows += 1
-        f.write("".join(block))
-    return rows
-
-
 def _peak_of(argv: list, timeout: float) -> tuple[subprocess.CompletedProcess | None, float]:
     """Run ``graphdiff argv`` and sample its peak resident memory (VmHWM, MB) until it exits."""
     proc = subprocess.Popen([str(GRAPHDIFF), *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -1387,7 +1361,7 @@ def part_streams(w: World, tally: Tally, trials: int, rng: random.Random, megaby
     for fmt, mb in (("jsonl", megabytes), ("csv", megabytes / 10)):
         src = w.work / f"big-outcomes.{fmt}"
         for bad in (False, True):
-            rows = _write_big_outcomes(src, w.ids[:w.n], mb, fmt, bad_last=bad)
+            rows = write_outcomes_file(src, mb, w.ids[:w.n], fmt, n=1, bad_last=bad)
             state = w.fresh(0, "streams")
             before = tree_hash(state)
             t0 = time.perf_counter()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from _handoff_fixtures import GRAPHDIFF, make_inputs
-from graphdiff_cli.cli.wire import FORWARDED_ENV, socket_path
+from graphdiff_cli.cli.wire import FORWARDED_ENV, MAX_REPLY, MessageError, recv_message, socket_path
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="no Unix sockets here")
 
@@ -157,27 +157,22 @@ def _frame(obj) -> bytes:
 def _frames(sock: socket.socket, timeout: float = 30.0) -> list:
     """The frames the server sends on ``sock`` until its final one (a ``code``), the close, or ``timeout``
     seconds; a trailing "timeout" when it said nothing more within that time."""
-    out, buf, deadline = [], b"", time.monotonic() + timeout
+    out, deadline = [], time.monotonic() + timeout
     while True:
-        while len(buf) >= 8 and len(buf) >= 8 + struct.unpack(">Q", buf[:8])[0]:
-            size = struct.unpack(">Q", buf[:8])[0]
-            out.append(json.loads(buf[8:8 + size]))
-            buf = buf[8 + size:]
-            if "code" in out[-1]:
-                return out
         left = deadline - time.monotonic()
         if left <= 0:
             return out + ["timeout"]
-        sock.settimeout(left)
         try:
-            chunk = sock.recv(1 << 16)
+            frame = recv_message(sock, MAX_REPLY, left)  # the client's own reader of a frame
         except socket.timeout:
             return out + ["timeout"]
-        except OSError:
+        except (OSError, MessageError):
             return out
-        if not chunk:
+        if frame is None:
             return out
-        buf += chunk
+        out.append(frame)
+        if "code" in frame:
+            return out
 
 
 def _ask(path, payload, timeout: float = 30.0) -> list:
