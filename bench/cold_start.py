@@ -45,13 +45,13 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    from graphdiff_cli.core import baselines as B
+    from graphdiff_cli.evaluation import baselines as B
     from graphdiff_cli.core.graph import normalize_rows
-    from graphdiff_cli.core.metrics import within_batch, within_r_difference
-    from graphdiff_cli.core.replay import replay
+    from graphdiff_cli.evaluation.metrics import within_batch, within_r_difference
+    from graphdiff_cli.evaluation.replay import replay
     from graphdiff_cli.estimator import Estimator
     from graphdiff_cli.io.artifacts import read_artifact
-    from graphdiff_cli.methods import GraphdiffMethod
+    from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     inp = run_inputs(args.run)
     log = run_log(args.run, inp)

@@ -3,7 +3,7 @@
 
 Needs ../shared/data/oneshot_rlvr and the graph/clusters/embeddings artifacts of its prompts:
 
-    python -c "from graphdiff_cli.io.oneshot import write_oneshot; \
+    python -c "from graphdiff_cli.evaluation.oneshot import write_oneshot; \
                write_oneshot('../shared/data/oneshot_rlvr', 'W/prompts.jsonl', 'W/log.jsonl')"
     graphdiff embed W/prompts.jsonl --out W/emb.zarr
     graphdiff build-graph W/emb.zarr --out W/graph.zarr
@@ -11,7 +11,7 @@ Needs ../shared/data/oneshot_rlvr and the graph/clusters/embeddings artifacts of
     python bench/counterfactual_oneshot.py W [--batch-size 128 --pool-factor 2 --seeds 0 1 2]
 
 Prints one table per replay and writes W/counterfactual.json. The replay cannot show how the policy
-would have responded to other choices (see graphdiff_cli.core.counterfactual).
+would have responded to other choices (see graphdiff_cli.evaluation.counterfactual).
 """
 
 from __future__ import annotations

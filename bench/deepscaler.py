@@ -3,17 +3,17 @@
 128), as two benchmarks over a workflow-style run folder (RUN/embeddings.zarr, RUN/graph/*.zarr,
 RUN/clusters/*.zarr, made by graphdiff embed / build-graph / cluster; docs/results.md has the commands).
 
-cold-start  The static protocol of core/coldstart.py: for each revealed fraction (2%, 10%, 30%) and draw
+cold-start  The static protocol of evaluation/coldstart.py: for each revealed fraction (2%, 10%, 30%) and draw
             (seeds 0, 1, 2), a random subset gets 8 rollouts ~ Binomial(8, s/128) each, fed to every
             estimator in steps of 256 prompts; every unrevealed problem is then predicted and scored by
             Pearson r and MAE against s/128. Mean and 95% Student-t interval over draws, and every draw.
-trajectory  A log from `graphdiff simulate --rates` (core/rate_drift.py: real starting rates, a logit drift
+trajectory  A log from `graphdiff simulate --rates` (evaluation/rate_drift.py: real starting rates, a logit drift
             whose speed is a skill group's random effect; 3 epochs of 256, so at most 3 visits per problem),
-            written under --out unless --log is given, replayed through the estimators (core/replay.py:
+            written under --out unless --log is given, replayed through the estimators (evaluation/replay.py:
             each batch predicted before its outcomes). First-visit within-batch r, full-run MAE against the
             observed s/n and against the true p, with 95% circular block-bootstrap intervals over steps.
 
-Estimators: method keys of graphdiff_cli.methods (--methods; new keys work as soon as methods knows them),
+Estimators: method keys of graphdiff_cli.evaluation.methods (--methods; new keys work as soon as methods knows them),
 built by methods.build_methods with the embeddings in the graph's node order. graphdiff runs --preset
 (default) with --graphdiff-set KEY=VALUE overrides; --variant 'NAME:KEY=VALUE,...' adds more graphdiff
 estimators under their own names (e.g. --variant 'readout:readout=auto', --variant 'paper:preset=paper';
@@ -95,7 +95,7 @@ class Roster:
     gives fresh estimators (one per draw)."""
 
     def __init__(self, args, inp, default_keys):
-        from graphdiff_cli.methods import DISCOUNTED, load_config, parse_methods
+        from graphdiff_cli.evaluation.methods import DISCOUNTED, load_config, parse_methods
         from graphdiff_cli.settings import resolve
 
         self.inp = inp
@@ -118,7 +118,7 @@ class Roster:
         self.tuned = DISCOUNTED
 
     def build(self):
-        from graphdiff_cli.methods import build_methods
+        from graphdiff_cli.evaluation.methods import build_methods
 
         inp = self.inp
         args = (inp.w, inp.labels, inp.k, inp.embeddings, len(inp.ids))
@@ -176,8 +176,8 @@ def write_out(out: Path, name: str, result: dict, table: str) -> None:
 
 
 def cold_start(args) -> None:
-    from graphdiff_cli.core.coldstart import reveal, score_cold_start, t_interval
-    from graphdiff_cli.methods import METHOD_KEYS, ORACLE_KEYS
+    from graphdiff_cli.evaluation.coldstart import reveal, score_cold_start, t_interval
+    from graphdiff_cli.evaluation.methods import METHOD_KEYS, ORACLE_KEYS
 
     t0 = time.perf_counter()
     inp = load_run(args.run)
@@ -247,7 +247,7 @@ def cold_start(args) -> None:
 
 
 def boot_mae(step, p, truth) -> dict:
-    from graphdiff_cli.core.metrics import ratio_bootstrap
+    from graphdiff_cli.evaluation.metrics import ratio_bootstrap
 
     starts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
     rows = np.diff(np.r_[starts, step.size]).astype(np.float64)
@@ -255,17 +255,17 @@ def boot_mae(step, p, truth) -> dict:
 
 
 def boot_within(step, p, r) -> dict:
-    from graphdiff_cli.core.metrics import ratio_bootstrap, within_batch_scores
+    from graphdiff_cli.evaluation.metrics import ratio_bootstrap, within_batch_scores
 
     pr, _, ok = within_batch_scores(step, p, r)
     return ratio_bootstrap(np.where(ok, pr, 0.0), ok.astype(np.float64))
 
 
 def trajectory(args) -> None:
-    from graphdiff_cli.core.metrics import mae_difference, within_r_difference
-    from graphdiff_cli.core.replay import replay
+    from graphdiff_cli.evaluation.metrics import mae_difference, within_r_difference
+    from graphdiff_cli.evaluation.replay import replay
     from graphdiff_cli.io.readers import read_log
-    from graphdiff_cli.methods import METHOD_KEYS, ORACLE_KEYS
+    from graphdiff_cli.evaluation.methods import METHOD_KEYS, ORACLE_KEYS
     from graphdiff_cli.stages.simulate import simulate_rates
 
     t0 = time.perf_counter()

@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    from graphdiff_cli.core.metrics import mae, within_batch
+    from graphdiff_cli.evaluation.metrics import mae, within_batch
 
     inp = run_inputs(args.run)
     log = run_log(args.run, inp)

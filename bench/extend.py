@@ -88,7 +88,7 @@ def _replay(est, rows_by_step, join=None):
 
 def quality(args) -> dict:
     from graphdiff_cli.core.graph import extend_mutual_knn, normalize_rows
-    from graphdiff_cli.core.metrics import mae, within_batch
+    from graphdiff_cli.evaluation.metrics import mae, within_batch
     from graphdiff_cli.core.spectral import label_new_nodes
     from graphdiff_cli.estimator import Estimator
     from graphdiff_cli.io.artifacts import read_artifact

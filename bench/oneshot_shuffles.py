@@ -2,7 +2,7 @@
 """Issue 15, target 2: the default preset against discounted history at its best (lambda, m) over several
 shuffles of the real log's later rounds (round 0 keeps the recorded first-draw order in every shuffle).
 
-Each shuffle is `graphdiff_cli.io.oneshot.write_oneshot(seed=S)` replayed one step ahead (as `graphdiff
+Each shuffle is `graphdiff_cli.evaluation.oneshot.write_oneshot(seed=S)` replayed one step ahead (as `graphdiff
 evaluate`) through the default preset, label propagation and discounted history on a grid; prints per
 shuffle and the paired mean with its standard error. Needs artifacts/oneshot (snakemake --configfile
 configs/oneshot.yaml) and ../shared/data/oneshot_rlvr.
@@ -33,13 +33,13 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    from graphdiff_cli.core import baselines as B
-    from graphdiff_cli.core.metrics import mae, within_batch
-    from graphdiff_cli.core.replay import replay
+    from graphdiff_cli.evaluation import baselines as B
+    from graphdiff_cli.evaluation.metrics import mae, within_batch
+    from graphdiff_cli.evaluation.replay import replay
     from graphdiff_cli.estimator import Estimator
-    from graphdiff_cli.io.oneshot import write_oneshot
+    from graphdiff_cli.evaluation.oneshot import write_oneshot
     from graphdiff_cli.io.readers import read_log
-    from graphdiff_cli.methods import GraphdiffMethod
+    from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     inp = run_inputs(args.run)
     n_nodes = len(inp.ids)

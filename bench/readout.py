@@ -37,12 +37,12 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="row names to run (default: all)")
     args = ap.parse_args()
 
-    from graphdiff_cli.core import baselines as B
-    from graphdiff_cli.core.metrics import mae, within_batch
-    from graphdiff_cli.core.replay import replay
+    from graphdiff_cli.evaluation import baselines as B
+    from graphdiff_cli.evaluation.metrics import mae, within_batch
+    from graphdiff_cli.evaluation.replay import replay
     from graphdiff_cli.estimator import Estimator
     from graphdiff_cli.io.readers import embedding_matrix
-    from graphdiff_cli.methods import GraphdiffMethod
+    from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     inp = run_inputs(args.run)
     ids, w, labels, k = inp.ids, inp.w, inp.labels, inp.k

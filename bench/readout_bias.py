@@ -4,7 +4,7 @@ run's log replayed through graphdiff's default preset (the workflow's evaluate s
 (no read-out), with the read-out's weight chosen online (``readout: auto``, the default when the embeddings
 are given) and with it fixed; per third of the run and per subset (all rows, rows of prompts seen before,
 first visits): the level bias (mean p-hat - mean observed rate), ECE, batch-mean r and MAE, as `evaluate`
-computes them (core.metrics). Every prediction is made before its outcomes; nothing is tuned on the log.
+computes them (evaluation.metrics). Every prediction is made before its outcomes; nothing is tuned on the log.
 
     .venv/bin/python bench/readout_bias.py artifacts/math                 # artifacts/demo, artifacts/oneshot
     .venv/bin/python bench/readout_bias.py artifacts/math --rows none auto 0.25 1
@@ -31,11 +31,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
 
-    from graphdiff_cli.core import metrics as M
-    from graphdiff_cli.core.replay import replay
+    from graphdiff_cli.evaluation import metrics as M
+    from graphdiff_cli.evaluation.replay import replay
     from graphdiff_cli.estimator import Estimator
     from graphdiff_cli.io.readers import embedding_matrix
-    from graphdiff_cli.methods import GraphdiffMethod
+    from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     inp = run_inputs(args.run)
     emb = embedding_matrix(_one(args.run, "embeddings.zarr"), inp.graph)

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from _run import _one, run_inputs, run_log  # bench/ is on sys.path when a script runs
-from graphdiff_cli.core import metrics as M, readout as ro
-from graphdiff_cli.core.replay import replay
+from graphdiff_cli.core import readout as ro
+from graphdiff_cli.evaluation import metrics as M
+from graphdiff_cli.evaluation.replay import replay
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io.readers import embedding_matrix
-from graphdiff_cli.methods import GraphdiffMethod
+from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
 
 class Recency(Estimator):

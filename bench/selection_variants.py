@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which graphdiff settings steer prompt selection best in the offline counterfactual replay?
 
-The selection replay of `graphdiff evaluate --counterfactual` (core.counterfactual.selection_replay:
+The selection replay of `graphdiff evaluate --counterfactual` (evaluation.counterfactual.selection_replay:
 each step a pool of pool-factor x B prompts of the current round, B chosen, only their outcomes
 revealed), run for graphdiff variants, the two MoPPS references and label propagation under the given strategies, over
 several pool shuffles (--seeds): what a method sees depends on what it chose, so one shuffle's rates
@@ -12,7 +12,7 @@ folder, e.g.
     python bench/selection_variants.py artifacts/oneshot [--strategies target,thompson] [--seeds 0,1,2,3]
 
 The target rule runs at select's default exploration (explore 1: "target") and without it
-("target (explore 0)") for graphdiff and MoPPS (core.counterfactual). Variants: the default preset; the default with belief_strength unset (the belief of the mixing, as
+("target (explore 0)") for graphdiff and MoPPS (evaluation.counterfactual). Variants: the default preset; the default with belief_strength unset (the belief of the mixing, as
 before the belief existed); prompt forgetting 0.5; and the default with every never-chosen prompt
 predicted 0.5 (MoPPS's Beta(1, 1) mean), which isolates exploration. --calibration adds, on the
 full log (every outcome revealed, as `graphdiff evaluate` replays it), how well each variant's
@@ -46,12 +46,12 @@ def main() -> None:
     ap.add_argument("--calibration", action="store_true")
     args = ap.parse_args()
 
-    from graphdiff_cli.core import baselines as B
-    from graphdiff_cli.core.counterfactual import selection_replay
-    from graphdiff_cli.core.metrics import auroc, zero_variance_outcome
+    from graphdiff_cli.evaluation import baselines as B
+    from graphdiff_cli.evaluation.counterfactual import selection_replay
+    from graphdiff_cli.evaluation.metrics import auroc, zero_variance_outcome
     from graphdiff_cli.estimator import Estimator
     from graphdiff_cli.io.readers import read_inputs, read_log
-    from graphdiff_cli.methods import GraphdiffMethod
+    from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     class UnseenHalf(GraphdiffMethod):
         def predict(self, ids):

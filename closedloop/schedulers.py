@@ -2,7 +2,7 @@
 
 A ``Belief`` is an online estimator seen through one interface: ``beliefs(nodes, group_size)`` ->
 ``{"p", "mean", "variance", "p_zero_variance"}`` and ``update(nodes, n, s)``. The natives are the
-peers of ``graphdiff_cli.core.baselines`` (MoPPS, GRESO, per-prompt history); ``graphdiff_belief``
+peers of ``graphdiff_cli.evaluation.baselines`` (MoPPS, GRESO, per-prompt history); ``graphdiff_belief``
 wraps ``graphdiff_cli.Estimator.estimates``.
 
 A ``Scheduler`` turns beliefs into one step's plan: a list of ``(node, units)`` - the prompts to roll
@@ -36,11 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphdiff_cli.core import baselines as bl
+from graphdiff_cli.evaluation import baselines as bl
 from graphdiff_cli.core import decisions as dec
 from graphdiff_cli.core.beta import mean_variance as beta_mean_variance
 from graphdiff_cli.core.beta import zero_variance
-from graphdiff_cli.core.counterfactual import moments
+from graphdiff_cli.evaluation.counterfactual import moments
 from graphdiff_cli.errors import InvalidArgumentError
 from graphdiff_cli.integrations.tracking import Target
 
@@ -84,7 +84,7 @@ MIN_ORACLE_SAMPLES = 32
 
 
 class Belief:
-    """An estimator as a scheduler reads it: the belief decisions use (``core.counterfactual.moments``,
+    """An estimator as a scheduler reads it: the belief decisions use (``evaluation.counterfactual.moments``,
     exactly what the offline replay and `graphdiff select` read: graphdiff's Beta belief, MoPPS's Beta,
     GRESO's skip probability, the plug-in p^g + (1 - p)^g for a point estimate) and its point estimate p."""
 
@@ -201,7 +201,7 @@ def make_belief(kind: str | None, n_nodes: int, graphdiff_factory=None, oracle=N
 
 
 def graphdiff_belief(estimator) -> Belief:
-    from graphdiff_cli.methods import GraphdiffMethod
+    from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     return Belief(GraphdiffMethod(estimator), "graphdiff")
 

@@ -57,8 +57,8 @@ def test_no_module_uses_another_modules_private_names():
 
 
 def test_importing_the_core_pulls_in_no_framework():
-    code = ("import sys, graphdiff_cli.core.meanfield, graphdiff_cli.core.belief, graphdiff_cli.core.baselines, "
-            "graphdiff_cli.core.decisions, graphdiff_cli.core.counterfactual, graphdiff_cli.core.metrics; "
+    code = ("import sys, graphdiff_cli.core.meanfield, graphdiff_cli.core.belief, graphdiff_cli.evaluation.baselines, "
+            "graphdiff_cli.core.decisions, graphdiff_cli.evaluation.counterfactual, graphdiff_cli.evaluation.metrics; "
             "print(sorted(m for m in ('torch', 'typer', 'rich', 'zarr', 'faiss', 'pydantic', 'yaml', "
             "'sentence_transformers', 'graphdiff_cli.estimator', 'graphdiff_cli.settings') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -10,12 +10,12 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import expit, logit
 
-from graphdiff_cli.core.baselines import (GRESO, VIP, DiscountedHistory, HistoryMean, LabelPropagation, MoPPS,
+from graphdiff_cli.evaluation.baselines import (GRESO, VIP, DiscountedHistory, HistoryMean, LabelPropagation, MoPPS,
                                           OnlineEstimator, OracleEstimator, SampleBeforeRL, SampleBeforeStep,
                                           harmonic_solution)
 from graphdiff_cli.core.beta import zero_variance, zero_variance_point
 from graphdiff_cli.errors import DataError, InvalidArgumentError
-from graphdiff_cli.methods import GraphdiffMethod
+from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
 
 def a(*x):
@@ -23,8 +23,8 @@ def a(*x):
 
 
 def test_core_modules_do_not_import_heavy_backends():
-    code = ("import sys; import graphdiff_cli.core.baselines, graphdiff_cli.core.metrics, "
-            "graphdiff_cli.core.replay, graphdiff_cli.core.simulate, graphdiff_cli.core.diagnostics; "
+    code = ("import sys; import graphdiff_cli.evaluation.baselines, graphdiff_cli.evaluation.metrics, "
+            "graphdiff_cli.evaluation.replay, graphdiff_cli.evaluation.simulate, graphdiff_cli.core.diagnostics; "
             "bad = [m for m in ('torch', 'typer', 'rich', 'zarr', 'faiss') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

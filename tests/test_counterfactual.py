@@ -1,4 +1,4 @@
-"""Offline counterfactual replay (core.counterfactual): rounds, only chosen outcomes revealed, scores
+"""Offline counterfactual replay (evaluation.counterfactual): rounds, only chosen outcomes revealed, scores
 against hand-computed values, and the stage on small artifacts."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from graphdiff_cli.core import counterfactual as cf
-from graphdiff_cli.core.baselines import HistoryMean
+from graphdiff_cli.evaluation import counterfactual as cf
+from graphdiff_cli.evaluation.baselines import HistoryMean
 from graphdiff_cli.errors import DataError
 
 

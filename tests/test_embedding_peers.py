@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphdiff_cli.core import baselines as B
+from graphdiff_cli.evaluation import baselines as B
 from graphdiff_cli.core import belief, readout
 from graphdiff_cli.errors import DataError, InvalidArgumentError
 
@@ -203,7 +203,7 @@ def test_dots_refuses_bad_settings():
 def test_registry_skips_or_refuses_embedding_peers_without_embeddings():
     import scipy.sparse as sp
 
-    from graphdiff_cli.methods import EMBEDDING_METHODS, build_methods, load_config, method_factories
+    from graphdiff_cli.evaluation.methods import EMBEDDING_METHODS, build_methods, load_config, method_factories
 
     assert EMBEDDING_METHODS == ("vip", "dots", "ridge")
     cfg = load_config(None)
@@ -230,7 +230,7 @@ def test_evaluate_with_the_embedding_peers_on_real_one_shot_prompts(shared_data,
     from typer.testing import CliRunner
 
     from graphdiff_cli.cli.app import app
-    from graphdiff_cli.core.replay import replay
+    from graphdiff_cli.evaluation.replay import replay
     from graphdiff_cli.io.readers import embedding_matrix, read_graph
 
     def gd(*args):

@@ -9,12 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from graphdiff_cli.cli.app import app
-from graphdiff_cli.core import baselines as B
+from graphdiff_cli.evaluation import baselines as B
 from graphdiff_cli.core.diagnostics import cluster_association, within_category_kruskal
 from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph
-from graphdiff_cli.core.metrics import evaluate_replay
-from graphdiff_cli.core.replay import replay
-from graphdiff_cli.core.simulate import simulate
+from graphdiff_cli.evaluation.metrics import evaluate_replay
+from graphdiff_cli.evaluation.replay import replay
+from graphdiff_cli.evaluation.simulate import simulate
 from graphdiff_cli.core.spectral import spectral_clustering
 from graphdiff_cli.io.artifacts import read_artifact, write_artifact
 
@@ -90,7 +90,7 @@ def test_evaluate_writes_the_report_and_matches_a_direct_replay(world, tmp_path)
     assert summary["summary"]["history"]["mae"] == pytest.approx(ev["methods"]["history"]["phases"]["full"]["all"]["mae"])
     # graphdiff's figures are those of the estimator itself, replayed the same way
     from graphdiff_cli import Estimator
-    from graphdiff_cli.methods import GraphdiffMethod
+    from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     # evaluate was given the embeddings: graphdiff's read-out of them is on (readout auto), here too
     from graphdiff_cli import load_embeddings

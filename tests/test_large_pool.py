@@ -1,5 +1,5 @@
-"""The large-pool regime (issue 33): the trajectory generator from real starting rates (core/rate_drift.py,
-`graphdiff simulate --rates`) and the static cold-start protocol's bookkeeping (core/coldstart.py)."""
+"""The large-pool regime (issue 33): the trajectory generator from real starting rates (evaluation/rate_drift.py,
+`graphdiff simulate --rates`) and the static cold-start protocol's bookkeeping (evaluation/coldstart.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphdiff_cli.core import coldstart as C
-from graphdiff_cli.core import rate_drift as R
-from graphdiff_cli.core.baselines import HistoryMean
+from graphdiff_cli.evaluation import coldstart as C
+from graphdiff_cli.evaluation import rate_drift as R
+from graphdiff_cli.evaluation.baselines import HistoryMean
 from graphdiff_cli.errors import DataError, InvalidArgumentError
 
 DEEPSCALER = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "deepscaler_difficulty" / "problems.jsonl"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from graphdiff_cli.core import metrics as M
+from graphdiff_cli.evaluation import metrics as M
 
 
 def test_mae():
@@ -112,8 +112,8 @@ def test_evaluate_predictions_splits_seen_and_unseen():
 
 
 def test_evaluate_replay_series_and_reliability():
-    from graphdiff_cli.core.baselines import HistoryMean
-    from graphdiff_cli.core.replay import replay
+    from graphdiff_cli.evaluation.baselines import HistoryMean
+    from graphdiff_cli.evaluation.replay import replay
 
     step = np.array([1, 1, 2, 2, 3, 3])
     ids = np.array([0, 1, 0, 2, 1, 2])
@@ -133,7 +133,7 @@ def test_evaluate_replay_series_and_reliability():
 # ------------------------------------------------------------------------------------------ intervals
 
 def test_ratio_bootstrap_degenerate_and_small_cases():
-    from graphdiff_cli.core.metrics import ratio_bootstrap
+    from graphdiff_cli.evaluation.metrics import ratio_bootstrap
 
     den = np.array([3.0, 5.0, 2.0, 7.0, 4.0])
     ci = ratio_bootstrap(0.25 * den, den)  # every unit's ratio is 0.25: every resample's too
@@ -145,7 +145,7 @@ def test_ratio_bootstrap_degenerate_and_small_cases():
 
 
 def test_ratio_bootstrap_covers_the_true_mean_and_widens_for_correlated_steps():
-    from graphdiff_cli.core.metrics import ratio_bootstrap
+    from graphdiff_cli.evaluation.metrics import ratio_bootstrap
 
     rng = np.random.default_rng(0)
     covered = 0
@@ -167,7 +167,7 @@ def test_ratio_bootstrap_covers_the_true_mean_and_widens_for_correlated_steps():
 
 
 def test_paired_comparison_point_estimates_are_the_plain_differences():
-    from graphdiff_cli.core.metrics import mae, mae_difference, within_batch, within_r_difference
+    from graphdiff_cli.evaluation.metrics import mae, mae_difference, within_batch, within_r_difference
 
     rng = np.random.default_rng(3)
     step = np.repeat(np.arange(12), 10)

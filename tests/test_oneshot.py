@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphdiff_cli.errors import DataError
-from graphdiff_cli.io.oneshot import convert_oneshot, write_oneshot
+from graphdiff_cli.evaluation.oneshot import convert_oneshot, write_oneshot
 from graphdiff_cli.io.tables import read_rows
 
 ONESHOT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "oneshot_rlvr"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphdiff_cli.core.baselines import GRESO, HistoryMean, MoPPS, SampleBeforeStep
-from graphdiff_cli.core.replay import replay
+from graphdiff_cli.evaluation.baselines import GRESO, HistoryMean, MoPPS, SampleBeforeStep
+from graphdiff_cli.evaluation.replay import replay
 from graphdiff_cli.errors import DataError, InvalidArgumentError
 
 

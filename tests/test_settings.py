@@ -119,7 +119,7 @@ def test_layers_name_where_a_bad_value_came_from(tmp_path):
 
 def test_init_and_evaluate_read_one_estimator_section_the_same_way(tmp_path):
     """One shape: a whole config's `estimator:` section, read alike by init --config and evaluate --config."""
-    from graphdiff_cli.methods import load_config
+    from graphdiff_cli.evaluation.methods import load_config
     from graphdiff_cli.stages.handoff import init_settings
 
     whole = tmp_path / "whole.yaml"
@@ -168,7 +168,7 @@ def test_paper_yaml_is_a_valid_init_config():
     ("estimator:\n  tol: 0.01\n", r"c\.yaml:2: tol = 0\.01 has no effect here"),
 ])
 def test_config_file_errors_are_one_line_naming_file_and_line_in_init_and_evaluate(tmp_path, text, message):
-    from graphdiff_cli.methods import load_config
+    from graphdiff_cli.evaluation.methods import load_config
     from graphdiff_cli.stages.handoff import init_settings
 
     path = tmp_path / "c.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphdiff_cli.core import simulate as S
+from graphdiff_cli.evaluation import simulate as S
 from graphdiff_cli.errors import DataError, InvalidArgumentError
 
 MATH_TRAIN = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "math" / "math_train.jsonl"

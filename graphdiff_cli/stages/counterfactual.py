@@ -1,4 +1,4 @@
-"""Stage: offline counterfactual replay of selection and allocation (``core.counterfactual``) on a log.
+"""Stage: offline counterfactual replay of selection and allocation (``evaluation.counterfactual``) on a log.
 
 Inputs are the ones ``graphdiff evaluate`` reads (a log of rows step, id, n, s; the graph and clusters
 artifacts; embeddings for VIP, DOTS and the ridge read-out), read with the same readers. Every method except the oracles of the
@@ -32,11 +32,11 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
     with ``skip_unavailable`` the other replay is still run and the reason is kept instead, under
     ``selection_skipped`` / ``allocation_skipped`` (both unavailable: the first error is raised).
     ``predictions``: {name: per-row predictions} of estimators already replayed on this log as built here
-    (``core.counterfactual.allocation_replay`` then reuses them instead of a second pass).
+    (``evaluation.counterfactual.allocation_replay`` then reuses them instead of a second pass).
     """
     from ..core import decisions as dec
-    from ..core.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
-    from ..methods import COUNTERFACTUAL_METHODS, method_factories
+    from ..evaluation.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
+    from ..evaluation.methods import COUNTERFACTUAL_METHODS, method_factories
 
     # the target rule at the chosen exploration, and without any (the bare estimates) for comparison
     explore = dec.TARGET_EXPLORE if explore is None else dec.check_explore(explore)
@@ -80,7 +80,7 @@ def counterfactual(log, graph, clusters, *, embeddings=None, config=None, method
                    progress: Progress = no_progress) -> dict:
     """Run both replays; returns {"selection": ..., "allocation": ..., "methods": [...], "note": ...}."""
     from ..io.readers import read_inputs, read_log
-    from ..methods import load_config, with_device
+    from ..evaluation.methods import load_config, with_device
 
     t0 = time.perf_counter()
     cfg = with_device(load_config(config), device)

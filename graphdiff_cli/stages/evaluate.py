@@ -2,7 +2,7 @@
 
 Read a training log (rows step, id, n, s; string ids matched to the graph's ``ids``), the graph,
 clusters and (for VIP, DOTS and the ridge read-out) embeddings artifacts (``io.readers``); replay the log through graphdiff and the
-peers' estimators (``methods``) with no look-ahead (``core.replay``); score them (``core.metrics``);
+peers' estimators (``methods``) with no look-ahead (``evaluation.replay``); score them (``evaluation.metrics``);
 optionally replay decisions (``stages.counterfactual``); write a report folder (report.md,
 metrics.json, plots) atomically (``io.staging``).
 
@@ -25,7 +25,7 @@ from .progress import Progress, no_progress, phase
 
 def _verdict(metrics: dict) -> list[dict]:
     """graphdiff against each real (non-oracle) baseline on the full log, all rows."""
-    from ..core.metrics import HIGHER_IS_BETTER
+    from ..evaluation.metrics import HIGHER_IS_BETTER
 
     methods = metrics["methods"]
     if "graphdiff" not in methods:
@@ -57,7 +57,7 @@ def _headline(res, metrics: dict, decisions: dict | None, counterfactual: bool |
 
     Each answered question carries its ``verdict`` (None where the log cannot give one); ``not_given`` lists
     every figure of the headline this log cannot give, each with the reason (``report.headline_gaps``)."""
-    from ..core.metrics import mae_difference, ratio_bootstrap, within_r_difference
+    from ..evaluation.metrics import mae_difference, ratio_bootstrap, within_r_difference
     from .report import headline_gaps, judge
 
     methods = metrics["methods"]
@@ -160,10 +160,10 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
 
     Returns the result summary (also stored in metrics.json under "run").
     """
-    from ..core.metrics import evaluate_replay
-    from ..core.replay import replay
+    from ..evaluation.metrics import evaluate_replay
+    from ..evaluation.replay import replay
     from ..io.readers import embedding_matrix, read_clusters, read_graph, read_log
-    from ..methods import (COUNTERFACTUAL_METHODS, EMBEDDING_METHODS, build_methods, load_config, parse_methods,
+    from ..evaluation.methods import (COUNTERFACTUAL_METHODS, EMBEDDING_METHODS, build_methods, load_config, parse_methods,
                            tune_discounted, with_device)
     from .report import to_jsonable, write_report
 
@@ -208,7 +208,7 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
 
     truth = None
     if lg["p_true"] is not None:
-        from ..core.metrics import mae
+        from ..evaluation.metrics import mae
 
         truth = {"observed_vs_true_mae": mae(lg["p_true"], res.rate),
                  "methods": {name: mae(res.predictions[name], lg["p_true"]) for name in res.methods}}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.metrics import HIGHER_IS_BETTER, N_BINS, PHASES
+from ..evaluation.metrics import HIGHER_IS_BETTER, N_BINS, PHASES
 
 HIGHLIGHT = {"graphdiff": ("tab:red", 2.4), "best": ("tab:blue", 1.8)}  # colour, line width
 
@@ -104,7 +104,7 @@ def _has_interval(diff: dict) -> bool:
 
 
 def interval_gap(diff: dict, unit: str = "unit") -> str | None:
-    """Why a difference has no bootstrap interval (``core.metrics.ratio_bootstrap`` needs 2 units with
+    """Why a difference has no bootstrap interval (``evaluation.metrics.ratio_bootstrap`` needs 2 units with
     weight), or None when it has one."""
     if _has_interval(diff):
         return None

@@ -1,4 +1,4 @@
-"""Stage behind ``graphdiff simulate``: a synthetic prompt set and RLVR trajectory (``core.simulate``)."""
+"""Stage behind ``graphdiff simulate``: a synthetic prompt set and RLVR trajectory (``evaluation.simulate``)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ def simulate(out_prompts, out_log, *, prompts: int | None = None, steps: int | N
     Templates (default 2,000 prompts, 100 steps of 128); with ``math`` a MATH JSONL/CSV/Parquet file
     (unique_id, problem, subject, level) whose rows become the prompts (all of them, or a seeded subset
     of ``prompts`` rows in file order), ``epochs`` passes of 256-prompt batches unless ``steps`` is given.
-    ``shifts``: 'STEP:TOPIC:DELTA' strings (or ``core.simulate.Shift``s), a topic's ability moved mid-run.
+    ``shifts``: 'STEP:TOPIC:DELTA' strings (or ``evaluation.simulate.Shift``s), a topic's ability moved mid-run.
     With ``rates`` (``simulate_rates``): real starting rates, a drifting policy.
     """
-    from ..core import simulate as S
+    from ..evaluation import simulate as S
     from ..core.decisions import check_int
     from ..io.tables import write_rows
 
@@ -75,14 +75,14 @@ def simulate_rates(out_prompts, out_log, rates, *, prompts: int | None = None, s
                    batch_size: int | None = None, rollouts: int = 8, seed: int = 0, epochs: int = 3,
                    skill_groups=None, drift_mean: float | None = None, drift_skill_sd: float | None = None,
                    drift_item_sd: float | None = None, id_field: str = "id") -> dict:
-    """A trajectory from real starting rates (``core.rate_drift``): ``rates`` is a JSONL/CSV/Parquet file of
+    """A trajectory from real starting rates (``evaluation.rate_drift``): ``rates`` is a JSONL/CSV/Parquet file of
     rows {id, n, s[, problem]} (e.g. ../shared/data/deepscaler_difficulty/problems.jsonl); all of them, or a
     seeded subset of ``prompts`` rows in file order. ``skill_groups``: a clusters artifact (``graphdiff
     cluster``) whose labels are the skill groups, matched by id (every prompt must be in it); None: no shared
     skill. Writes prompts (id, prompt, p0, skill, speed) and a log (step, id, n, s, p_true). ``steps`` is
     refused: the run is ``epochs`` passes of ``batch_size`` (default 256) prompts, so a prompt is visited at
     most ``epochs`` times."""
-    from ..core import rate_drift as R
+    from ..evaluation import rate_drift as R
     from ..io.readers import read_clusters
     from ..io.tables import read_rows, write_rows
 

@@ -1,6 +1,6 @@
 """Snakemake script: convert the One-Shot-RLVR folder into a prompts file and a replayable log.
 
-Uses graphdiff's converter (graphdiff_cli.io.oneshot.write_oneshot: visit k = round k, rounds in
+Uses graphdiff's converter (graphdiff_cli.evaluation.oneshot.write_oneshot: visit k = round k, rounds in
 shuffled batches, round 0 in the recorded first-draw order); see shared/data/README.md.
 Errors become one line in the rule's log and a failed job.
 """
@@ -14,7 +14,7 @@ sm = snakemake  # noqa: F821 - injected by Snakemake's script directive
 with open(sm.log[0], "w", encoding="utf-8") as log:
     try:
         from graphdiff_cli.errors import GraphdiffError
-        from graphdiff_cli.io.oneshot import write_oneshot
+        from graphdiff_cli.evaluation.oneshot import write_oneshot
 
         summary = write_oneshot(Path(sm.input.prompts).parent, sm.output.prompts, sm.output.log,
                                 seed=int(sm.params.seed), batch_size=int(sm.params.batch_size))

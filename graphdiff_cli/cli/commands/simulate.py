@@ -29,7 +29,7 @@ def simulate(
                                     "TOPIC moves by DELTA logits (+ a jump, - a decay); repeatable."),
     rates: Optional[Path] = typer.Option(None, "--rates", help="Real starting rates: rows id, n, s (e.g. DeepScaleR's "
                                          "problems.jsonl); --epochs passes of --batch-size (256) prompts, each "
-                                         "prompt's logit drifting by its skill's speed (core/rate_drift.py)."),
+                                         "prompt's logit drifting by its skill's speed (evaluation/rate_drift.py)."),
     skill_groups: Optional[Path] = typer.Option(None, "--skill-groups", help="With --rates: a clusters artifact "
                                                 "whose labels are the skill groups sharing a drift speed "
                                                 "(default: none shared)."),

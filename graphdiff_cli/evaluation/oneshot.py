@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
-from .tables import as_int, load_json, read_rows
+from ..io.tables import as_int, load_json, read_rows
 
 FILES = ("prompts.jsonl", "acc_history.jsonl", "acc_step_500.raw.json")
 
@@ -111,7 +111,7 @@ def convert_oneshot(data_dir, seed: int = 0, batch_size: int = 128) -> OneShotLo
 
 def write_oneshot(data_dir, out_prompts, out_log, seed: int = 0, batch_size: int = 128) -> dict:
     """Convert and write the prompts file (id, prompt) and the log (step, id, n, s) atomically."""
-    from .tables import write_rows
+    from ..io.tables import write_rows
 
     conv = convert_oneshot(data_dir, seed=seed, batch_size=batch_size)
     write_rows(out_prompts, conv.prompts, columns=["id", "prompt"])

@@ -1,6 +1,6 @@
 """Online difficulty estimators that graphdiff is compared with, behind one small interface.
 
-Every estimator is replayed over a training log step by step (``graphdiff_cli.core.replay``): before a
+Every estimator is replayed over a training log step by step (``graphdiff_cli.evaluation.replay``): before a
 step it predicts p-hat for the step's prompts, then it is shown the step's outcomes. The rules are the
 peers' published ones (see docs / shared notes "peers"):
 
@@ -19,7 +19,7 @@ peers' published ones (see docs / shared notes "peers"):
 * ``LabelPropagation`` harmonic function (Zhu et al. 2003) on the mutual-kNN graph W.
 * ``SampleBeforeRL`` / ``SampleBeforeStep`` (oracles, see ``OracleEstimator``).
 
-The project's own ``Estimator`` is put behind the same interface by ``graphdiff_cli.methods`` (core
+The project's own ``Estimator`` is put behind the same interface by ``graphdiff_cli.evaluation.methods`` (core
 knows no facade).
 
 The interface (``OnlineEstimator``): ``name``, ``predict(ids) -> p``, ``update(ids, n, s)`` and,
@@ -41,8 +41,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DataError, InvalidArgumentError
-from . import beta as B
-from .harmonic import harmonic_solution
+from ..core import beta as B
+from ..core.harmonic import harmonic_solution
 
 __all__ = [
     "OnlineEstimator", "BeliefEstimator", "OracleEstimator", "aggregate_counts", "HistoryMean",
@@ -470,7 +470,7 @@ class RidgeReadout:
     """
 
     def __init__(self, embeddings: np.ndarray, name: str = "ridge"):
-        from . import belief, readout
+        from ..core import belief, readout
 
         e = _check_embeddings(embeddings, "the ridge read-out")
         self.name = name
@@ -487,33 +487,33 @@ class RidgeReadout:
     @property
     def ridge(self) -> float:
         """The ridge strength in use (chosen online)."""
-        from . import readout
+        from ..core import readout
 
         return readout.choose_ridge(self.ridge_errors_)
 
     @property
     def kappa(self) -> float:
         """The evidence-mixing strength in use (chosen online)."""
-        from . import belief
+        from ..core import belief
 
         return belief.choose_prior_strength(self.kappa_errors_)
 
     def _readout(self, ids: np.ndarray, ridge: float) -> np.ndarray:
-        from . import readout
+        from ..core import readout
 
         if ridge not in self._theta:
             self._theta[ridge] = readout.solve(self.gram_, self.moment_, ridge)
         return readout.predict(self._theta[ridge], self.x[ids], self._global.value)
 
     def predict(self, ids) -> np.ndarray:
-        from .belief import mix_by_evidence
+        from ..core.belief import mix_by_evidence
 
         ids = _check_ids(ids, self.n_nodes)
         m = self._readout(ids, self.ridge)
         return mix_by_evidence(m, np.zeros(ids.size), self.successes_[ids], self.rollouts_[ids], self.kappa)[0]
 
     def update(self, ids, n, s) -> None:
-        from . import belief, readout
+        from ..core import belief, readout
 
         ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
         if ids.size == 0:
@@ -659,7 +659,7 @@ class LabelPropagation:
     def __init__(self, graph: sp.spmatrix, name: str = "labelprop"):
         from scipy.sparse.csgraph import connected_components
 
-        from .graph import validate_graph
+        from ..core.graph import validate_graph
 
         self.name = name
         self.w = validate_graph(graph)

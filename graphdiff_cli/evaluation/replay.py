@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
-from .beta import zero_variance_point
+from ..core.beta import zero_variance_point
 
 
 @dataclass

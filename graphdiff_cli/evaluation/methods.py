@@ -10,7 +10,7 @@ compare, built by key from one config.
   YAML/JSON file shaped like the Snakemake config.
 - ``build_methods``: fresh estimators for the keys; ``method_factories``: zero-argument factories of
   fresh ones (a counterfactual replay needs one per strategy).
-- ``GraphdiffMethod``: graphdiff's ``Estimator`` behind ``core.baselines``' interface (``OnlineEstimator``
+- ``GraphdiffMethod``: graphdiff's ``Estimator`` behind ``evaluation.baselines``' interface (``OnlineEstimator``
   with ``BeliefEstimator.moments``), so core never imports the facade.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 # method keys accepted by --methods, in report order; oracles last
 METHOD_KEYS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "dots", "ridge", "labelprop", "sbr",
@@ -54,7 +54,7 @@ DEFAULT_CONFIG = {
 
 
 class GraphdiffMethod:
-    """graphdiff's ``Estimator`` behind the peers' interface (``core.baselines``).
+    """graphdiff's ``Estimator`` behind the peers' interface (``evaluation.baselines``).
 
     ``moments`` is the belief `graphdiff select` decides by (``Estimator.estimates``' mean, variance and
     p_zero_variance); ``zero_variance`` its E[p^g + (1 - p)^g].
@@ -99,12 +99,12 @@ def load_config(path) -> dict:
     an unknown key inside these sections is refused in one line naming the file, so a typo cannot
     silently fall back to a default.
     """
-    from .settings import DEFAULT_PRESET, config_layer, resolve_layers
+    from ..settings import DEFAULT_PRESET, config_layer, resolve_layers
 
     cfg = copy.deepcopy(DEFAULT_CONFIG)
     user, lines, where = {}, {}, "the default config"
     if path is not None:
-        from .io.readers import read_mapping
+        from ..io.readers import read_mapping
 
         where = str(path)
         user, lines = read_mapping(Path(path))  # YAML or JSON (a YAML document)
@@ -138,7 +138,7 @@ def load_config(path) -> dict:
 def with_device(cfg: dict, device: str | None) -> dict:
     """``cfg`` with graphdiff's inference device replaced (None: unchanged)."""
     if device is not None:
-        from .settings import from_dict
+        from ..settings import from_dict
 
         cfg = {**cfg, "estimator": from_dict({**cfg["estimator"].as_dict(), "device": device}, "--device")}
     return cfg
@@ -170,9 +170,9 @@ def tune_discounted(log: dict, n_nodes: int, lambdas, ms) -> tuple[dict, list[di
 
     Returns (best {"lam", "m", "mae"}, grid rows {"lam", "m", "mae", "within_r"}).
     """
-    from .core.baselines import DiscountedHistory
-    from .core.metrics import mae, within_batch
-    from .core.replay import replay
+    from .baselines import DiscountedHistory
+    from .metrics import mae, within_batch
+    from .replay import replay
 
     lambdas = [float(x) for x in lambdas]
     ms = [float(x) for x in ms]
@@ -198,8 +198,8 @@ def _flag(value, where: str) -> bool:
 
 def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> tuple[list, dict]:
     """Instantiate the requested methods; returns (estimators, {name: description of its settings})."""
-    from .core import baselines as B
-    from .estimator import Estimator
+    from . import baselines as B
+    from ..estimator import Estimator
 
     ev, settings = cfg["evaluate"], cfg["estimator"]
     methods, described = [], {}

@@ -27,7 +27,7 @@ sum_i 1 - r_i^n_i - (1 - r_i)^n_i, taking each prompt's recorded rate r_i = s_i 
 The estimators then learn the recorded outcomes (the log has no others), so one pass per estimator
 serves every strategy. Reference: ``oracle`` allocates with the recorded rates themselves.
 
-Estimators follow ``core.baselines.OnlineEstimator`` (predict / update, optional zero_variance);
+Estimators follow ``evaluation.baselines.OnlineEstimator`` (predict / update, optional zero_variance);
 ``moments`` adds what selection needs: the belief about p (graphdiff: ``Estimator.estimates``' mean
 and variance, exactly what `graphdiff select` decides by; MoPPS: its Beta's; others: their p and
 variance 0, so Thompson sampling reduces to the target rule for them) and the zero-variance probability (native where the method has one, else
@@ -43,9 +43,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
-from . import decisions as dec
+from ..core import decisions as dec
 from .baselines import BeliefEstimator
-from .beta import zero_variance_point
+from ..core.beta import zero_variance_point
 from .replay import check_log
 
 OUT_OF_REACH = ("offline replay: every outcome comes from the recorded run, so the policy's response to "
@@ -223,7 +223,7 @@ def allocation_replay(step, ids, n, s, factories: dict[str, Callable[[], object]
     """Replay allocation on the log; see the module docstring.
 
     ``predictions``: {name: each row's prediction made before its step's outcomes} for estimators already
-    replayed on this log in the same order (``core.replay.replay``: predict a step's batch, then learn its
+    replayed on this log in the same order (``evaluation.replay.replay``: predict a step's batch, then learn its
     outcomes), which is exactly this replay's pass; those estimators are not replayed a second time."""
     step, ids, n, s = check_log(step, ids, n, s, n_nodes)
     for st in strategies:

@@ -1,0 +1,1 @@
+"""The evaluation lab: peers, replay, metrics, counterfactual selection, simulation, cold start, drift and the method registry. Nothing on the product path (the STATE, the handoff, the integrations, the estimator, core) imports it."""
