@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _run import run_inputs, run_log  # bench/ is on sys.path when a script runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import round0_steps, run_inputs, run_log  # noqa: E402
 
 # each row: (name, settings on top of the "paper" preset)
 LADDER = [
@@ -40,17 +42,6 @@ LADDER = [
     ("default, kappa 4 fixed", {"preset": "default", "prior_strength": 4.0}),
     ("default, state forgetting 0.95", {"preset": "default", "state_forgetting": 0.95}),
 ]
-
-
-def round0_steps(step: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Steps in which every prompt is seen for the first time (the cold start)."""
-    seen: set = set()
-    bad: set = set()
-    for t, i in zip(step.tolist(), ids.tolist()):
-        if i in seen:
-            bad.add(t)
-        seen.add(i)
-    return np.array([t for t in np.unique(step) if t not in bad and t < min(bad, default=np.inf)])
 
 
 def main() -> None:

@@ -98,13 +98,10 @@ from pathlib import Path
 
 import numpy as np
 
-from _emit import emit  # bench/ is on sys.path when a script runs
-from outcomes_stream import write_file as write_outcomes_file
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import GRAPHDIFF, ROOT, emit, rss_mb, write_outcomes  # noqa: E402
+from graphdiff_cli.cli.wire import MAX_REPLY, MessageError, recv_message  # noqa: E402
 
-from graphdiff_cli.cli.wire import MAX_REPLY, MessageError, recv_message
-
-ROOT = Path(__file__).resolve().parents[1]
-GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
 STEPS = 6  # reference steps
 STREAM_PEAK_MB = 400  # streams: an update's peak memory bound, whatever the outcomes file's size (600 prompts)
 DEBRIS = (".staging-", ".tmp")
@@ -1361,7 +1358,7 @@ def part_streams(w: World, tally: Tally, trials: int, rng: random.Random, megaby
     for fmt, mb in (("jsonl", megabytes), ("csv", megabytes / 10)):
         src = w.work / f"big-outcomes.{fmt}"
         for bad in (False, True):
-            rows = write_outcomes_file(src, mb, w.ids[:w.n], fmt, n=1, bad_last=bad)
+            rows = write_outcomes(src, mb, w.ids[:w.n], fmt, n=1, bad_last=bad)
             state = w.fresh(0, "streams")
             before = tree_hash(state)
             t0 = time.perf_counter()
@@ -1565,13 +1562,6 @@ def part_big(work: Path, tally: Tally, trials: int, rng: random.Random, n: int =
     shutil.rmtree(folder, ignore_errors=True)
     return {"prompts": n, "added": add, "states": states, "build_s": built, "uninterrupted_s": durations,
             "setup_s": round(time.perf_counter() - t0, 1)}
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def du(root: Path) -> tuple[float, int]:

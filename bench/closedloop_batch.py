@@ -27,18 +27,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def seeds_of(text: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        if "-" in part:
-            lo, hi = part.split("-")
-            out += list(range(int(lo), int(hi) + 1))
-        elif part:
-            out.append(int(part))
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import ROOT, seeds_of  # noqa: E402
 
 
 def main(argv=None) -> int:

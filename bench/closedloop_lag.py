@@ -23,12 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from _emit import emit  # bench/ is on sys.path when a script runs
-from closedloop_batch import seeds_of
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.io.readers import IdIndex
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the closedloop package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import emit, seeds_of  # noqa: E402
 from closedloop.scores import cell_of  # noqa: E402
 
 

@@ -14,13 +14,13 @@ the global rate); every batch is predicted before its outcomes. Input: a workflo
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from _emit import emit  # bench/ is on sys.path when a script runs
-from _run import run_inputs, run_log
-from ablation import round0_steps
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import emit, round0_steps, run_inputs, run_log  # noqa: E402
 
 GRID = [(m, t, a) for m in (10, 30, 100) for t in (0.02, 0.05, 0.1) for a in (0.0, 1.0)]
 

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _run import _one  # bench/ is on sys.path when a script runs; _run puts the repository on it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import run_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RATES = ROOT / ".." / "shared" / "data" / "deepscaler_difficulty" / "problems.jsonl"
@@ -55,7 +56,7 @@ def log(msg: str) -> None:
 def load_run(run: Path):
     from graphdiff_cli.io.readers import read_inputs
 
-    return read_inputs(_one(run, "graph/*.zarr"), _one(run, "clusters/*.zarr"), run / "embeddings.zarr")
+    return read_inputs(run_file(run, "graph/*.zarr"), run_file(run, "clusters/*.zarr"), run / "embeddings.zarr")
 
 
 def load_rates(path: Path, inp) -> np.ndarray:
@@ -378,7 +379,7 @@ def main() -> None:
             p.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if args.command == "trajectory" and args.log is None and args.skill_groups is None:
-        args.skill_groups = _one(args.run, "skills/*.zarr")
+        args.skill_groups = run_file(args.run, "skills/*.zarr")
     args.fn(args)
 
 

@@ -48,11 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from _emit import emit  # bench/ is on sys.path when a script runs
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import GRAPHDIFF, ROOT, emit  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------- quality

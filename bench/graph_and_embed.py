@@ -19,12 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from datetime import date
+from pathlib import Path
 
 import numpy as np
 
-from _emit import emit  # bench/ is on sys.path when a script runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import emit  # noqa: E402
 
 
 def bench_knn(args) -> dict:

@@ -32,7 +32,6 @@ import os
 import platform
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,84 +39,9 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
-from _emit import emit  # bench/ is on sys.path when a script runs
-from chaos import rss_mb
-
-ROOT = Path(__file__).resolve().parents[1]
-GRAPHDIFF = ROOT / ".venv" / "bin" / "graphdiff"
-
-
-def synthetic_graph(n, k, deg, seed=0):
-    """Symmetric CSR with ~deg neighbours per node, most inside the node's planted state."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, k, n)
-    order = np.argsort(labels, kind="stable")
-    starts = np.searchsorted(labels[order], np.arange(k))
-    sizes = np.bincount(labels, minlength=k)
-    half = deg // 2  # each node proposes deg/2 edges; symmetrizing gives ~deg neighbours
-    rows = np.repeat(np.arange(n), half)
-    same = rng.random(n * half) < 0.85
-    lab = labels[rows]
-    pick = starts[lab] + (rng.random(n * half) * sizes[lab]).astype(np.int64)
-    cols = np.where(same, order[pick], rng.integers(0, n, n * half))
-    vals = rng.uniform(0.3, 0.9, rows.size).astype(np.float32)
-    keep = rows != cols
-    w = sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(n, n))
-    w = w.maximum(w.T).tocsr()
-    w.sort_indices()
-    return w, labels
-
-
-def write_inputs(folder: Path, n, k, deg):
-    from graphdiff_cli.io.artifacts import hash_arrays, write_artifact
-
-    w, labels = synthetic_graph(n, k, deg)
-    ids = np.asarray([f"p{i:07d}" for i in range(n)], dtype=str)
-    knn = np.zeros((n, 1), dtype=np.int64)  # unused downstream of clustering
-    arrays = {"ids": ids.astype(object), "indptr": w.indptr.astype(np.int64), "indices": w.indices.astype(np.int64),
-              "data": w.data.astype(np.float32), "knn_indices": knn}
-    g_hash = hash_arrays(ids, arrays["indptr"], arrays["indices"], arrays["data"], knn, extra="graph")
-    write_artifact(folder / "graph.zarr", "graph", arrays, params={"k_nn": deg, "synthetic": True},
-                   inputs={"embeddings": "synthetic"}, content_hash=g_hash)
-    labels = labels.astype(np.int64)
-    write_artifact(folder / "clusters.zarr", "clusters", {"ids": ids.astype(object), "labels": labels},
-                   params={"states": k, "seed": 0, "planted": True}, inputs={"graph": g_hash},
-                   content_hash=hash_arrays(ids, labels, extra="clusters"))
-    return ids, labels, w
-
-
-def read_inputs(graph: Path, clusters: Path):
-    """ids, labels and W of existing graph and clusters artifacts (the clusters' order mapped to the graph's)."""
-    from graphdiff_cli import load_graph
-    from graphdiff_cli.io.artifacts import read_artifact
-
-    w, ids = load_graph(graph)
-    c = read_artifact(clusters, "clusters")
-    pos = {pid: i for i, pid in enumerate(str(x) for x in c.array("ids"))}
-    labels = np.asarray(c.array("labels"))[[pos[str(i)] for i in ids]].astype(np.int64)
-    return np.asarray(ids, dtype=str), labels, w
-
-
-def run(*args) -> tuple[dict, float]:
-    """Run one graphdiff command; its --json result (plus "peak_rss_mb": the process's own maximum
-    resident set, from wait4) and its wall time."""
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as errf:
-        proc = subprocess.Popen([str(GRAPHDIFF), *map(str, args), "--json"], stdout=subprocess.PIPE,
-                                stderr=errf, text=True)
-        out = proc.stdout.read()
-        proc.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)  # reaps the child and returns its own rusage
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            errf.seek(0)
-            sys.exit(f"{args[0]} failed: {errf.read()}")
-    res = json.loads(out)
-    res["peak_rss_mb"] = usage.ru_maxrss / 1024
-    return res, wall
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import emit, read_artifacts, rss_mb, run_graphdiff, write_inputs  # noqa: E402
 
 
 def resident_steps(state, work, ids, labels, p_state, rng, args) -> dict:
@@ -205,7 +129,7 @@ def main():
     try:
         t0 = time.perf_counter()
         if args.graph:
-            ids, labels, w = read_inputs(Path(args.graph), Path(args.clusters))
+            ids, labels, w = read_artifacts(Path(args.graph), Path(args.clusters))
             args.n, args.k = len(ids), int(labels.max()) + 1
             graph, clusters = Path(args.graph), Path(args.clusters)
         else:
@@ -218,7 +142,7 @@ def main():
         for flag in ("snapshot_every", "keep_every"):
             if getattr(args, flag) is not None:
                 extra += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
-        init, init_wall = run("init", "--graph", graph, "--clusters", clusters,
+        init, init_wall = run_graphdiff("init", "--graph", graph, "--clusters", clusters,
                               "--out", state, "--device", "cpu", "--max-iters", args.max_iters, *extra)
         rng = np.random.default_rng(1)
         p_state = rng.beta(2, 2, args.k)
@@ -229,10 +153,10 @@ def main():
             outcomes = work / f"step{t}.jsonl"
             outcomes.write_text("".join(json.dumps({"id": ids[i], "n": args.rollouts, "s": int(si)}) + "\n"
                                         for i, si in zip(batch, s)))
-            upd, upd_wall = run("update", "--state", state, "--step", t, "--outcomes", outcomes)
+            upd, upd_wall = run_graphdiff("update", "--state", state, "--step", t, "--outcomes", outcomes)
             steps.append({"step": t, "wall_s": upd_wall, "iterations": upd["iterations"],
                           "peak_rss_mb": upd["peak_rss_mb"], **upd["timings"]})
-        pred, pred_wall = run("predict", "--state", state, "--out", work / f"predictions.{args.format}")
+        pred, pred_wall = run_graphdiff("predict", "--state", state, "--out", work / f"predictions.{args.format}")
         resident = resident_steps(state, work, ids, labels, p_state, rng, args) if args.resident_steps else None
         result = {
             "benchmark": "handoff_roundtrip",

@@ -17,34 +17,16 @@ from __future__ import annotations
 import argparse
 import platform
 import resource
+import sys
 import time
 from datetime import date
+from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
-from _emit import emit  # bench/ is on sys.path when a script runs
-
-
-def synthetic_graph(n, k, deg, seed=0):
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, k, n)
-    order = np.argsort(labels, kind="stable")
-    starts = np.searchsorted(labels[order], np.arange(k))
-    sizes = np.bincount(labels, minlength=k)
-    half = deg // 2  # each node proposes deg/2 edges; symmetrizing gives ~deg neighbours
-    rows = np.repeat(np.arange(n), half)
-    same = rng.random(n * half) < 0.85
-    lab = labels[rows]
-    pick = starts[lab] + (rng.random(n * half) * sizes[lab]).astype(np.int64)
-    cols = np.where(same, order[pick], rng.integers(0, n, n * half))
-    vals = rng.uniform(0.3, 0.9, rows.size).astype(np.float32)
-    keep = rows != cols
-    w = sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(n, n))
-    w = w.maximum(w.T).tocsr()
-    w.sort_indices()
-    return w, labels
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import emit, synthetic_graph  # noqa: E402
 
 
 def rss_mb():
@@ -86,14 +68,16 @@ def main():
         warm.append({"seconds": st["seconds"], "rounds": st["iterations"], "rows_updated": st["rows_updated"]})
 
     # one naive synchronous sweep: W q, logits, softmax (what every round of the paper's loop costs)
-    spec, q = est._spec, est._q
+    spec = mf.ModelSpec(graph=est.graph, labels=est.labels, n_states=est.n_states, beta=est.settings.beta,
+                        epsilon=est.settings.epsilon)
+    q = torch.as_tensor(est.q_, device=args.device)
     w_t = spec.torch_graph(q.device, q.dtype)
     obs = mf.make_observations(*batch(), args.n)
     sweeps = []
     for _ in range(3):
         t = time.perf_counter()
         field = torch.sparse.mm(w_t, q)
-        _ = torch.softmax(mf._assignment_logits(spec, field, est.a_, est.b_, obs, torch.as_tensor(obs.ids)), 1)
+        _ = torch.softmax(mf.assignment_logits(spec, field, est.a_, est.b_, obs, torch.as_tensor(obs.ids)), 1)
         sweeps.append(time.perf_counter() - t)
         del field, _
     sweep = float(np.median(sweeps))

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _emit import emit  # bench/ is on sys.path when a script runs
-from _run import run_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import emit, run_inputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

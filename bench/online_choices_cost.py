@@ -13,15 +13,16 @@ reports each one's median update time and its predict time for a batch. Not run 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
+import sys
 import time
 from datetime import date
+from pathlib import Path
 
 import numpy as np
 
-from _emit import emit
-from handoff_roundtrip import synthetic_graph
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import emit, synthetic_graph  # noqa: E402
 
 
 def main() -> None:

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _emit import emit
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import emit, write_outcomes  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
@@ -42,32 +43,6 @@ print(json.dumps({"seconds": dt, "peak_rss_mb": resource.getrusage(resource.RUSA
 """
 
 
-def write_file(path: Path, megabytes: float, ids: list[str], fmt: str, n: int = 8, bad_last: bool = False) -> int:
-    """An outcomes file of about ``megabytes`` MB: counts rows of ``n`` rollouts cycling through ``ids`` (s = row
-    number mod n + 1); with ``bad_last`` a last row whose id is no prompt's. Returns the rows written (also
-    ``bench/chaos.py streams``'s files)."""
-    target, rows = int(megabytes * 1e6), 0
-    with open(path, "w", encoding="utf-8") as f:
-        if fmt == "csv":
-            f.write("id,n,s\n")
-        written = f.tell()
-        block = []
-        while written < target:
-            pid, s = ids[rows % len(ids)], rows % (n + 1)
-            line = f'{{"id": "{pid}", "n": {n}, "s": {s}}}\n' if fmt == "jsonl" else f"{pid},{n},{s}\n"
-            block.append(line)
-            written += len(line)
-            rows += 1
-            if len(block) == 100_000:
-                f.write("".join(block))
-                block = []
-        if bad_last:
-            block.append('{"id": "not-a-prompt", "n": 1, "s": 0}\n' if fmt == "jsonl" else "not-a-prompt,1,0\n")
-            rows += 1
-        f.write("".join(block))
-    return rows
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 100, 1000])
@@ -81,7 +56,7 @@ def main(argv=None) -> dict:
     runs = []
     for mb in args.sizes_mb:
         path = work / f"o_{mb:g}mb.{args.format}"
-        rows = write_file(path, mb, [f"p{i:07d}" for i in range(args.ids)], args.format)
+        rows = write_outcomes(path, mb, [f"p{i:07d}" for i in range(args.ids)], args.format)
         t = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", CHILD, str(path), str(args.ids)], capture_output=True,
                               text=True, check=True)

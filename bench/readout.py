@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _run import _one, run_inputs, run_log  # bench/ is on sys.path when a script runs
-from ablation import round0_steps
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import round0_steps, run_file, run_inputs, run_log  # noqa: E402
 
 ROWS = [
     ("default (no embeddings)", None, {}),
@@ -46,7 +47,7 @@ def main() -> None:
 
     inp = run_inputs(args.run)
     ids, w, labels, k = inp.ids, inp.w, inp.labels, inp.k
-    emb = embedding_matrix(_one(args.run, "embeddings.zarr"), inp.graph)
+    emb = embedding_matrix(run_file(args.run, "embeddings.zarr"), inp.graph)
     log = run_log(args.run, inp)
     r0 = round0_steps(log["step"], log["id"])
     print(f"{args.run}: N = {len(ids)}, d = {emb.shape[1]}, K = {k}, {len(np.unique(log['step']))} steps, "

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _run import _one, run_inputs, run_log  # bench/ is on sys.path when a script runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import run_file, run_inputs, run_log  # noqa: E402
 
 
 def main() -> None:
@@ -38,7 +40,7 @@ def main() -> None:
     from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     inp = run_inputs(args.run)
-    emb = embedding_matrix(_one(args.run, "embeddings.zarr"), inp.graph)
+    emb = embedding_matrix(run_file(args.run, "embeddings.zarr"), inp.graph)
     log = run_log(args.run, inp)
     methods = []
     for row in args.rows:

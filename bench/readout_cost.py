@@ -15,12 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from datetime import date
+from pathlib import Path
 
 import numpy as np
 
-from handoff_roundtrip import synthetic_graph  # bench/ is on sys.path when a script runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import synthetic_graph  # noqa: E402
 
 
 def run(w, labels, k, emb, args, rng_seed=0):

@@ -1,6 +1,6 @@
 """Per-call latency of a shell loop's graphdiff calls, each in its own process and through `graphdiff serve`.
 
-A synthetic STATE (``handoff_roundtrip.write_inputs``: N prompts, K planted states, ~deg neighbours) is made
+A synthetic STATE (``bench.common.write_inputs``: N prompts, K planted states, ~deg neighbours) is made
 twice. On the first, every call is its own process (``GRAPHDIFF_NO_SERVE=1``); on the second a
 ``graphdiff serve`` answers them. Each step of the loop is what a shell trainer runs:
 
@@ -25,6 +25,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from datetime import date
@@ -32,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _emit import emit  # bench/ is on sys.path when a script runs
-from handoff_roundtrip import GRAPHDIFF, write_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.common import GRAPHDIFF, emit, write_inputs  # noqa: E402
 
 
 def call(*args, cwd, env=None) -> float:

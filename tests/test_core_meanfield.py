@@ -153,7 +153,7 @@ def test_proposition_1_is_the_coordinate_maximizer():
         expected = np.exp(h - h.max()) / np.exp(h - h.max()).sum()
         # the kernel's logits (all rows at once) give the same softmax
         field = torch.as_tensor(spec.graph @ q)
-        logits = mf._assignment_logits(spec, field, a, b, obs, torch.as_tensor(obs.ids))
+        logits = mf.assignment_logits(spec, field, a, b, obs, torch.as_tensor(obs.ids))
         np.testing.assert_allclose(torch.softmax(logits, 1)[i].numpy(), expected, rtol=1e-12)
         # and it beats every other distribution for q_i (others fixed)
         best = q.copy()

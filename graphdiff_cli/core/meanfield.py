@@ -304,7 +304,7 @@ def elbo(spec: ModelSpec, q, potts_field, a, b, a_hist, b_hist, obs: Observation
     return potts + prior + entropy + lik - kl
 
 
-def _assignment_logits(spec: ModelSpec, potts_field, a, b, obs, obs_idx):
+def assignment_logits(spec: ModelSpec, potts_field, a, b, obs, obs_idx):
     """h_ik = log A_ik + beta (W q)_ik + I(i in O) l_ik (the argument of Proposition 1's softmax)."""
     import torch
 
@@ -383,7 +383,7 @@ def run_step(spec: ModelSpec, q0, a_hist: np.ndarray, b_hist: np.ndarray, obs: O
         if rounds == max_iters:
             break
         if schedule == "synchronous":
-            q = torch.softmax(_assignment_logits(spec, field_, a, b, obs, obs_idx), dim=1)
+            q = torch.softmax(assignment_logits(spec, field_, a, b, obs, obs_idx), dim=1)
         else:
             _sequential_sweep(spec, q.numpy(), a, b, obs)
         del field_
