@@ -327,7 +327,7 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
     for t in targets:
         lines.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no' if t['met'] is False else '-'} |")
     lines.append("")
-    extra_lines, extra = _issue29(runs, load_outcomes(runs_dir))
+    extra_lines, extra = _oracle_gain_sections(runs, load_outcomes(runs_dir))
     lines += extra_lines
     plots = _plot(runs, out)
     lines += [f"![{p}]({p})" for p in plots]
@@ -347,7 +347,7 @@ def interval_text(b: dict | None, nd: int = 3) -> str:
     return f"{b['value']:.{nd}f} [{b['lo']:.{nd}f}, {b['hi']:.{nd}f}]"
 
 
-def _issue29(runs, outcomes) -> tuple[list[str], dict]:
+def _oracle_gain_sections(runs, outcomes) -> tuple[list[str], dict]:
     """Rollouts to DS's final accuracy, the share of the oracle's gain per rule and estimator, the regime
     check, the zero-variance share under uniform, per-cell rollout shares against the oracle's, the targets."""
     lines, res = [], {}

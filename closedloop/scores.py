@@ -1,4 +1,4 @@
-"""The scores issue 29 asks of the closed loop, from parsed runs (pure functions, no file I/O).
+"""The scores asked of the closed loop, from parsed runs (pure functions, no file I/O).
 
 * ``curve`` - a run's held-out learning curve against cumulative rollouts, by default its isotonic fit
   (non-decreasing): every score below reads the fitted curve, so one noisy evaluation moves none alone;
