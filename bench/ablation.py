@@ -35,7 +35,7 @@ LADDER = [
                                   "prompt_forgetting": 0.85}),
     ("+ observed state prior", {"schedule": "residual", "mixing": "evidence", "prior_strength": "auto",
                                 "prompt_forgetting": 0.85, "state_prior": "observed"}),
-    ("+ neighbour smoothing 4 (default before issue 15)", {"preset": "default", "label_propagation": None,
+    ("+ neighbour smoothing 4 (the default before the online choices)", {"preset": "default", "label_propagation": None,
                                                            "time_forgetting": 1.0}),
     ("+ label propagation, time forgetting auto (= default)", {"preset": "default"}),
     ("default, offset mixing", {"preset": "default", "mixing": "offset"}),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 29: how far graphdiff's estimate lags the policy in the closed loop.
+"""How far graphdiff's estimate lags the policy in the closed loop.
 
 Replays a run's outcome log (``outcomes.jsonl``: every generated group, in order) through a fresh graphdiff
 Estimator loaded from the grid's STATE, the same outcomes in the same order: each step's groups predicted before

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15, target 1: the cold start. First-visit within-batch r of the default preset against label
+"""The cold start. First-visit within-batch r of the default preset against label
 propagation (with the 95% block-bootstrap interval of the difference), and of the cold-start sources that
 were tried and not kept: kernel regression on the embedding similarities, over the most similar seen
 prompts of the whole set ("global") or of the prompt's directed kNN list ("knn").

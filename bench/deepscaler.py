@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 33, item 3: the large-pool regime on DeepScaleR's 29,095 real pass rates (Qwen2.5-Math-7B, s out of
+"""The large-pool regime on DeepScaleR's 29,095 real pass rates (Qwen2.5-Math-7B, s out of
 128), as two benchmarks over a workflow-style run folder (RUN/embeddings.zarr, RUN/graph/*.zarr,
 RUN/clusters/*.zarr, made by graphdiff embed / build-graph / cluster; docs/results.md has the commands).
 

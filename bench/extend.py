@@ -1,4 +1,4 @@
-"""Benchmark `graphdiff extend` (issue 16): exactness, first predictions of added prompts, and cost.
+"""Benchmark `graphdiff extend`: exactness, first predictions of added prompts, and cost.
 
 quality: a random share of a data set's prompts (--new, default 20%) joins at step --join; the log's rows
 of those prompts before it are dropped (a new data source has no past). Two STATEs replay that same log,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15, target 2: the default preset against discounted history at its best (lambda, m) over several
+"""The real log over the run: the default preset against discounted history at its best (lambda, m) over several
 shuffles of the real log's later rounds (round 0 keeps the recorded first-draw order in every shuffle).
 
 Each shuffle is `graphdiff_cli.evaluation.oneshot.write_oneshot(seed=S)` replayed one step ahead (as `graphdiff

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""What the online choices of issue 15 cost per step at scale: label propagation's harmonic solve, the
+"""What the online choices cost per step at scale: label propagation's harmonic solve, the
 counts under every time forgetting and the 180 scored mixes, against the previous default.
 
 Builds the synthetic graph of bench/handoff_roundtrip.py (N nodes, K planted states, ~deg neighbours), then
 runs `steps` updates of `batch` prompts through two in-process estimators (the default preset, and the
-default with label_propagation off and time_forgetting 1, which was the default before issue 15) and
+default with label_propagation off and time_forgetting 1, which was the default before the online choices) and
 reports each one's median update time and its predict time for a batch. Not run by the tests.
 
     .venv/bin/python bench/online_choices_cost.py --n 150000 --k 320 --deg 40 --batch 256 --steps 8

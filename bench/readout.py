@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 33: the ridge read-out of the embedding as a source of graphdiff's estimate, replayed on a workflow
+"""The ridge read-out of the embedding as a source of graphdiff's estimate, replayed on a workflow
 run's log. Rows: the default preset without embeddings (today's default), with the read-out chosen online
 (readout auto: the preset's behaviour when the embeddings are given), each of its weights fixed, and label
 propagation and the read-out-free default as references. Figures: full-log MAE, within-batch r, round-0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 33: where the read-out of the embedding moves the report's calibration and batch-mean figures. The
+"""Where the read-out of the embedding moves the report's calibration and batch-mean figures. The
 run's log replayed through graphdiff's default preset (the workflow's evaluate settings) without embeddings
 (no read-out), with the read-out's weight chosen online (``readout: auto``, the default when the embeddings
 are given) and with it fixed; per third of the run and per subset (all rows, rows of prompts seen before,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 33, cost target: the estimator's resident step at large N with and without the read-out of the
+"""The read-out's cost: the estimator's resident step at large N with and without the read-out of the
 embedding. A planted graph (bench/handoff_roundtrip.py's: N prompts, K states, ~deg mutual neighbours) and
 random unit embeddings of d coordinates; the default preset with and without ``embeddings=``; per step, as
 the resident handoff runs it: ``update`` of a batch, then ``estimates`` of the next candidate batch. Prints

@@ -1,4 +1,4 @@
-# Closed-loop benchmark (issues 14, 29): real GRPO runs (TRL GRPOTrainer, tiny policy; CPU, or a GPU with
+# Closed-loop benchmark: real GRPO runs (TRL GRPOTrainer, tiny policy; CPU, or a GPU with
 # train.device auto/cuda, which 16 jobs at a time share) where each scheduler
 # picks the prompts with its native estimator or with graphdiff; seeds paired. Stages call
 # `python -m closedloop` (the package closedloop/ at the repository root; data -> graph -> sft per seed ->
