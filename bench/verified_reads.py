@@ -4,7 +4,7 @@
 
 Writes one artifact with q (N x K float32) and the per-prompt arrays of a step, then reads every array
 ``repeats`` times verified (the stamp's checksums recomputed, as every graphdiff read does) and unverified
-(the same Zarr reads without the check, ``Artifact._read_raw``: graphdiff itself never reads so), alternating,
+(the same Zarr reads without the check, ``Artifact.read_unchecked``: graphdiff itself never reads so), alternating,
 and prints the medians and the overhead as a share of the unverified load. Also the write time with the
 checksums taken.
 """
@@ -29,7 +29,7 @@ def load_all(path: Path, verified: bool = True) -> float:
     t = time.perf_counter()
     art = read_artifact(path, "bench-step")
     for name in ("q", "successes", "rollouts", "a", "b"):
-        art.array(name) if verified else art._read_raw(name)
+        art.array(name) if verified else art.read_unchecked(name)
     return time.perf_counter() - t
 
 

@@ -56,6 +56,25 @@ def test_no_module_uses_another_modules_private_names():
     assert not offences, "\n".join(offences)
 
 
+def test_benchmarks_use_no_private_names():
+    """bench/ and closedloop/ reach graphdiff_cli (and each other) through public names only: no
+    `from x import _name`, no `obj._name` on anything but the script's own objects (self, cls). What import-linter
+    cannot see, stated here; the one exception is TRL's own trainer hook that the closed loop replaces."""
+    allowed = {("closedloop/loop.py", "trainer", "_get_train_sampler")}  # TRL's GRPOTrainer hook, not graphdiff's
+    offences = []
+    for folder in ("bench", "closedloop"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+                if isinstance(node, ast.ImportFrom):
+                    offences += [f"{rel}:{node.lineno}: imports {a.name} from {node.module or '.'}"
+                                 for a in node.names if _is_private(a.name)]
+                elif (isinstance(node, ast.Attribute) and _is_private(node.attr) and isinstance(node.value, ast.Name)
+                      and node.value.id not in ("self", "cls") and (rel, node.value.id, node.attr) not in allowed):
+                    offences.append(f"{rel}:{node.lineno}: uses {node.value.id}.{node.attr}")
+    assert not offences, "\n".join(offences)
+
+
 def test_importing_the_core_pulls_in_no_framework():
     code = ("import sys, graphdiff_cli.core.meanfield, graphdiff_cli.core.belief, graphdiff_cli.evaluation.baselines, "
             "graphdiff_cli.core.decisions, graphdiff_cli.evaluation.counterfactual, graphdiff_cli.evaluation.metrics; "

@@ -1,4 +1,4 @@
-"""A shell trainer loop killed and restarted at random points through 200 steps (issue 31's "done when").
+"""A shell trainer loop killed and restarted at random points through 200 steps.
 
 ``loop.sh`` below is what a shell trainer runs: it checkpoints every 50 steps (a file holding the step),
 and on (re)start resumes from its last checkpoint C with ``graphdiff rollback --to C``, then sends one

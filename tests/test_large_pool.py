@@ -1,4 +1,4 @@
-"""The large-pool regime (issue 33): the trajectory generator from real starting rates (evaluation/rate_drift.py,
+"""The large-pool regime: the trajectory generator from real starting rates (evaluation/rate_drift.py,
 `graphdiff simulate --rates`) and the static cold-start protocol's bookkeeping (evaluation/coldstart.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rewards that are not 0/1 (issue 30, item 6): never thresholded at a silent default.
+"""Rewards that are not 0/1: never thresholded at a silent default.
 
 Without ``--success-threshold`` an outcomes file whose rewards are not all 0/1 is refused in one line
 naming the file and the row, and the STATE is left as it was; with a threshold, a step whose rewards all

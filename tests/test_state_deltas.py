@@ -1,4 +1,4 @@
-"""Delta steps (issue 32): an update writes the rows of q that changed since the step before, q whole at every
+"""Delta steps: an update writes the rows of q that changed since the step before, q whole at every
 ``snapshot_every``-th step; reading composes them, bit for bit what the estimator held, and pruning, rollback and
 verify keep every step a retained delta is composed from."""
 

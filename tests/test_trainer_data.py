@@ -1,4 +1,4 @@
-"""Prompt sets from trainer data (issue 30, item 5): a verl or TRL training file, as the trainer reads it,
+"""Prompt sets from trainer data: a verl or TRL training file, as the trainer reads it,
 through ``graphdiff embed`` (the real console script, the bundled encoder) and ``graphdiff ids``.
 
 The files are written with pyarrow in the exact shapes of verl's preprocessing scripts

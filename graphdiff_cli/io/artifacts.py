@@ -136,7 +136,7 @@ class Artifact:
         if sums is None:
             raise ArtifactError(f"{self.path}: has no array {name!r} (its stamp lists {', '.join(self.names)}); "
                                 f"{_FIX}")
-        out = self._read_raw(name)
+        out = self.read_unchecked(name)
         got = chunk_checksums(out, sums["rows"])
         if got != sums["crc"]:
             bad = [i for i, (a, b) in enumerate(zip(got, sums["crc"])) if a != b] or [len(got)]
@@ -146,8 +146,9 @@ class Artifact:
                                 f"with it: a missing, altered or swapped chunk); {_FIX}")
         return out
 
-    def _read_raw(self, name: str) -> np.ndarray:
-        """The array as Zarr decodes it, unchecked (``array`` checks it; bench/verified_reads.py times the two).
+    def read_unchecked(self, name: str) -> np.ndarray:
+        """The array as Zarr decodes it, without the checksum check: what ``array`` reads before checking it.
+        graphdiff reads through ``array``; this is public so that bench/verified_reads.py can time the two.
 
         Numeric arrays are read one chunk row at a time into the result: zarr reads a whole selection's
         chunks concurrently, which holds many decoded chunks at once beside the result (about +90 MB
