@@ -1,9 +1,10 @@
 """Scheduler x estimator pairs for the closed-loop benchmark (numpy only, no file I/O).
 
-A ``Belief`` is an online estimator seen through one interface: ``beliefs(nodes, group_size)`` ->
-``{"p", "mean", "variance", "p_zero_variance"}`` and ``update(nodes, n, s)``. The natives are the
-peers of ``graphdiff_cli.evaluation.baselines`` (MoPPS, GRESO, per-prompt history); ``graphdiff_belief``
-wraps ``graphdiff_cli.Estimator.estimates``.
+A ``Belief`` is an online estimator (``evaluation.baselines.OnlineEstimator``, the protocol of graphdiff's
+``Estimator`` and the peers) seen as a scheduler reads it: ``beliefs(nodes, group_size)`` -> ``{"p", "mean",
+"variance", "p_zero_variance"}`` (``evaluation.baselines.belief``) and ``update(nodes, n, s)``. The natives are
+the peers of ``graphdiff_cli.evaluation.baselines`` (MoPPS, GRESO, per-prompt history); ``graphdiff_belief``
+takes graphdiff's ``Estimator`` as it is.
 
 A ``Scheduler`` turns beliefs into one step's plan: a list of ``(node, units)`` - the prompts to roll
 out and how many groups of the trainer's fixed group size each gets - by a rule of
@@ -40,7 +41,7 @@ from graphdiff_cli.evaluation import baselines as bl
 from graphdiff_cli.core import decisions as dec
 from graphdiff_cli.core.beta import mean_variance as beta_mean_variance
 from graphdiff_cli.core.beta import zero_variance
-from graphdiff_cli.evaluation.counterfactual import moments
+from graphdiff_cli.evaluation.baselines import belief
 from graphdiff_cli.errors import InvalidArgumentError
 from graphdiff_cli.integrations.tracking import Target
 
@@ -84,24 +85,22 @@ MIN_ORACLE_SAMPLES = 32
 
 
 class Belief:
-    """An estimator as a scheduler reads it: the belief decisions use (``evaluation.counterfactual.moments``,
-    exactly what the offline replay and `graphdiff select` read: graphdiff's Beta belief, MoPPS's Beta,
-    GRESO's skip probability, the plug-in p^g + (1 - p)^g for a point estimate) and its point estimate p."""
+    """An online estimator (``evaluation.baselines.OnlineEstimator``: graphdiff's ``Estimator`` or a peer) as a
+    scheduler reads it: the belief decisions use (``evaluation.baselines.belief``, exactly what the offline
+    replay and `graphdiff select` read: graphdiff's Beta belief, MoPPS's Beta, GRESO's skip probability, the
+    plug-in p^g + (1 - p)^g for a point estimate) and its point estimate p."""
 
     def __init__(self, method, name: str):
         self.method = method
         self.name = name
 
     def beliefs(self, nodes, group_size: int) -> dict:
-        nodes = np.asarray(nodes, dtype=np.int64)
-        m = moments(self.method, nodes, int(group_size))
-        p = np.clip(np.asarray(self.method.predict(nodes), dtype=np.float64), 0.0, 1.0)
-        return {"p": p, "mean": m["p"], "variance": m["variance"], "p_zero_variance": m["p_zero_variance"]}
+        return belief(self.method, nodes, int(group_size))
 
     def update(self, nodes, n, s) -> dict:
-        self.method.update(np.asarray(nodes, np.int64), np.asarray(n, np.int64), np.asarray(s, np.int64))
-        stats = getattr(self.method, "last_update_", None) or {}
-        return {k: v for k, v in stats.items() if isinstance(v, (int, float))}
+        """Learn a step; the numbers the estimator reports about it (graphdiff's iterations, ...)."""
+        stats = self.method.update(np.asarray(nodes, np.int64), np.asarray(n, np.int64), np.asarray(s, np.int64))
+        return {k: v for k, v in (stats or {}).items() if isinstance(v, (int, float))}
 
 
 class OracleBelief:
@@ -201,9 +200,7 @@ def make_belief(kind: str | None, n_nodes: int, graphdiff_factory=None, oracle=N
 
 
 def graphdiff_belief(estimator) -> Belief:
-    from graphdiff_cli.evaluation.methods import GraphdiffMethod
-
-    return Belief(GraphdiffMethod(estimator), "graphdiff")
+    return Belief(estimator, "graphdiff")
 
 
 # ----------------------------------------------------------------------------------------------------

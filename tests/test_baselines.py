@@ -15,6 +15,7 @@ from graphdiff_cli.evaluation.baselines import (GRESO, VIP, DiscountedHistory, H
                                           harmonic_solution)
 from graphdiff_cli.core.beta import zero_variance, zero_variance_point
 from graphdiff_cli.errors import DataError, InvalidArgumentError
+from _tolerances import FLOAT64
 from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
 
@@ -32,11 +33,35 @@ def test_core_modules_do_not_import_heavy_backends():
 
 
 def test_protocols_are_satisfied():
+    from graphdiff_cli.estimator import Estimator
+
     assert isinstance(HistoryMean(3), OnlineEstimator)
     assert isinstance(GRESO(3), OnlineEstimator)
+    # graphdiff's own estimator is one as it is: one protocol for the product and the peers
+    assert isinstance(Estimator(_graph(), a(0, 0, 1, 1, 2, 2, 2, 0), 3, device="cpu"), OnlineEstimator)
     assert isinstance(SampleBeforeStep(3), OracleEstimator)
     assert not hasattr(HistoryMean(3), "predict_with_outcomes")
-    assert not hasattr(SampleBeforeStep(3), "predict")  # an oracle cannot be replayed as a real estimator
+    # an oracle cannot be replayed as a real estimator
+    assert not hasattr(SampleBeforeStep(3), "predict") and not isinstance(SampleBeforeStep(3), OnlineEstimator)
+
+
+def test_estimates_carry_a_belief_only_where_the_method_has_one():
+    from graphdiff_cli.evaluation.baselines import belief, has_belief
+
+    assert has_belief(MoPPS(3)) and not has_belief(HistoryMean(3)) and not has_belief(GRESO(3))
+    assert set(HistoryMean(3).estimates(a(0, 1), 8)) == {"p"}
+    assert set(GRESO(3).estimates(a(0, 1), 8)) == {"p", "p_zero_variance"}
+    m = MoPPS(3)
+    m.update(a(0), a(4), a(3))
+    b = belief(m, a(0, 1), 4)
+    np.testing.assert_allclose(b["mean"], [4 / 6, 0.5], **FLOAT64)
+    np.testing.assert_allclose(b["variance"], [4 * 2 / (36 * 7), 1 / 12], **FLOAT64)
+    h = HistoryMean(3)
+    h.update(a(0), a(4), a(3))
+    b = belief(h, a(0, 1), 4)  # a point estimate: variance 0, the plug-in p^g + (1 - p)^g
+    np.testing.assert_allclose(b["mean"], b["p"], rtol=0)
+    assert not b["variance"].any()
+    np.testing.assert_allclose(b["p_zero_variance"], zero_variance_point(b["p"], 4), **FLOAT64)
 
 
 # -- history mean -------------------------------------------------------------------------------------
@@ -133,7 +158,7 @@ def test_beta_binomial_zero_variance_hand_values():
     # Beta(2, 1), g = 2: E[p^2] = 2*3/(3*4) = 1/2, E[(1-p)^2] = 1*2/(3*4) = 1/6
     assert zero_variance(np.array([2.0]), np.array([1.0]), 2)[0] == pytest.approx(2 / 3)
     m = MoPPS(1)
-    assert m.zero_variance(a(0), 2)[0] == pytest.approx(2 / 3)
+    assert m.estimates(a(0), 2)["p_zero_variance"][0] == pytest.approx(2 / 3)
     assert zero_variance_point(np.array([0.25]), 2)[0] == pytest.approx(0.0625 + 0.5625)
 
 
@@ -183,7 +208,7 @@ def test_greso_skip_probability_after_trailing_all_correct_visits():
     g.update(a(0), a(8), a(8))  # p_e 0.49, p_h 0.53
     assert g.z_easy_[0] == 2 and g.z_hard_[0] == 0
     assert g.skip_probability(a(0))[0] == pytest.approx(1 - 0.49 ** 2)
-    assert g.zero_variance(a(0), 8)[0] == pytest.approx(1 - 0.49 ** 2)
+    assert g.estimates(a(0), 8)["p_zero_variance"][0] == pytest.approx(1 - 0.49 ** 2)
     assert g.predict(a(0))[0] == 1.0  # last visit's mean
     assert g.predict(a(1))[0] == pytest.approx(20 / 24)  # unseen: global mean
     assert g.skip_probability(a(1))[0] == 0.0  # never skips an unseen prompt
@@ -358,9 +383,9 @@ def test_graphdiff_adapter_matches_the_estimator():
     ad.update(ids, n, s)
     ref.update(ids, n, s)
     np.testing.assert_allclose(ad.predict(np.arange(8)), ref.predict(np.arange(8)))
-    zv = ad.zero_variance(a(1, 2), 8)
+    zv = ad.estimates(a(1, 2), 8)["p_zero_variance"]
     np.testing.assert_allclose(zv, ref.estimates(a(1, 2), group_size=8)["p_zero_variance"])
-    assert ad.last_update_["iterations"] >= 1
+    assert ad.update(a(1), a(8), a(2))["iterations"] >= 1
 
 
 def test_harmonic_solution_on_a_random_knn_graph_with_warm_start():

@@ -20,9 +20,9 @@ class Cheater:
         self.last = np.full(n_nodes, 0.5)
         self.calls = []
 
-    def predict(self, ids):
-        self.calls.append("predict")
-        return self.last[ids].copy()
+    def estimates(self, ids, group_size):
+        self.calls.append("estimates")
+        return {"p": self.last[ids].copy()}
 
     def update(self, ids, n, s):
         self.calls.append("update")
@@ -47,7 +47,7 @@ def test_replay_never_shows_a_batch_its_own_outcomes():
     # each prediction is the previous visit's rate (0.5 for a first visit), never the current one
     np.testing.assert_allclose(res.predictions["cheater"], [0.5, 0.5, 0.0, 0.5, 1.0])
     assert not np.allclose(res.predictions["cheater"], s / n)
-    assert c.calls == ["predict", "update"] * 3
+    assert c.calls == ["estimates", "update"] * 3
     np.testing.assert_array_equal(res.s, [0, 4, 4, 2, 2])  # the log survived the vandalism
     np.testing.assert_array_equal(res.ids, [0, 1, 0, 2, 0])
 
@@ -83,16 +83,33 @@ def test_zero_variance_native_or_plug_in():
     assert res.zero_variance["greso"][0] == 0.0
 
 
-def test_replay_passes_each_group_size_to_zero_variance():
+def test_replay_passes_each_group_size_to_estimates():
     seen = []
 
     class Spy(HistoryMean):
-        def zero_variance(self, ids, group_size):
+        def estimates(self, ids, group_size=8):
             seen.append((tuple(ids), group_size))
-            return np.zeros(len(ids))
+            return {"p": self.predict(ids), "p_zero_variance": np.zeros(len(ids))}
 
-    replay(np.array([1, 1, 1]), np.array([0, 1, 2]), np.array([8, 4, 8]), np.array([1, 1, 1]), [Spy(3)])
+    res = replay(np.array([1, 1, 1]), np.array([0, 1, 2]), np.array([8, 4, 8]), np.array([1, 1, 1]), [Spy(3)])
     assert sorted(seen) == [((0, 2), 8), ((1,), 4)]
+    assert res.zero_variance_source["history"] == "native" and not res.zero_variance["history"].any()
+
+
+def test_replay_takes_graphdiffs_estimator_as_it_is_under_a_name():
+    """A mapping {name: estimator} replays graphdiff's Estimator with no adapter, as GraphdiffMethod does."""
+    import scipy.sparse as sp
+
+    from graphdiff_cli.estimator import Estimator
+    from graphdiff_cli.evaluation.methods import GraphdiffMethod
+
+    w = sp.csr_matrix(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], dtype=np.float64))
+    step, ids, n, s = _log()
+    labels = np.array([0, 0, 1])
+    bare = replay(step, ids, n, s, {"gd": Estimator(w, labels, 2, device="cpu")})
+    named = replay(step, ids, n, s, [GraphdiffMethod(Estimator(w, labels, 2, device="cpu"), name="gd")])
+    np.testing.assert_allclose(bare.predictions["gd"], named.predictions["gd"], rtol=1e-12, atol=0)
+    assert bare.zero_variance_source["gd"] == "native"
 
 
 def test_replay_refuses_bad_logs():

@@ -1,8 +1,8 @@
-"""Online difficulty estimators that graphdiff is compared with, behind one small interface.
+"""Online difficulty estimators that graphdiff is compared with, behind one protocol with graphdiff's own.
 
 Every estimator is replayed over a training log step by step (``graphdiff_cli.evaluation.replay``): before a
-step it predicts p-hat for the step's prompts, then it is shown the step's outcomes. The rules are the
-peers' published ones (see docs / shared notes "peers"):
+step it estimates the step's prompts, then it is shown the step's outcomes. The rules are the peers'
+published ones (see docs / shared notes "peers"):
 
 * ``HistoryMean``      p_i = S_i / C_i over earlier rollouts; unseen -> global mean so far (0.5 before any).
 * ``DiscountedHistory`` S_i <- lam S_i + s_i, C_i <- lam C_i + n_i per visit; p_i = (m g + S_i)/(m + C_i).
@@ -12,20 +12,22 @@ peers' published ones (see docs / shared notes "peers"):
                        all-correct / all-wrong visits, p_e / p_h adapted each step.
 * ``VIP``              GP regression on logits of the previous step's rates, RBF kernel on embeddings, its
                        posterior mean carried from step to step (the authors' trainer).
-* ``RidgeReadout``     ridge read-out of the embedding fitted online on every outcome so far, blended with a
-                       seen prompt's own outcomes by evidence mixing (issue 33; ``core.readout``).
 * ``DOTS``             attention over the embeddings of the most recent observed prompts, calibrated linearly
                        on them (Sun et al.'s adaptive difficulty prediction).
+* ``RidgeReadout``     ridge read-out of the embedding fitted online on every outcome so far, blended with a
+                       seen prompt's own outcomes by evidence mixing (``core.readout``, the estimator's own).
 * ``LabelPropagation`` harmonic function (Zhu et al. 2003) on the mutual-kNN graph W.
 * ``SampleBeforeRL`` / ``SampleBeforeStep`` (oracles, see ``OracleEstimator``).
 
-The project's own ``Estimator`` is put behind the same interface by ``graphdiff_cli.evaluation.methods`` (core
-knows no facade).
+Each registers itself as a method of ``evaluate`` (``registry.register``: its key, settings and help line).
 
-The interface (``OnlineEstimator``): ``name``, ``predict(ids) -> p``, ``update(ids, n, s)`` and,
-where the method has one, ``zero_variance(ids, group_size) -> P(s in {0, n})``. An estimator that keeps a
-belief with a spread about each p (MoPPS, graphdiff) also implements ``BeliefEstimator.moments``. ``ids`` are node
-indices 0..N-1; a prompt listed twice in one step has its counts summed, as the estimator does.
+The protocol (``OnlineEstimator``), graphdiff's ``Estimator``'s own: ``update(ids, n, s)`` learns a step's
+outcomes and ``estimates(ids, group_size)`` returns at least {"p": the point estimate in [0, 1]}; an estimator
+with a belief about each p adds its "variance" (and its "mean" where it is not p), one with a zero-variance
+predictor its "p_zero_variance" = P(s in {0, group_size}). ``belief`` fills in what a decision reads for
+any of them. A peer also carries its ``name`` (several instances of one class can run side by side) and its
+point rule as ``predict(ids)`` (``Peer``). ``ids`` are node indices 0..N-1; a prompt listed twice in one step
+has its counts summed, as the estimator does.
 
 Oracles see outcomes no real estimator has. They implement ``OracleEstimator`` instead:
 ``oracle = True`` and ``predict_with_outcomes(ids, n, s)``, which the replay calls with the batch's own
@@ -43,35 +45,26 @@ import scipy.sparse as sp
 from ..errors import DataError, InvalidArgumentError
 from ..core import beta as B
 from ..core.harmonic import harmonic_solution
+from .registry import register
 
 __all__ = [
-    "OnlineEstimator", "BeliefEstimator", "OracleEstimator", "aggregate_counts", "HistoryMean",
-    "DiscountedHistory", "MoPPS", "GRESO", "VIP", "RidgeReadout", "DOTS", "LabelPropagation", "harmonic_solution",
-    "SampleBeforeRL", "SampleBeforeStep",
+    "OnlineEstimator", "OracleEstimator", "Peer", "belief", "has_belief", "point_estimate", "aggregate_counts",
+    "HistoryMean", "DiscountedHistory", "MoPPS", "GRESO", "VIP", "DOTS", "RidgeReadout", "LabelPropagation",
+    "harmonic_solution", "SampleBeforeRL", "SampleBeforeStep",
 ]
 
 
 @runtime_checkable
 class OnlineEstimator(Protocol):
-    """An estimator that predicts before a step and learns after it (the contract replay relies on)."""
+    """An estimator that estimates before a step and learns after it (graphdiff's ``Estimator`` and every peer)."""
 
-    name: str
+    def estimates(self, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
+        """{"p": p-hat in [0, 1] per node index in ``ids``} from the outcomes already passed to update; with a
+        belief also "variance" (and "mean" where it is not p); with a zero-variance predictor
+        "p_zero_variance" for groups of ``group_size`` rollouts."""
 
-    def predict(self, ids: np.ndarray) -> np.ndarray:
-        """p-hat in [0, 1] for each node index in ``ids``, using only outcomes already passed to update."""
-
-    def update(self, ids: np.ndarray, n: np.ndarray, s: np.ndarray) -> None:
+    def update(self, ids: np.ndarray, n: np.ndarray, s: np.ndarray):
         """Learn one step's outcomes: prompt ``ids[j]`` got ``n[j]`` rollouts and ``s[j]`` successes."""
-
-
-@runtime_checkable
-class BeliefEstimator(Protocol):
-    """An online estimator with a belief about each p that has a spread (what decisions read)."""
-
-    name: str
-
-    def moments(self, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
-        """{"p": the belief's mean, "variance": its variance, "p_zero_variance": P(s in {0, g})} per id."""
 
 
 @runtime_checkable
@@ -86,6 +79,54 @@ class OracleEstimator(Protocol):
 
     def update(self, ids: np.ndarray, n: np.ndarray, s: np.ndarray) -> None:
         """Learn one step's outcomes (called after predict_with_outcomes, like any estimator)."""
+
+
+def point_estimate(method, ids) -> np.ndarray:
+    """An online estimator's p for ``ids`` (its estimates' "p", which no group size changes)."""
+    return np.asarray(method.estimates(np.asarray(ids, dtype=np.int64), 1)["p"], dtype=np.float64)
+
+
+def has_belief(method) -> bool:
+    """Whether an online estimator keeps a belief with a spread about each p (its estimates have a variance)."""
+    return "variance" in method.estimates(np.zeros(0, dtype=np.int64), 1)
+
+
+def belief(method, ids, group_size: int) -> dict[str, np.ndarray]:
+    """What a decision reads of an online estimator for node ``ids``: {"p": its point estimate, "mean" and
+    "variance": its belief about p (graphdiff's Beta belief, exactly what `graphdiff select` decides by;
+    MoPPS's Beta; a method without one: p and 0), "p_zero_variance": its own (graphdiff's, MoPPS's, GRESO's
+    skip probability), else the plug-in p^g + (1 - p)^g}; p and p_zero_variance clipped to [0, 1]."""
+    ids = np.asarray(ids, dtype=np.int64)
+    est = method.estimates(ids, int(group_size))
+    p = np.clip(np.asarray(est["p"], dtype=np.float64), 0.0, 1.0)
+    if "variance" in est:
+        mean = np.asarray(est.get("mean", est["p"]), dtype=np.float64)
+        var = np.asarray(est["variance"], dtype=np.float64)
+    else:
+        mean, var = p, np.zeros(ids.size)
+    pzv = est.get("p_zero_variance")
+    pzv = B.zero_variance_point(p, int(group_size)) if pzv is None else np.asarray(pzv, dtype=np.float64)
+    return {"p": p, "mean": mean, "variance": var, "p_zero_variance": np.clip(pzv, 0.0, 1.0)}
+
+
+class Peer:
+    """A peer's ``estimates`` from its point rule ``predict(ids)``; a peer with a belief or a zero-variance
+    predictor extends it."""
+
+    name: str
+
+    def predict(self, ids) -> np.ndarray:
+        raise NotImplementedError
+
+    def estimates(self, ids, group_size: int = 8) -> dict[str, np.ndarray]:
+        return {"p": self.predict(ids)}
+
+
+def flag(value, where: str) -> bool:
+    """A boolean setting, refused in one line when it is not one (YAML's "false" as text would be true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"{where} must be true or false, got {value!r}")
+    return bool(value)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -153,7 +194,8 @@ class _GlobalMean:
 # per-prompt history baselines
 
 
-class HistoryMean:
+@register("history", help="per-prompt history mean")
+class HistoryMean(Peer):
     """Per-prompt history mean: p_i = S_i / C_i over all earlier rollouts of i.
 
     An unseen prompt gets the global mean of all outcomes seen so far (0.5 before any). This is the
@@ -167,6 +209,10 @@ class HistoryMean:
         self.rollouts_ = np.zeros(self.n_nodes)
         self._global = _GlobalMean()
 
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        return [(cls(inputs.n_nodes), {"method": "per-prompt history mean"})]
+
     def predict(self, ids) -> np.ndarray:
         ids = _check_ids(ids, self.n_nodes)
         c = self.rollouts_[ids]
@@ -179,7 +225,14 @@ class HistoryMean:
         self._global.add(n, s)
 
 
-class DiscountedHistory:
+# discounted history where it is not tuned on the log (hindsight): the peers' suggested start
+DISCOUNTED = {"lam": 0.9, "m": 1.0}
+
+
+# its settings: the grid searched on the log itself (hindsight tuning: optimistic for it)
+@register("discounted", help="discounted history, (lambda, m) tuned on the log",
+          settings={"lambdas": [1.0, 0.95, 0.9, 0.8, 0.7, 0.5], "m": [0.0, 0.5, 1.0, 2.0, 4.0]})
+class DiscountedHistory(Peer):
     """Discounted history: at each visit S_i <- lam S_i + s_i, C_i <- lam C_i + n_i;
 
     p_i = (m g + S_i) / (m + C_i), g the global mean of all outcomes so far (0.5 before any). Prompts
@@ -199,6 +252,14 @@ class DiscountedHistory:
         self.rollouts_ = np.zeros(self.n_nodes)
         self._global = _GlobalMean()
 
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        """At ``inputs.tuned`` (the grid's best on the log), else at ``DISCOUNTED``."""
+        tuned = DISCOUNTED if inputs.tuned is None else inputs.tuned
+        lam, m = tuned["lam"], tuned["m"]
+        return [(cls(inputs.n_nodes, lam, m, name="discounted"),
+                 {"method": "discounted history", "lam": lam, "m": m, "tuned_on_this_log": tuned is not DISCOUNTED})]
+
     def predict(self, ids) -> np.ndarray:
         ids = _check_ids(ids, self.n_nodes)
         g = self._global.value
@@ -215,7 +276,8 @@ class DiscountedHistory:
         self._global.add(n, s)
 
 
-class MoPPS:
+@register("mopps", help="MoPPS's Beta per prompt, one per lambda", settings={"lambdas": [1.0, 0.5]})
+class MoPPS(Peer):
     """MoPPS (Qu et al.): a Beta(alpha_i, beta_i) per prompt, starting at (1, 1).
 
     After a visit with n rollouts and s successes:
@@ -234,21 +296,22 @@ class MoPPS:
         self.alpha_ = np.ones(self.n_nodes)
         self.beta_ = np.ones(self.n_nodes)
 
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        return [(cls(inputs.n_nodes, float(lam)), {"method": "MoPPS", "lam": float(lam)})
+                for lam in settings["lambdas"]]
+
     def predict(self, ids) -> np.ndarray:
         ids = _check_ids(ids, self.n_nodes)
         a, b = self.alpha_[ids], self.beta_[ids]
         return a / (a + b)
 
-    def zero_variance(self, ids, group_size: int) -> np.ndarray:
-        ids = _check_ids(ids, self.n_nodes)
-        return B.zero_variance(self.alpha_[ids], self.beta_[ids], int(group_size))
-
-    def moments(self, ids, group_size: int) -> dict[str, np.ndarray]:
+    def estimates(self, ids, group_size: int = 8) -> dict[str, np.ndarray]:
+        """p = the Beta's mean, its variance, and the Beta-Binomial P(s in {0, g})."""
         ids = _check_ids(ids, self.n_nodes)
         a, b = self.alpha_[ids], self.beta_[ids]
         mean, var = B.mean_variance(a, b)
-        return {"p": mean, "variance": var,
-                "p_zero_variance": np.clip(B.zero_variance(a, b, int(group_size)), 0.0, 1.0)}
+        return {"p": mean, "variance": var, "p_zero_variance": B.zero_variance(a, b, int(group_size))}
 
     def update(self, ids, n, s) -> None:
         ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
@@ -257,7 +320,8 @@ class MoPPS:
         self.beta_[ids] = lam * self.beta_[ids] + (1.0 - lam) + (n - s)
 
 
-class GRESO:
+@register("greso", help="GRESO's last visit's mean and skip probability", settings={"tau": 0.25})
+class GRESO(Peer):
     """GRESO (Zheng et al.): selective rollout from each prompt's per-visit mean rewards.
 
     z_e = trailing number of visits with mean >= 0.98, z_h = trailing number with mean <= 0.11.
@@ -288,6 +352,10 @@ class GRESO:
         self.z_hard_ = np.zeros(self.n_nodes, dtype=np.int64)
         self._global = _GlobalMean()
 
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        return [(cls(inputs.n_nodes, tau=float(settings["tau"])), {"method": "GRESO", "tau": settings["tau"]})]
+
     def predict(self, ids) -> np.ndarray:
         ids = _check_ids(ids, self.n_nodes)
         last = self.last_mean_[ids]
@@ -300,9 +368,9 @@ class GRESO:
         keep_h = np.maximum(self.p_hard_ ** zh, self.MIN_KEEP)
         return np.where(ze > 0, 1.0 - keep_e, np.where(zh > 0, 1.0 - keep_h, 0.0))
 
-    def zero_variance(self, ids, group_size: int) -> np.ndarray:
+    def estimates(self, ids, group_size: int = 8) -> dict[str, np.ndarray]:
         # GRESO's zero-variance signal does not depend on the group size
-        return self.skip_probability(ids)
+        return {"p": self.predict(ids), "p_zero_variance": self.skip_probability(ids)}
 
     def update(self, ids, n, s) -> None:
         ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
@@ -343,7 +411,11 @@ def _check_embeddings(embeddings, who: str, unit_norm: bool = False) -> np.ndarr
 _VIP_BLOCK = 4096
 
 
-class VIP:
+# VIP as the authors' trainer runs it (posterior mean carried from step to step), the prior mean of their
+# benchmark and the peers note (their trainer: -5); recursive: false = the previous step only
+@register("vip", help="VIP's Gaussian process on the embeddings", embeddings=True,
+          settings={"length_scale": 0.4, "noise": 1e-4, "prior_mean": -1.0, "recursive": True})
+class VIP(Peer):
     """VIP's Gaussian-process predictor (Nguyen et al., "Adaptive Rollout Allocation for Online
     Reinforcement Learning with Verifiable Rewards", ICLR 2026, arXiv:2602.01601), as its code runs it.
 
@@ -369,7 +441,7 @@ class VIP:
     their benchmark scripts -1 and -5: -1 is the peers note's value and the less extreme cold start); the
     length scale 0.4 (``length_scale``; 0.4 is hard-coded in one version of ``GPR``, a later version
     defaults to 0.27); the covariance is never updated (as in the trainer, ``reuse_covariance=False``),
-    so VIP has no belief spread here (no ``moments``). A near-singular K_TT (duplicate embeddings) is
+    so VIP has no belief spread here (no variance in its estimates). A near-singular K_TT (duplicate embeddings) is
     solved by least squares where their Cholesky would fail. The recursive update costs
     O(N |T| d) per step (in blocks of ``_VIP_BLOCK`` rows), the non-recursive one O(|T|^2 d + |T|^3).
     """
@@ -391,6 +463,13 @@ class VIP:
         self.train_ids_: np.ndarray | None = None
         self.weights_: np.ndarray | None = None
         self.targets_: np.ndarray | None = None
+
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        v = settings
+        return [(cls(inputs.embeddings, length_scale=float(v["length_scale"]), noise=float(v["noise"]),
+                     prior_mean=float(v["prior_mean"]), recursive=flag(v["recursive"], "evaluate.vip.recursive")),
+                 {"method": "VIP Gaussian process", **v})]
 
     def kernel(self, a_ids: np.ndarray, b_ids: np.ndarray) -> np.ndarray:
         ea, eb = self.embeddings[a_ids], self.embeddings[b_ids]
@@ -441,11 +520,133 @@ class VIP:
 
 
 # ----------------------------------------------------------------------------------------------------
-# embedding read-outs: ridge (the project's own, issue 33) and DOTS's attention (Sun et al.)
+# embedding read-outs: DOTS's attention (Sun et al.) and the ridge read-out (the estimator's own)
 
 
-class RidgeReadout:
-    """The ridge read-out of the prompt embedding alone, fitted online (``core.readout``; issue 33).
+# query rows whose attention scores DOTS forms at once (bounds its memory: block x reference set)
+_DOTS_BLOCK = 1024
+
+
+# DOTS's inference settings: reference set of 256 (the most recent observed prompts here), softmax temperature
+# 1, every reference prompt attended (top_k null), the least-squares calibration line
+@register("dots", help="DOTS's attention over the embeddings", embeddings=True,
+          settings={"ref_size": 256, "tau": 1.0, "top_k": None, "calibrate": True})
+class DOTS(Peer):
+    """DOTS's adaptive difficulty prediction (Sun et al., "Improving Data Efficiency for LLM Reinforcement
+    Fine-tuning Through Difficulty-targeted Online Data Selection and Rollout Replay", NeurIPS 2025,
+    arXiv:2506.05316): a prompt's success rate as attention over the embeddings of a reference set of
+    prompts whose rates under the current policy are known.
+
+    Followed from the authors' code (github.com/ASTRAL-Group/data-efficient-llm-rl):
+
+    * the predictor (``rl_training/verl/verl/trainer/ppo/teacher_utils.py``, ``RegressionHead.forward``;
+      the same in ``adaptive_difficulty_prediction/model.py``): query and reference embeddings each go
+      through a projection LayerNorm -> Linear(s) -> LayerNorm, scores are the scaled dot products
+      q . r / sqrt(d), optionally kept to the ``top_k`` highest (masked to -inf otherwise), and the
+      prediction is sum_j softmax(score_j / tau)_j y_j over the reference set, tau = 1 at inference;
+    * the reference set (``ray_trainer_teacher_replay.py``, the data-selection block of ``fit``): a fresh
+      random draw of ``data.ref_size`` = 256 prompts each epoch, rolled out (8 rollouts) under the current
+      policy, labelled with their mean reward;
+    * the calibration (``TeacherModelWorker.predict``): a least-squares line y = a x + b fitted on the
+      reference prompts' own predictions (each reference prompt is among the queries and attends over the
+      reference set, itself included) against their labels, applied to every prediction.
+
+    What this replay can and cannot reproduce: there are no extra reference rollouts, so the reference set
+    is the ``ref_size`` most recently observed prompts (ties within a step in id order), labelled with
+    their latest visit's rate s / n, rebuilt after every step rather than every epoch. The projections and
+    DOTS's ``group_logit_temp`` head (an MLP of the reference labels' mean and spread setting a logit
+    temperature and bias) are trained offline on another pool's rollouts (the published checkpoint is for
+    Qwen2.5-Math-1.5B-Instruct embeddings of DeepScaleR); nothing to train them on exists here, so the
+    linear layers are the identity and the head is DOTS's own ``plain`` option: q = r = LayerNorm(e)
+    (no affine, eps 1e-5; the two LayerNorms of an identity projection compose to one), i.e. scores
+    sqrt(d) x the Pearson correlation of the two embeddings. The calibrated value is clipped to [0, 1]
+    (the authors' is not clipped; a probability here must be). ``calibrate=False`` drops the line.
+    Before any outcome: the constant 0.5. A point estimator (no variance in its estimates).
+
+    Cost per predict: O(|ids| x ref_size x d), in blocks of ``_DOTS_BLOCK`` queries; per update an
+    O(N) pass for the reference set and O(ref_size^2 d) for the calibration, whatever the number of
+    prompts observed.
+    """
+
+    LAYER_NORM_EPS = 1e-5
+
+    def __init__(self, embeddings: np.ndarray, ref_size: int = 256, tau: float = 1.0, top_k: int | None = None,
+                 calibrate: bool = True, name: str = "dots"):
+        e = _check_embeddings(embeddings, "DOTS")
+        if not isinstance(ref_size, (int, np.integer)) or ref_size < 1:
+            raise InvalidArgumentError(f"DOTS reference size must be a positive integer, got {ref_size!r}")
+        if not (isinstance(tau, (int, float)) and np.isfinite(tau) and tau > 0):
+            raise InvalidArgumentError(f"DOTS temperature must be a finite number > 0, got {tau!r}")
+        if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
+            raise InvalidArgumentError(f"DOTS top_k must be a positive integer or null, got {top_k!r}")
+        self.name = name
+        self.n_nodes, d = e.shape
+        self.ref_size, self.tau = int(ref_size), float(tau)
+        self.top_k = None if top_k is None else int(top_k)
+        self.calibrate = bool(calibrate)
+        centred = e - e.mean(axis=1, keepdims=True)
+        self.z = centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + self.LAYER_NORM_EPS)
+        self.scale = 1.0 / (np.sqrt(d) * self.tau)  # softmax(q . r / sqrt(d) / tau)
+        self.last_rate_ = np.full(self.n_nodes, np.nan)
+        self.last_step_ = np.full(self.n_nodes, -1, dtype=np.int64)
+        self._steps = 0
+        self.ref_ids_ = np.zeros(0, dtype=np.int64)
+        self.slope_, self.intercept_ = 1.0, 0.0
+
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        v = settings
+        return [(cls(inputs.embeddings, ref_size=v["ref_size"], tau=float(v["tau"]), top_k=v["top_k"],
+                     calibrate=flag(v["calibrate"], "evaluate.dots.calibrate")),
+                 {"method": "DOTS attention over the most recent observed prompts", **v})]
+
+    def attention(self, ids: np.ndarray, ref_ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """sum_j softmax(z_i . z_j / (sqrt(d) tau))_j values_j over ``ref_ids`` (its ``top_k`` best), per id."""
+        out = np.empty(ids.size)
+        zr = self.z[ref_ids]
+        k = self.top_k if self.top_k is not None and self.top_k < ref_ids.size else None
+        for lo in range(0, ids.size, _DOTS_BLOCK):
+            sc = (self.z[ids[lo:lo + _DOTS_BLOCK]] @ zr.T) * self.scale
+            if k is None:
+                v = np.broadcast_to(values, sc.shape)
+            else:
+                top = np.argpartition(-sc, k - 1, axis=1)[:, :k]
+                sc, v = np.take_along_axis(sc, top, axis=1), values[top]
+            w = np.exp(sc - sc.max(axis=1, keepdims=True))
+            out[lo:lo + _DOTS_BLOCK] = (w * v).sum(axis=1) / w.sum(axis=1)
+        return out
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        if self.ref_ids_.size == 0:
+            return np.full(ids.size, 0.5)
+        raw = self.attention(ids, self.ref_ids_, self.last_rate_[self.ref_ids_])
+        return np.clip(self.slope_ * raw + self.intercept_, 0.0, 1.0)
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        if ids.size == 0:
+            return
+        self._steps += 1
+        self.last_rate_[ids] = s / n
+        self.last_step_[ids] = self._steps
+        seen = np.flatnonzero(self.last_step_ >= 0)
+        order = np.lexsort((seen, -self.last_step_[seen]))  # newest step first, then id order
+        self.ref_ids_ = np.sort(seen[order[:self.ref_size]])
+        if self.calibrate:
+            y = self.last_rate_[self.ref_ids_]
+            x = self.attention(self.ref_ids_, self.ref_ids_, y)
+            # ordinary least squares of y on x (sklearn's LinearRegression; slope 0 when x is constant)
+            sxx = float(((x - x.mean()) ** 2).sum())
+            self.slope_ = float(((x - x.mean()) * (y - y.mean())).sum() / sxx) if sxx > 1e-12 else 0.0
+            self.intercept_ = float(y.mean() - self.slope_ * x.mean())
+
+
+# both its strengths (ridge, evidence mixing) are chosen online: nothing to set
+@register("ridge", help="the ridge read-out of the embedding (the estimator's own, alone)", embeddings=True,
+          settings={})
+class RidgeReadout(Peer):
+    """The ridge read-out of the prompt embedding alone, fitted online (``core.readout``, the estimator's own read-out).
 
     Before each step the read-out is the ridge fit of every outcome so far: one row per prompt with
     evidence, x_i = [1, e_i], target its observed rate S_i / C_i, weight 1, the intercept unpenalised and
@@ -466,7 +667,7 @@ class RidgeReadout:
 
     The counts are raw, never forgotten (S_i, C_i sum every rollout of the prompt so far): a drifting
     policy is followed only as far as new visits outweigh old ones. A point estimator (no belief spread,
-    no ``moments``), like VIP.
+    no variance in its estimates), like VIP.
     """
 
     def __init__(self, embeddings: np.ndarray, name: str = "ridge"):
@@ -483,6 +684,11 @@ class RidgeReadout:
         self.kappa_errors_ = np.zeros(belief.KAPPA_GRID.size)
         self._global = _GlobalMean()
         self._theta: dict[float, np.ndarray | None] = {}  # ridge -> theta of the current statistics
+
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        return [(cls(inputs.embeddings),
+                 {"method": "ridge read-out of the embedding, evidence mixing (strengths chosen online)"})]
 
     @property
     def ridge(self) -> float:
@@ -536,119 +742,12 @@ class RidgeReadout:
         self._theta = {}
 
 
-# query rows whose attention scores DOTS forms at once (bounds its memory: block x reference set)
-_DOTS_BLOCK = 1024
-
-
-class DOTS:
-    """DOTS's adaptive difficulty prediction (Sun et al., "Improving Data Efficiency for LLM Reinforcement
-    Fine-tuning Through Difficulty-targeted Online Data Selection and Rollout Replay", NeurIPS 2025,
-    arXiv:2506.05316): a prompt's success rate as attention over the embeddings of a reference set of
-    prompts whose rates under the current policy are known.
-
-    Followed from the authors' code (github.com/ASTRAL-Group/data-efficient-llm-rl):
-
-    * the predictor (``rl_training/verl/verl/trainer/ppo/teacher_utils.py``, ``RegressionHead.forward``;
-      the same in ``adaptive_difficulty_prediction/model.py``): query and reference embeddings each go
-      through a projection LayerNorm -> Linear(s) -> LayerNorm, scores are the scaled dot products
-      q . r / sqrt(d), optionally kept to the ``top_k`` highest (masked to -inf otherwise), and the
-      prediction is sum_j softmax(score_j / tau)_j y_j over the reference set, tau = 1 at inference;
-    * the reference set (``ray_trainer_teacher_replay.py``, the data-selection block of ``fit``): a fresh
-      random draw of ``data.ref_size`` = 256 prompts each epoch, rolled out (8 rollouts) under the current
-      policy, labelled with their mean reward;
-    * the calibration (``TeacherModelWorker.predict``): a least-squares line y = a x + b fitted on the
-      reference prompts' own predictions (each reference prompt is among the queries and attends over the
-      reference set, itself included) against their labels, applied to every prediction.
-
-    What this replay can and cannot reproduce: there are no extra reference rollouts, so the reference set
-    is the ``ref_size`` most recently observed prompts (ties within a step in id order), labelled with
-    their latest visit's rate s / n, rebuilt after every step rather than every epoch. The projections and
-    DOTS's ``group_logit_temp`` head (an MLP of the reference labels' mean and spread setting a logit
-    temperature and bias) are trained offline on another pool's rollouts (the published checkpoint is for
-    Qwen2.5-Math-1.5B-Instruct embeddings of DeepScaleR); nothing to train them on exists here, so the
-    linear layers are the identity and the head is DOTS's own ``plain`` option: q = r = LayerNorm(e)
-    (no affine, eps 1e-5; the two LayerNorms of an identity projection compose to one), i.e. scores
-    sqrt(d) x the Pearson correlation of the two embeddings. The calibrated value is clipped to [0, 1]
-    (the authors' is not clipped; a probability here must be). ``calibrate=False`` drops the line.
-    Before any outcome: the constant 0.5. A point estimator (no ``moments``).
-
-    Cost per predict: O(|ids| x ref_size x d), in blocks of ``_DOTS_BLOCK`` queries; per update an
-    O(N) pass for the reference set and O(ref_size^2 d) for the calibration, whatever the number of
-    prompts observed.
-    """
-
-    LAYER_NORM_EPS = 1e-5
-
-    def __init__(self, embeddings: np.ndarray, ref_size: int = 256, tau: float = 1.0, top_k: int | None = None,
-                 calibrate: bool = True, name: str = "dots"):
-        e = _check_embeddings(embeddings, "DOTS")
-        if not isinstance(ref_size, (int, np.integer)) or ref_size < 1:
-            raise InvalidArgumentError(f"DOTS reference size must be a positive integer, got {ref_size!r}")
-        if not (isinstance(tau, (int, float)) and np.isfinite(tau) and tau > 0):
-            raise InvalidArgumentError(f"DOTS temperature must be a finite number > 0, got {tau!r}")
-        if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
-            raise InvalidArgumentError(f"DOTS top_k must be a positive integer or null, got {top_k!r}")
-        self.name = name
-        self.n_nodes, d = e.shape
-        self.ref_size, self.tau = int(ref_size), float(tau)
-        self.top_k = None if top_k is None else int(top_k)
-        self.calibrate = bool(calibrate)
-        centred = e - e.mean(axis=1, keepdims=True)
-        self.z = centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + self.LAYER_NORM_EPS)
-        self.scale = 1.0 / (np.sqrt(d) * self.tau)  # softmax(q . r / sqrt(d) / tau)
-        self.last_rate_ = np.full(self.n_nodes, np.nan)
-        self.last_step_ = np.full(self.n_nodes, -1, dtype=np.int64)
-        self._steps = 0
-        self.ref_ids_ = np.zeros(0, dtype=np.int64)
-        self.slope_, self.intercept_ = 1.0, 0.0
-
-    def attention(self, ids: np.ndarray, ref_ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """sum_j softmax(z_i . z_j / (sqrt(d) tau))_j values_j over ``ref_ids`` (its ``top_k`` best), per id."""
-        out = np.empty(ids.size)
-        zr = self.z[ref_ids]
-        k = self.top_k if self.top_k is not None and self.top_k < ref_ids.size else None
-        for lo in range(0, ids.size, _DOTS_BLOCK):
-            sc = (self.z[ids[lo:lo + _DOTS_BLOCK]] @ zr.T) * self.scale
-            if k is None:
-                v = np.broadcast_to(values, sc.shape)
-            else:
-                top = np.argpartition(-sc, k - 1, axis=1)[:, :k]
-                sc, v = np.take_along_axis(sc, top, axis=1), values[top]
-            w = np.exp(sc - sc.max(axis=1, keepdims=True))
-            out[lo:lo + _DOTS_BLOCK] = (w * v).sum(axis=1) / w.sum(axis=1)
-        return out
-
-    def predict(self, ids) -> np.ndarray:
-        ids = _check_ids(ids, self.n_nodes)
-        if self.ref_ids_.size == 0:
-            return np.full(ids.size, 0.5)
-        raw = self.attention(ids, self.ref_ids_, self.last_rate_[self.ref_ids_])
-        return np.clip(self.slope_ * raw + self.intercept_, 0.0, 1.0)
-
-    def update(self, ids, n, s) -> None:
-        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
-        if ids.size == 0:
-            return
-        self._steps += 1
-        self.last_rate_[ids] = s / n
-        self.last_step_[ids] = self._steps
-        seen = np.flatnonzero(self.last_step_ >= 0)
-        order = np.lexsort((seen, -self.last_step_[seen]))  # newest step first, then id order
-        self.ref_ids_ = np.sort(seen[order[:self.ref_size]])
-        if self.calibrate:
-            y = self.last_rate_[self.ref_ids_]
-            x = self.attention(self.ref_ids_, self.ref_ids_, y)
-            # ordinary least squares of y on x (sklearn's LinearRegression; slope 0 when x is constant)
-            sxx = float(((x - x.mean()) ** 2).sum())
-            self.slope_ = float(((x - x.mean()) * (y - y.mean())).sum() / sxx) if sxx > 1e-12 else 0.0
-            self.intercept_ = float(y.mean() - self.slope_ * x.mean())
-
-
 # ----------------------------------------------------------------------------------------------------
 # label propagation
 
 
-class LabelPropagation:
+@register("labelprop", help="label propagation (harmonic function) on the graph")
+class LabelPropagation(Peer):
     """Label propagation on the mutual-kNN graph W (harmonic function, Zhu et al. 2003).
 
     Observed prompts are clamped to their history mean S_i / C_i; every other prompt gets the harmonic
@@ -669,6 +768,10 @@ class LabelPropagation:
         self.rollouts_ = np.zeros(self.n_nodes)
         self._global = _GlobalMean()
         self.f_ = np.full(self.n_nodes, 0.5)
+
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        return [(cls(inputs.graph), {"method": "label propagation (harmonic function)"})]
 
     def predict(self, ids) -> np.ndarray:
         ids = _check_ids(ids, self.n_nodes)
@@ -712,33 +815,11 @@ class _Probe:
         return self._rng.binomial(n, rate) / n
 
 
-class SampleBeforeStep:
-    """ORACLE "sample before step" (SBS): probes every prompt of the batch with the current policy.
-
-    Shown the batch's outcomes, it predicts a probe of them (see ``_Probe``). An upper bound for
-    reference, at the cost of a second set of rollouts every step; no real estimator can match it.
-    """
-
-    oracle = True
-
-    def __init__(self, n_nodes: int, probe: str = "resample", seed: int = 0, name: str = "oracle-sbs"):
-        self.n_nodes = _check_n_nodes(n_nodes)
-        self.name = name
-        self._probe = _Probe(probe, seed)
-
-    def predict_with_outcomes(self, ids, n, s) -> np.ndarray:
-        ids = _check_ids(ids, self.n_nodes)
-        n = np.asarray(n, dtype=np.int64)
-        s = np.asarray(s, dtype=np.int64)
-        out = np.full(ids.size, 0.5)
-        ok = n > 0
-        out[ok] = self._probe(n[ok], s[ok])
-        return out
-
-    def update(self, ids, n, s) -> None:
-        aggregate_counts(ids, n, s, self.n_nodes)  # validation only: SBS keeps no state
+# the oracles' one settings section: how a probe is emulated, and its seed (sample-before-step's is seed + 1)
+ORACLE_SETTINGS = {"probe": "resample", "seed": 0}
 
 
+@register("sbr", help="ORACLE sample-before-RL", oracle=True, settings=ORACLE_SETTINGS, section="oracles")
 class SampleBeforeRL:
     """ORACLE "sample before RL" (SBR): one probe per prompt, taken at its first observation, frozen.
 
@@ -754,6 +835,11 @@ class SampleBeforeRL:
         self.name = name
         self._probe = _Probe(probe, seed)
         self.frozen_ = np.full(self.n_nodes, np.nan)
+
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        return [(cls(inputs.n_nodes, probe=settings["probe"], seed=int(settings["seed"])),
+                 {"method": "ORACLE sample-before-RL", **settings})]
 
     def predict_with_outcomes(self, ids, n, s) -> np.ndarray:
         ids = _check_ids(ids, self.n_nodes)
@@ -772,5 +858,34 @@ class SampleBeforeRL:
         aggregate_counts(ids, n, s, self.n_nodes)  # validation only: the probe was frozen at first sight
 
 
-# ----------------------------------------------------------------------------------------------------
-# graphdiff itself
+@register("sbs", help="ORACLE sample-before-step", oracle=True, settings=ORACLE_SETTINGS, section="oracles")
+class SampleBeforeStep:
+    """ORACLE "sample before step" (SBS): probes every prompt of the batch with the current policy.
+
+    Shown the batch's outcomes, it predicts a probe of them (see ``_Probe``). An upper bound for
+    reference, at the cost of a second set of rollouts every step; no real estimator can match it.
+    """
+
+    oracle = True
+
+    def __init__(self, n_nodes: int, probe: str = "resample", seed: int = 0, name: str = "oracle-sbs"):
+        self.n_nodes = _check_n_nodes(n_nodes)
+        self.name = name
+        self._probe = _Probe(probe, seed)
+
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        return [(cls(inputs.n_nodes, probe=settings["probe"], seed=int(settings["seed"]) + 1),
+                 {"method": "ORACLE sample-before-step", **settings})]
+
+    def predict_with_outcomes(self, ids, n, s) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        n = np.asarray(n, dtype=np.int64)
+        s = np.asarray(s, dtype=np.int64)
+        out = np.full(ids.size, 0.5)
+        ok = n > 0
+        out[ok] = self._probe(n[ok], s[ok])
+        return out
+
+    def update(self, ids, n, s) -> None:
+        aggregate_counts(ids, n, s, self.n_nodes)  # validation only: SBS keeps no state

@@ -1,4 +1,4 @@
-"""The static cold-start protocol on a pool of prompts with known success rates (issue 33): reveal a random
+"""The static cold-start protocol on a pool of prompts with known success rates: reveal a random
 part of the pool, hand the revealed outcomes to each estimator as a trainer would, then predict every prompt
 that was not revealed and score the predictions against its known rate. Pure numpy: no files.
 
@@ -11,7 +11,7 @@ Protocol (``reveal`` then ``score_cold_start``):
 3. The revealed prompts are fed to every estimator in reveal order, ``batch`` prompts per step (steps 1, 2,
    ...; the last step may be short), one ``update(ids, n, s)`` per step, so online choices (graphdiff's
    kappa, label-propagation weight, ...) act as they would in training.
-4. Every prompt not revealed is predicted in one ``predict(hidden)`` call after the last step and scored
+4. Every prompt not revealed is estimated in one ``estimates(hidden, ...)`` call after the last step and scored
    by Pearson r and MAE against its known rate. A method whose predictions are all equal ranks nothing and
    scores r = 0 (as ``metrics.within_batch`` scores a constant batch), not NaN.
 """
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
+from .baselines import point_estimate
 from .metrics import mae, pearson
 
 
@@ -86,7 +87,7 @@ def feed(methods, plan: Reveal) -> dict[str, float]:
 
 
 def score_cold_start(methods, plan: Reveal, rate) -> dict[str, dict]:
-    """Steps 3-4 for fresh ``methods`` (each with ``name``, ``update``, ``predict``): {name: {"pearson",
+    """Steps 3-4 for fresh ``methods`` (``baselines.OnlineEstimator``s, each with its ``name``): {name: {"pearson",
     "mae", "update_seconds", "predict_seconds", "hidden", "predictions"}}."""
     rate = np.asarray(rate, dtype=np.float64)
     names = [m.name for m in methods]
@@ -97,7 +98,7 @@ def score_cold_start(methods, plan: Reveal, rate) -> dict[str, dict]:
     out = {}
     for m in methods:
         t0 = time.perf_counter()
-        p = np.asarray(m.predict(plan.hidden.copy()), dtype=np.float64)
+        p = point_estimate(m, plan.hidden.copy())
         sec = time.perf_counter() - t0
         if p.shape != plan.hidden.shape or not np.all(np.isfinite(p)):
             raise DataError(f"method {m.name!r} returned {p.shape} predictions (or non-finite ones) for "

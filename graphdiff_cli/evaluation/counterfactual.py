@@ -27,11 +27,11 @@ sum_i 1 - r_i^n_i - (1 - r_i)^n_i, taking each prompt's recorded rate r_i = s_i 
 The estimators then learn the recorded outcomes (the log has no others), so one pass per estimator
 serves every strategy. Reference: ``oracle`` allocates with the recorded rates themselves.
 
-Estimators follow ``evaluation.baselines.OnlineEstimator`` (predict / update, optional zero_variance);
-``moments`` adds what selection needs: the belief about p (graphdiff: ``Estimator.estimates``' mean
-and variance, exactly what `graphdiff select` decides by; MoPPS: its Beta's; others: their p and
-variance 0, so Thompson sampling reduces to the target rule for them) and the zero-variance probability (native where the method has one, else
-the plug-in p^g + (1 - p)^g).
+Estimators follow ``evaluation.baselines.OnlineEstimator`` (update, estimates); selection reads
+``baselines.belief``: the belief about p (graphdiff: ``Estimator.estimates``' mean and variance, exactly
+what `graphdiff select` decides by; MoPPS: its Beta's; others: their p and variance 0, so Thompson sampling
+reduces to the target rule for them) and the zero-variance probability (native where the method has one,
+else the plug-in p^g + (1 - p)^g); allocation reads the estimates' p.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ import numpy as np
 
 from ..errors import DataError, InvalidArgumentError
 from ..core import decisions as dec
-from .baselines import BeliefEstimator
-from ..core.beta import zero_variance_point
+from .baselines import belief, has_belief, point_estimate
 from .replay import check_log
 
 OUT_OF_REACH = ("offline replay: every outcome comes from the recorded run, so the policy's response to "
@@ -76,25 +75,8 @@ def split_rounds(step, ids) -> list[np.ndarray]:
     return [np.asarray(r, dtype=np.int64) for r in rounds]
 
 
-def has_belief(method) -> bool:
-    """Whether ``method`` keeps a belief with a spread (``baselines.BeliefEstimator``: graphdiff, MoPPS)."""
-    return isinstance(method, BeliefEstimator)
-
-
 def target_label(explore: float, first: bool) -> str:
     return "target" if first else f"target (explore {explore:g})"
-
-
-def moments(method, ids: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
-    """p, variance and p_zero_variance of ``method`` for node ``ids`` (see the module docstring)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if has_belief(method):  # graphdiff: the belief `graphdiff select` decides by; MoPPS: its Beta
-        res = method.moments(ids, group_size)
-        return {k: np.asarray(res[k], dtype=np.float64) for k in ("p", "variance", "p_zero_variance")}
-    p = np.clip(np.asarray(method.predict(ids), dtype=np.float64), 0.0, 1.0)
-    zv = getattr(method, "zero_variance", None)  # optional in OnlineEstimator (GRESO has one)
-    pzv = np.asarray(zv(ids, group_size), dtype=np.float64) if zv is not None else zero_variance_point(p, group_size)
-    return {"p": p, "variance": np.zeros(ids.size), "p_zero_variance": np.clip(pzv, 0.0, 1.0)}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -165,9 +147,9 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
                 jobs.append((st, name, explores[0], st, False))
     import time
 
-    belief: dict[str, bool] = {}
+    spread: dict[str, bool] = {}
     for j, (strategy, name, explore, label, extra) in enumerate(jobs):
-        if extra and not belief.get(name, True):
+        if extra and not spread.get(name, True):
             continue
         t0 = time.perf_counter()
         # a job's random choices (draws, tie-breaks) depend on the job itself, not on which other
@@ -175,7 +157,7 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
         job_seed = zlib.crc32(f"{label}|{name}".encode())
         method = factories[name]() if name is not None else None
         if name is not None:
-            belief.setdefault(name, has_belief(method))
+            spread.setdefault(name, has_belief(method))
         chosen_n = np.zeros(len(pools), dtype=np.int64)
         eff = np.zeros(len(pools), dtype=np.int64)
         for q, (k, rows) in enumerate(pools):
@@ -188,8 +170,8 @@ def selection_replay(step, ids, n, s, factories: dict[str, Callable[[], object]]
                 pick = perm[np.argsort(key[perm], kind="stable")][:batch_size]
             else:
                 g = int(np.median(n[rows]))
-                m = moments(method, ids[rows], g)
-                pick = dec.select(strategy, batch_size, p=m["p"], variance=m["variance"],
+                m = belief(method, ids[rows], g)
+                pick = dec.select(strategy, batch_size, p=m["mean"], variance=m["variance"],
                                   p_zero_variance=m["p_zero_variance"], target=target, explore=explore,
                                   seed=sub_seed).chosen
             got = rows[pick]
@@ -256,7 +238,7 @@ def allocation_replay(step, ids, n, s, factories: dict[str, Callable[[], object]
             if method is None:
                 p = np.clip(np.asarray(given[a:b], dtype=np.float64), 0.0, 1.0)
             else:
-                p = np.clip(np.asarray(method.predict(ids[a:b].copy()), dtype=np.float64), 0.0, 1.0)
+                p = np.clip(point_estimate(method, ids[a:b].copy()), 0.0, 1.0)
             for st, v in score(p, a, b).items():
                 acc[st].append(v)
             if method is not None:

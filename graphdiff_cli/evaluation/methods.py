@@ -1,85 +1,44 @@
 """The method registry: every estimator that ``evaluate``, the counterfactual replay and the benchmarks
-compare, built by key from one config.
+compare, built by key from one config. Each method registers itself (``registry.register``, on its class:
+graphdiff's ``registry.GraphdiffMethod``, the peers' in ``baselines``); everything here is read from it.
 
 - ``METHOD_KEYS``: graphdiff, the peers (history, discounted history, MoPPS, GRESO, the embedding peers
   VIP, DOTS and the ridge read-out, label propagation) and the two oracles, in report order;
   ``parse_methods`` reads ``--methods``. ``EMBEDDING_METHODS`` need prompt embeddings: without them
-  ``build_methods`` refuses them and ``method_factories`` leaves them out.
+  ``build_methods`` refuses them and ``method_factories`` leaves them out. ``COUNTERFACTUAL_METHODS`` can
+  drive decisions (no oracles). Each is read from the registry when asked for, so a method registered
+  later is among them.
 - ``load_config``: the ``estimator`` section (graphdiff's settings, read by ``settings.config_layer`` as
-  init reads it) and the peers' settings (``DEFAULT_CONFIG``; the workflow's ``evaluate.settings``) of a
-  YAML/JSON file shaped like the Snakemake config.
+  init reads it) and the peers' settings (``DEFAULT_CONFIG``, the registered defaults; the workflow's
+  ``evaluate.settings``) of a YAML/JSON file shaped like the Snakemake config.
 - ``build_methods``: fresh estimators for the keys; ``method_factories``: zero-argument factories of
   fresh ones (a counterfactual replay needs one per strategy).
-- ``GraphdiffMethod``: graphdiff's ``Estimator`` behind ``evaluation.baselines``' interface (``OnlineEstimator``
-  with ``BeliefEstimator.moments``), so core never imports the facade.
 """
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import InvalidArgumentError
+from . import baselines as _peers  # noqa: F401  (the peers register themselves on import)
+from .baselines import DISCOUNTED
+from .registry import (METHODS, GraphdiffMethod, Inputs, counterfactual_keys, default_settings, embedding_keys,
+                       method_keys, methods_help, oracle_keys)
 
-# method keys accepted by --methods, in report order; oracles last
-METHOD_KEYS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "dots", "ridge", "labelprop", "sbr",
-               "sbs")
-ORACLE_KEYS = ("sbr", "sbs")
-# the methods that read the prompt embeddings (evaluate's --embeddings): skipped without them unless named
-EMBEDDING_METHODS = ("vip", "dots", "ridge")
-# the methods that can drive decisions in a counterfactual replay (no oracles)
-COUNTERFACTUAL_METHODS = ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "dots", "ridge", "labelprop")
-# discounted history where it is not tuned on the log (hindsight): the peers' suggested start
-DISCOUNTED = {"lam": 0.9, "m": 1.0}
+__all__ = ["METHOD_KEYS", "ORACLE_KEYS", "EMBEDDING_METHODS", "COUNTERFACTUAL_METHODS", "DEFAULT_CONFIG", "DISCOUNTED",
+           "METHODS", "GraphdiffMethod", "Inputs", "method_keys", "oracle_keys", "embedding_keys", "counterfactual_keys",
+           "default_settings", "methods_help", "load_config", "with_device", "parse_methods", "tune_discounted", "build_methods",
+           "method_factories"]
 
-DEFAULT_CONFIG = {
-    "evaluate": {
-        # discounted history: grid searched on the log itself (hindsight tuning: optimistic for it)
-        "discounted": {"lambdas": [1.0, 0.95, 0.9, 0.8, 0.7, 0.5], "m": [0.0, 0.5, 1.0, 2.0, 4.0]},
-        "mopps": {"lambdas": [1.0, 0.5]},
-        "greso": {"tau": 0.25},
-        # VIP as the authors' trainer runs it (posterior mean carried from step to step), the prior mean of
-        # their benchmark and the peers note (their trainer: -5); recursive: false = the previous step only
-        "vip": {"length_scale": 0.4, "noise": 1e-4, "prior_mean": -1.0, "recursive": True},
-        # DOTS's inference settings: reference set of 256 (the most recent observed prompts here), softmax
-        # temperature 1, every reference prompt attended (top_k null), the least-squares calibration line
-        "dots": {"ref_size": 256, "tau": 1.0, "top_k": None, "calibrate": True},
-        # the ridge read-out: both its strengths (ridge, evidence mixing) are chosen online; nothing to set
-        "ridge": {},
-        "oracles": {"probe": "resample", "seed": 0},
-    },
-}
+# the registry's views, computed when read (a method registered after this import is among them)
+_VIEWS = {"METHOD_KEYS": method_keys, "ORACLE_KEYS": oracle_keys, "EMBEDDING_METHODS": embedding_keys,
+          "COUNTERFACTUAL_METHODS": counterfactual_keys, "DEFAULT_CONFIG": lambda: {"evaluate": default_settings()}}
 
 
-class GraphdiffMethod:
-    """graphdiff's ``Estimator`` behind the peers' interface (``evaluation.baselines``).
-
-    ``moments`` is the belief `graphdiff select` decides by (``Estimator.estimates``' mean, variance and
-    p_zero_variance); ``zero_variance`` its E[p^g + (1 - p)^g].
-    """
-
-    def __init__(self, estimator, name: str = "graphdiff"):
-        self.estimator = estimator
-        self.name = name
-        self.last_update_: dict | None = None
-
-    def predict(self, ids) -> np.ndarray:
-        return np.asarray(self.estimator.predict(np.asarray(ids, dtype=np.int64)), dtype=np.float64)
-
-    def moments(self, ids, group_size: int) -> dict[str, np.ndarray]:
-        est = self.estimator.estimates(np.asarray(ids, dtype=np.int64), group_size=int(group_size))
-        return {"p": np.asarray(est["mean"], dtype=np.float64), "variance": np.asarray(est["variance"], dtype=np.float64),
-                "p_zero_variance": np.asarray(est["p_zero_variance"], dtype=np.float64)}
-
-    def zero_variance(self, ids, group_size: int) -> np.ndarray:
-        est = self.estimator.estimates(np.asarray(ids, dtype=np.int64), group_size=int(group_size))
-        return np.asarray(est["p_zero_variance"], dtype=np.float64)
-
-    def update(self, ids, n, s) -> None:
-        self.last_update_ = self.estimator.update(np.asarray(ids, dtype=np.int64), np.asarray(n, dtype=np.int64),
-                                                  np.asarray(s, dtype=np.int64))
+def __getattr__(name: str):
+    if name in _VIEWS:
+        return _VIEWS[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # the workflow's own keys of its `evaluate:` section (workflow/schemas/config.schema.yaml); the baselines'
@@ -101,7 +60,7 @@ def load_config(path) -> dict:
     """
     from ..settings import DEFAULT_PRESET, config_layer, resolve_layers
 
-    cfg = copy.deepcopy(DEFAULT_CONFIG)
+    cfg = {"evaluate": default_settings()}
     user, lines, where = {}, {}, "the default config"
     if path is not None:
         from ..io.readers import read_mapping
@@ -146,8 +105,9 @@ def with_device(cfg: dict, device: str | None) -> dict:
 
 def parse_methods(methods) -> list[str]:
     """Method keys from --methods (repeatable, comma-separated); None or "all" -> every method."""
+    keys_known = method_keys()
     if not methods:
-        return list(METHOD_KEYS)
+        return list(keys_known)
     keys = []
     for item in methods:
         for key in str(item).split(","):
@@ -155,14 +115,14 @@ def parse_methods(methods) -> list[str]:
             if not key:
                 continue
             if key == "all":
-                return list(METHOD_KEYS)
-            if key not in METHOD_KEYS:
-                raise InvalidArgumentError(f"unknown method {key!r}; choose from {', '.join(METHOD_KEYS)}")
+                return list(keys_known)
+            if key not in keys_known:
+                raise InvalidArgumentError(f"unknown method {key!r}; choose from {', '.join(keys_known)}")
             if key not in keys:
                 keys.append(key)
     if not keys:
         raise InvalidArgumentError("--methods names no method")
-    return [k for k in METHOD_KEYS if k in keys]
+    return [k for k in keys_known if k in keys]
 
 
 def tune_discounted(log: dict, n_nodes: int, lambdas, ms) -> tuple[dict, list[dict]]:
@@ -189,77 +149,34 @@ def tune_discounted(log: dict, n_nodes: int, lambdas, ms) -> tuple[dict, list[di
     return {"lam": best["lam"], "m": best["m"], "mae": best["mae"]}, rows
 
 
-def _flag(value, where: str) -> bool:
-    """A boolean setting, refused in one line when it is not one (YAML's "false" as text would be true)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise InvalidArgumentError(f"{where} must be true or false, got {value!r}")
-    return bool(value)
-
-
 def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> tuple[list, dict]:
-    """Instantiate the requested methods; returns (estimators, {name: description of its settings})."""
-    from . import baselines as B
-    from ..estimator import Estimator
-
-    ev, settings = cfg["evaluate"], cfg["estimator"]
+    """Instantiate the requested methods (``registry.METHODS[key].build``); returns (estimators, {name:
+    description of its settings}). ``tuned``: discounted history's (lambda, m) (None: ``DISCOUNTED``)."""
+    ev = cfg["evaluate"]
+    inputs = Inputs(w, labels, k, embeddings, n_nodes, estimator=cfg["estimator"],
+                    preset=cfg.get("estimator_preset", "default"), tuned=tuned)
     methods, described = [], {}
-
-    def add(m, desc):
-        methods.append(m)
-        described[m.name] = desc
-
     for key in keys:
-        if key in EMBEDDING_METHODS and embeddings is None:
+        spec = METHODS.get(key)
+        if spec is None:
+            raise InvalidArgumentError(f"unknown method {key!r}; choose from {', '.join(method_keys())}")
+        if spec.embeddings and embeddings is None:
             raise InvalidArgumentError(f"method {key} needs prompt embeddings: pass --embeddings EMBED.zarr")
-        if key == "graphdiff":
-            add(GraphdiffMethod(Estimator(w, labels, k, embeddings=embeddings, settings=settings)),
-                {"method": "graphdiff", "preset": cfg.get("estimator_preset", "default"), "n_states": k,
-                 **settings.as_dict()})
-        elif key == "history":
-            add(B.HistoryMean(n_nodes), {"method": "per-prompt history mean"})
-        elif key == "discounted":
-            lam, m = tuned["lam"], tuned["m"]
-            add(B.DiscountedHistory(n_nodes, lam, m, name="discounted"),
-                {"method": "discounted history", "lam": lam, "m": m, "tuned_on_this_log": tuned is not DISCOUNTED})
-        elif key == "mopps":
-            for lam in ev["mopps"]["lambdas"]:
-                add(B.MoPPS(n_nodes, float(lam)), {"method": "MoPPS", "lam": float(lam)})
-        elif key == "greso":
-            add(B.GRESO(n_nodes, tau=float(ev["greso"]["tau"])), {"method": "GRESO", "tau": ev["greso"]["tau"]})
-        elif key == "vip":
-            v = ev["vip"]
-            add(B.VIP(embeddings, length_scale=float(v["length_scale"]), noise=float(v["noise"]),
-                      prior_mean=float(v["prior_mean"]), recursive=_flag(v["recursive"], "evaluate.vip.recursive")),
-                {"method": "VIP Gaussian process", **v})
-        elif key == "dots":
-            v = ev["dots"]
-            add(B.DOTS(embeddings, ref_size=v["ref_size"], tau=float(v["tau"]), top_k=v["top_k"],
-                       calibrate=_flag(v["calibrate"], "evaluate.dots.calibrate")),
-                {"method": "DOTS attention over the most recent observed prompts", **v})
-        elif key == "ridge":
-            add(B.RidgeReadout(embeddings),
-                {"method": "ridge read-out of the embedding, evidence mixing (strengths chosen online)"})
-        elif key == "labelprop":
-            add(B.LabelPropagation(w), {"method": "label propagation (harmonic function)"})
-        elif key == "sbr":
-            add(B.SampleBeforeRL(n_nodes, probe=ev["oracles"]["probe"], seed=int(ev["oracles"]["seed"])),
-                {"method": "ORACLE sample-before-RL", **ev["oracles"]})
-        elif key == "sbs":
-            add(B.SampleBeforeStep(n_nodes, probe=ev["oracles"]["probe"], seed=int(ev["oracles"]["seed"]) + 1),
-                {"method": "ORACLE sample-before-step", **ev["oracles"]})
+        for m, desc in spec.build(inputs, None if spec.settings is None else ev[spec.section]):
+            methods.append(m)
+            described[m.name] = desc
     return methods, described
 
 
 def method_factories(keys, cfg, w, labels, k, embeddings, n_nodes) -> dict:
-    """{method name: zero-argument factory of a fresh estimator} for the given method keys (the
-    ``EMBEDDING_METHODS`` are left out without embeddings; discounted history at ``DISCOUNTED``, not tuned
-    on the log)."""
+    """{method name: zero-argument factory of a fresh estimator} for the given method keys (the embedding
+    methods are left out without embeddings; discounted history at ``DISCOUNTED``, not tuned on the log)."""
     factories = {}
     for key in keys:
-        if key not in COUNTERFACTUAL_METHODS:
+        if key not in counterfactual_keys():
             raise InvalidArgumentError(f"method {key!r} cannot drive decisions; choose from "
-                                       f"{', '.join(COUNTERFACTUAL_METHODS)}")
-        if key in EMBEDDING_METHODS and embeddings is None:
+                                       f"{', '.join(counterfactual_keys())}")
+        if METHODS[key].embeddings and embeddings is None:
             continue
         built, _ = build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)
         for idx, m in enumerate(built):

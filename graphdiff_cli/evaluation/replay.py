@@ -1,21 +1,22 @@
 """Replay a training log through online estimators, with no look-ahead.
 
-For each step, in order: every method predicts the step's batch (and, where it has one, gives its
-zero-variance score) BEFORE the batch's outcomes are revealed; then every method is updated with them.
-Oracles (``baselines.OracleEstimator``) are the one exception, by design and by name: they are handed
-the batch's outcomes through ``predict_with_outcomes``. Ordinary estimators are only ever called with
-ids before their update, so they cannot see a batch's outcomes in its own predictions.
+For each step, in order: every method estimates the step's batch (``estimates(ids, group_size)`` of
+``baselines.OnlineEstimator``: its p and, where it has one, its zero-variance probability) BEFORE the
+batch's outcomes are revealed; then every method is updated with them. Oracles
+(``baselines.OracleEstimator``) are the one exception, by design and by name: they are handed the batch's
+outcomes through ``predict_with_outcomes``. Ordinary estimators are only ever called with ids before their
+update, so they cannot see a batch's outcomes in its own predictions.
 
-Zero-variance scores: a method's own ``zero_variance(ids, group_size)`` where it has one, else the
-plug-in p^n + (1 - p)^n of its prediction (the source is recorded per method). The group size is each
-row's n, known to the trainer before it rolls out.
+Zero-variance scores: a method's own "p_zero_variance" where its estimates have one, else the plug-in
+p^n + (1 - p)^n of its p (the source is recorded per method). The group size is each row's n, known to the
+trainer before it rolls out: the batch is estimated once per group size in it.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -88,68 +89,85 @@ def check_log(step, ids, n, s, n_nodes: int | None = None) -> tuple[np.ndarray, 
     return step, ids, n, s
 
 
-def _zero_variance(method, ids: np.ndarray, p: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, str]:
-    fn = getattr(method, "zero_variance", None)
-    if fn is None:
-        return zero_variance_point(p, n), "plug-in"
-    out = np.empty(ids.size)
-    for g in np.unique(n):  # one call per group size in the batch
+def _estimate(name: str, method, ids: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+    """(p, zero-variance probability, its source) of an online estimator for one batch, one ``estimates``
+    call per group size in it."""
+    p, zv, source = np.empty(ids.size), np.empty(ids.size), "native"
+    for g in np.unique(n):
         rows = n == g
-        out[rows] = np.asarray(fn(ids[rows], int(g)), dtype=np.float64)
-    return out, "native"
+        est = method.estimates(ids[rows], int(g))
+        pg = np.asarray(est["p"], dtype=np.float64)
+        if pg.shape != (int(rows.sum()),):
+            raise DataError(f"method {name!r} returned {pg.shape} predictions for {int(rows.sum())} prompts")
+        p[rows] = pg
+        if "p_zero_variance" in est:
+            zv[rows] = np.asarray(est["p_zero_variance"], dtype=np.float64)
+        else:
+            zv[rows], source = zero_variance_point(pg, int(g)), "plug-in"
+    return p, zv, source
 
 
-def replay(step, ids, n, s, methods: Sequence, n_nodes: int | None = None,
+def named(methods) -> dict:
+    """{name: method}: ``methods`` as a mapping of names to estimators, or a sequence of estimators each with
+    its ``name``; two of one name are refused."""
+    if isinstance(methods, Mapping):
+        return dict(methods)
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        dup = next(x for x in names if names.count(x) > 1)
+        raise InvalidArgumentError(f"two methods are named {dup!r}; method names must be unique")
+    return dict(zip(names, methods))
+
+
+def replay(step, ids, n, s, methods: Mapping | Sequence, n_nodes: int | None = None,
            progress: Callable[[int, int], None] | None = None) -> ReplayResult:
-    """Replay the log (step, ids, n, s) through ``methods`` (OnlineEstimator or OracleEstimator).
+    """Replay the log (step, ids, n, s) through ``methods`` (OnlineEstimator or OracleEstimator): a mapping
+    {name: estimator} (graphdiff's ``Estimator`` as it is) or a sequence of estimators with a ``name``.
 
     Rows of one step form its batch; steps must be non-decreasing. See the module docstring for the
     order of calls. ``progress(done, total)`` is called after every step.
     """
     step, ids, n, s = check_log(step, ids, n, s, n_nodes)
-    names = [m.name for m in methods]
-    if len(set(names)) != len(names):
-        dup = next(x for x in names if names.count(x) > 1)
-        raise InvalidArgumentError(f"two methods are named {dup!r}; method names must be unique")
-    if not methods:
+    by_name = named(methods)
+    if not by_name:
         raise InvalidArgumentError("replay needs at least one method")
+    names = list(by_name)
     starts = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
     ends = np.r_[starts[1:], step.size]
     n_steps = starts.size
     res = ReplayResult(step=step, ids=ids, n=n, s=s, seen=np.zeros(step.size, dtype=bool),
                        steps=step[starts], methods=names)
-    for m in methods:
-        res.predictions[m.name] = np.full(step.size, np.nan)
-        res.zero_variance[m.name] = np.full(step.size, np.nan)
-        res.oracle[m.name] = bool(getattr(m, "oracle", False))
-        res.seconds[m.name] = np.zeros(n_steps)
-        res.zero_variance_source[m.name] = "plug-in"
+    for name, m in by_name.items():
+        res.predictions[name] = np.full(step.size, np.nan)
+        res.zero_variance[name] = np.full(step.size, np.nan)
+        res.oracle[name] = bool(getattr(m, "oracle", False))
+        res.seconds[name] = np.zeros(n_steps)
+        res.zero_variance_source[name] = "plug-in"
     observed = set()
     for k, (a, b) in enumerate(zip(starts, ends)):
         bid, bn, bs = ids[a:b], n[a:b], s[a:b]
         res.seen[a:b] = [int(i) in observed for i in bid]
-        for m in methods:
+        for name, m in by_name.items():
             t0 = time.perf_counter()
-            if res.oracle[m.name]:
-                p = m.predict_with_outcomes(bid.copy(), bn.copy(), bs.copy())
+            if res.oracle[name]:
+                p = np.asarray(m.predict_with_outcomes(bid.copy(), bn.copy(), bs.copy()), dtype=np.float64)
+                if p.shape != (b - a,):
+                    raise DataError(f"method {name!r} returned {p.shape} predictions for a batch of {b - a}")
+                zv, src = zero_variance_point(p, bn), "plug-in"
             else:
-                p = m.predict(bid.copy())
-            p = np.asarray(p, dtype=np.float64)
-            if p.shape != (b - a,):
-                raise DataError(f"method {m.name!r} returned {p.shape} predictions for a batch of {b - a}")
+                p, zv, src = _estimate(name, m, bid.copy(), bn)
             if not np.all(np.isfinite(p)) or (p < 0).any() or (p > 1).any():
-                raise DataError(f"method {m.name!r} predicted values outside [0, 1] at step {step[a]}")
-            zv, src = _zero_variance(m, bid.copy(), p, bn)
+                raise DataError(f"method {name!r} predicted values outside [0, 1] at step {step[a]}")
             t1 = time.perf_counter()
-            res.predictions[m.name][a:b] = p
-            res.zero_variance[m.name][a:b] = zv
-            res.zero_variance_source[m.name] = src
-            res.seconds[m.name][k] = t1 - t0
+            res.predictions[name][a:b] = p
+            res.zero_variance[name][a:b] = zv
+            res.zero_variance_source[name] = src
+            res.seconds[name][k] = t1 - t0
         # outcomes revealed only now, to every method alike
-        for m in methods:
+        for name, m in by_name.items():
             t0 = time.perf_counter()
             m.update(bid.copy(), bn.copy(), bs.copy())
-            res.seconds[m.name][k] += time.perf_counter() - t0
+            res.seconds[name][k] += time.perf_counter() - t0
         observed.update(int(i) for i in bid)
         if progress is not None:
             progress(k + 1, n_steps)

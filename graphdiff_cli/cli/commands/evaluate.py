@@ -7,7 +7,12 @@ from typing import List, Optional
 
 import typer
 
+from ...evaluation.methods import embedding_keys, methods_help
 from ..common import command, emit, progress
+
+# the registered methods (each registers itself: evaluation.registry), as --methods and --embeddings list them
+_METHODS_HELP = methods_help()
+_EMBEDDING_HELP = ", ".join(embedding_keys())
 
 
 @command("evaluate")
@@ -18,16 +23,14 @@ def evaluate(
     clusters: Path = typer.Option(..., "--clusters", help="Clusters artifact (from cluster)."),
     out: Path = typer.Option(..., "--out", "-o", help="Report folder to write (replaced atomically)."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Embeddings artifact; needed by the "
-                                              "embedding peers (vip, dots, ridge), which are skipped without "
+                                              f"embedding peers ({_EMBEDDING_HELP}), which are skipped without "
                                               "it unless named in --methods (then refused)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON config shaped like the Snakemake "
                                           "config (that file works): section 'estimator' (graphdiff's settings, "
                                           "read as init --config reads it) and 'evaluate.settings' (baseline "
                                           "settings)."),
     methods: Optional[List[str]] = typer.Option(None, "--methods", help="Methods to compare, comma-separated "
-                                                "or repeated: graphdiff, history, discounted, mopps, greso, vip, "
-                                                "dots, ridge, labelprop, sbr, sbs (oracles), or all "
-                                                "(default)."),
+                                                f"or repeated, or all (the default): {_METHODS_HELP}."),
     device: Optional[str] = typer.Option(None, "--device", help="graphdiff's device: auto, cpu, cuda "
                                          "(overrides the config)."),
     counterfactual: Optional[bool] = typer.Option(None, "--counterfactual/--no-counterfactual", help="Replay "
