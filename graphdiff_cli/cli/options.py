@@ -14,13 +14,24 @@ from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.outcomes import DEFAULT_SUCCESS_THRESHOLD
 from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY, DEFAULT_SNAPSHOT_EVERY
 
-__all__ = ["complete_from", "IdFieldOption", "StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
+__all__ = ["complete_from", "rules_help", "IdFieldOption", "StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
            "KeepEveryOption", "SnapshotEveryOption", "DEFAULT_GROUP_SIZE", "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
 
 def complete_from(values):
-    """Shell completion of an option's values (``autocompletion=``): the ones that start with what is typed."""
-    values = tuple(values)
-    return lambda incomplete: [v for v in values if v.startswith(incomplete)]
+    """Shell completion of an option's values (``autocompletion=``): the ones that start with what is typed.
+    ``values``: the values, or a function giving them when completing (a registry's names)."""
+    if not callable(values):
+        values = tuple(values)
+        return lambda incomplete: [v for v in values if v.startswith(incomplete)]
+    return lambda incomplete: [v for v in values() if v.startswith(incomplete)]
+
+
+def rules_help(rules, notes=None) -> str:
+    """A --strategy help from the registered decision rules (``core.decisions``' name -> rule with its help line):
+    "a (its help), b (its help), or c (its help)."; ``notes``: {name: text added to its help}."""
+    notes = notes or {}
+    parts = [f"{name} ({rule.help}{'; ' + notes[name] if name in notes else ''})" for name, rule in rules.items()]
+    return (", ".join(parts[:-1]) + ", or " + parts[-1] if len(parts) > 1 else "".join(parts)) + "."
 
 
 StateOption = Annotated[Path, typer.Option("--state", envvar="GRAPHDIFF_STATE",

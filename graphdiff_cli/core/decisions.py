@@ -51,24 +51,74 @@ min <= n_i <= max and sum n_i = budget exactly.
 
 Continuous allocations are made integral by ``round_allocation``: floors, then the remaining units to
 the largest fractional parts (largest remainder), never past a bound, so sum and bounds hold exactly.
+
+**Rules by name.** Each rule registers itself: ``@select_rule(name, help)`` on a function of
+(``Candidates``, batch size, numpy Generator) -> ``Selection``, ``@allocation_rule(name, help)`` on a function
+of an ``AllocationProblem`` -> real-valued counts. ``select`` and ``allocate`` check what every rule shares
+and dispatch by name; ``SELECT_STRATEGIES`` / ``ALLOCATE_STRATEGIES`` (and ``SELECT_RULES`` /
+``ALLOCATE_RULES`` with each rule's help line) list the registered names in registration order, whoever
+registered them, so a new rule is one function.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from ..errors import InvalidArgumentError, option
 from .beta import from_moments, zero_variance_from_moments  # the moment matching p_zero_variance uses
 
-SELECT_STRATEGIES = ("target", "thompson", "skip-zero-variance", "uniform")
 # the rule with the highest effective-group rate on the real log (docs/results.md: 0.789 over eight shuffles,
 # against 0.506 for uniform choice); what select uses unless told otherwise
 DEFAULT_SELECT_STRATEGY = "target"
 TARGET_EXPLORE = 1.0  # the target rule's exploration, in pseudo-rollouts (Jeffreys' prior weight)
-ALLOCATE_STRATEGIES = ("uniform", "variance", "vip")
 VIP_CLIP = 1e-6
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A registered decision rule: its name, the function that applies it and its help line."""
+
+    name: str
+    apply: Callable
+    help: str
+
+
+# name -> Rule, in registration order
+SELECT_RULES: dict[str, Rule] = {}
+ALLOCATE_RULES: dict[str, Rule] = {}
+
+
+def _registrar(rules: dict, kind: str, name: str, help: str):
+    def add(fn):
+        if name in rules:
+            raise ValueError(f"{kind} rule {name!r} is registered twice")
+        rules[name] = Rule(name, fn, help)
+        return fn
+
+    return add
+
+
+def select_rule(name: str, help: str):
+    """Register ``fn(candidates: Candidates, batch_size, rng) -> Selection`` as the selection rule ``name``."""
+    return _registrar(SELECT_RULES, "selection", name, help)
+
+
+def allocation_rule(name: str, help: str):
+    """Register ``fn(problem: AllocationProblem) -> real-valued counts`` (summing to the budget, within the
+    bounds; ``round_allocation`` makes them integral) as the allocation rule ``name``."""
+    return _registrar(ALLOCATE_RULES, "allocation", name, help)
+
+
+def __getattr__(name: str):
+    # the registered names, read when asked for (a rule registered after this import is among them)
+    if name == "SELECT_STRATEGIES":
+        return tuple(SELECT_RULES)
+    if name == "ALLOCATE_STRATEGIES":
+        return tuple(ALLOCATE_RULES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -161,6 +211,19 @@ def _check_variance(variance, m: int) -> np.ndarray:
     return var
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """What a selection rule reads: M candidates' estimates (None where not given; ``p`` and
+    ``p_zero_variance`` not yet checked: a rule checks what it needs) and the rule's settings."""
+
+    m: int
+    p: np.ndarray | None
+    variance: np.ndarray | None
+    p_zero_variance: np.ndarray | None
+    target: float
+    explore: float
+
+
 def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_variance=None,
            target: float = 0.5, explore: float = TARGET_EXPLORE, seed: int | None = 0) -> Selection:
     """Choose ``batch_size`` distinct candidates; see the module docstring for the rules.
@@ -171,7 +234,7 @@ def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_vari
     ``uniform`` needs only M, taken from whichever array is given. Refused: an unknown strategy,
     batch_size < 1 or larger than M, a missing or malformed input.
     """
-    check_strategy(strategy, SELECT_STRATEGIES, "selection")
+    check_strategy(strategy, tuple(SELECT_RULES), "selection")
     target = check_target(target)
     explore = check_explore(explore)
     batch_size = check_int(batch_size, "batch size", 1)
@@ -183,41 +246,45 @@ def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_vari
         raise InvalidArgumentError("per-candidate estimates must be 1-D arrays")
     if batch_size > m:
         raise InvalidArgumentError(f"batch size {batch_size} is larger than the pool of {m} candidates")
-    rng = np.random.default_rng(seed)
-    nan = np.full(m, np.nan)
+    candidates = Candidates(m, p, variance, p_zero_variance, target, explore)
+    return SELECT_RULES[strategy].apply(candidates, batch_size, np.random.default_rng(seed))
 
-    if strategy == "uniform":
-        chosen = rng.choice(m, size=batch_size, replace=False)
-        return Selection(strategy, chosen.astype(np.int64), nan)
 
-    if strategy == "target":
-        if p is None:
-            raise InvalidArgumentError("the target strategy needs p")
-        pa = _check_unit(p, "p", m)
-        key = np.abs(pa - target)
-        if explore > 0.0:
-            alpha, beta, ok = from_moments(pa, _check_variance(variance, m))
-            key[ok] *= (alpha + beta)[ok] / ((alpha + beta)[ok] + explore)
-        return Selection(strategy, _ranked(key, rng)[:batch_size].astype(np.int64), key,
-                         info={"target": target, "explore": explore})
+def _needs_p(c: Candidates, strategy: str) -> np.ndarray:
+    if c.p is None:
+        raise InvalidArgumentError(f"the {strategy} strategy needs p")
+    return _check_unit(c.p, "p", c.m)
 
-    if strategy == "thompson":
-        if p is None:
-            raise InvalidArgumentError("the thompson strategy needs p")
-        pa = _check_unit(p, "p", m)
-        alpha, beta, ok = from_moments(pa, _check_variance(variance, m))
-        theta = pa.copy()
-        if ok.any():
-            theta[ok] = rng.beta(alpha[ok], beta[ok])
-        key = (theta - target) ** 2
-        return Selection(strategy, _ranked(key, rng)[:batch_size].astype(np.int64), key, theta=theta,
-                         info={"target": target})
 
-    # skip-zero-variance
-    if p_zero_variance is None:
+@select_rule("target", "closest p to --target")
+def _target(c: Candidates, batch_size: int, rng: np.random.Generator) -> Selection:
+    pa = _needs_p(c, "target")
+    key = np.abs(pa - c.target)
+    if c.explore > 0.0:
+        alpha, beta, ok = from_moments(pa, _check_variance(c.variance, c.m))
+        key[ok] *= (alpha + beta)[ok] / ((alpha + beta)[ok] + c.explore)
+    return Selection("target", _ranked(key, rng)[:batch_size].astype(np.int64), key,
+                     info={"target": c.target, "explore": c.explore})
+
+
+@select_rule("thompson", "posterior draw closest to --target")
+def _thompson(c: Candidates, batch_size: int, rng: np.random.Generator) -> Selection:
+    pa = _needs_p(c, "thompson")
+    alpha, beta, ok = from_moments(pa, _check_variance(c.variance, c.m))
+    theta = pa.copy()
+    if ok.any():
+        theta[ok] = rng.beta(alpha[ok], beta[ok])
+    key = (theta - c.target) ** 2
+    return Selection("thompson", _ranked(key, rng)[:batch_size].astype(np.int64), key, theta=theta,
+                     info={"target": c.target})
+
+
+@select_rule("skip-zero-variance", "drop with P(all correct or all wrong)")
+def _skip_zero_variance(c: Candidates, batch_size: int, rng: np.random.Generator) -> Selection:
+    if c.p_zero_variance is None:
         raise InvalidArgumentError("the skip-zero-variance strategy needs p_zero_variance")
-    pzv = _check_unit(p_zero_variance, "p_zero_variance", m)
-    dropped = rng.random(m) < pzv
+    pzv = _check_unit(c.p_zero_variance, "p_zero_variance", c.m)
+    dropped = rng.random(c.m) < pzv
     kept = np.flatnonzero(~dropped)
     if kept.size >= batch_size:
         chosen = rng.choice(kept, size=batch_size, replace=False)
@@ -225,8 +292,14 @@ def select(strategy: str, batch_size: int, *, p=None, variance=None, p_zero_vari
         pool = np.flatnonzero(dropped)
         fill = pool[np.argsort(pzv[pool], kind="stable")][: batch_size - kept.size]
         chosen = np.concatenate([rng.permutation(kept), fill])
-    return Selection(strategy, chosen.astype(np.int64), pzv.copy(), dropped=dropped,
+    return Selection("skip-zero-variance", chosen.astype(np.int64), pzv.copy(), dropped=dropped,
                      info={"kept": int(kept.size), "filled": int(max(0, batch_size - kept.size))})
+
+
+@select_rule("uniform", "at random")
+def _uniform_choice(c: Candidates, batch_size: int, rng: np.random.Generator) -> Selection:
+    chosen = rng.choice(c.m, size=batch_size, replace=False)
+    return Selection("uniform", chosen.astype(np.int64), np.full(c.m, np.nan))
 
 
 GRESO_MIN_KEEP = 0.01  # GRESO's exploration floor: a prompt is kept with probability at least this
@@ -326,40 +399,63 @@ def _water_fill(level, budget: float, lo: int, hi: int, t_lo: float, t_hi: float
     return x_lo + w * (x_hi - x_lo)
 
 
+@dataclass(frozen=True)
+class AllocationProblem:
+    """What an allocation rule reads: each prompt's p (checked), the budget, the bounds (min < max) and
+    vip's gamma."""
+
+    p: np.ndarray
+    budget: int
+    min_count: int
+    max_count: int
+    vip_gamma: float = 0.0
+
+
 def continuous_allocation(strategy: str, p, budget: int, min_count: int = 2, max_count: int = 32,
                           vip_gamma: float = 0.0) -> np.ndarray:
     """The real-valued allocation each strategy rounds (see the module docstring); sums to budget."""
-    check_strategy(strategy, ALLOCATE_STRATEGIES, "allocation")
+    check_strategy(strategy, tuple(ALLOCATE_RULES), "allocation")
     pa = _check_unit(p, "p")
     budget, lo, hi = check_budget(pa.size, budget, min_count, max_count)
-    count = pa.size
-    if strategy == "uniform" or lo == hi:
+    if lo == hi:  # one count fits all
+        return np.full(pa.size, budget / pa.size)
+    return ALLOCATE_RULES[strategy].apply(AllocationProblem(pa, budget, lo, hi, vip_gamma))
+
+
+@allocation_rule("uniform", "budget / count each")
+def _uniform_allocation(a: AllocationProblem) -> np.ndarray:
+    return np.full(a.p.size, a.budget / a.p.size)
+
+
+@allocation_rule("variance", "counts grow with sqrt(p(1-p))")
+def _variance_allocation(a: AllocationProblem) -> np.ndarray:
+    pa, budget, lo, hi, count = a.p, a.budget, a.min_count, a.max_count, a.p.size
+    w = np.sqrt(pa * (1.0 - pa))
+    live = w > 0
+    if not live.any():
         return np.full(count, budget / count)
+    cap = hi * int(live.sum()) + lo * int((~live).sum())
+    if budget >= cap:
+        # every uncertain prompt is at max; what is left goes evenly to the certain ones
+        x = np.where(live, float(hi), float(lo))
+        if (~live).any():
+            x[~live] = (budget - hi * live.sum()) / (~live).sum()
+        return x
+    t_hi = (hi - lo) / w[live].min()
+    return _water_fill(lambda c: lo + c * w, budget, lo, hi, 0.0, t_hi)
 
-    if strategy == "variance":
-        w = np.sqrt(pa * (1.0 - pa))
-        live = w > 0
-        if not live.any():
-            return np.full(count, budget / count)
-        cap = hi * int(live.sum()) + lo * int((~live).sum())
-        if budget >= cap:
-            # every uncertain prompt is at max; what is left goes evenly to the certain ones
-            x = np.where(live, float(hi), float(lo))
-            if (~live).any():
-                x[~live] = (budget - hi * live.sum()) / (~live).sum()
-            return x
-        t_hi = (hi - lo) / w[live].min()
-        return _water_fill(lambda c: lo + c * w, budget, lo, hi, 0.0, t_hi)
 
-    # vip
+@allocation_rule("vip", "VIP's convex allocation")
+def _vip_allocation(a: AllocationProblem) -> np.ndarray:
+    pa, budget, lo, hi, count = a.p, a.budget, a.min_count, a.max_count, a.p.size
     if lo < 2:
         raise InvalidArgumentError(f"the vip strategy needs {option('--min', 'min_count')} >= 2 (its variance has n - 1 in "
                                    f"the denominator), got {lo}")
-    g = float(vip_gamma)
+    g = float(a.vip_gamma)
     if not (np.isfinite(g) and g >= 0):
-        raise InvalidArgumentError(f"vip gamma must be a finite number >= 0, got {vip_gamma!r}")
+        raise InvalidArgumentError(f"vip gamma must be a finite number >= 0, got {a.vip_gamma!r}")
     pc = np.clip(pa, VIP_CLIP, 1.0 - VIP_CLIP)
-    a = pc * (1.0 - pc)
+    var = pc * (1.0 - pc)
     tilt = g * np.log(pc)  # <= 0
 
     def level(t):
@@ -367,12 +463,12 @@ def continuous_allocation(strategy: str, p, budget: int, min_count: int = 2, max
         mu = -t + tilt
         out = np.full(count, float(hi))
         pos = mu > 0
-        out[pos] = 1.0 + np.sqrt(a[pos] / mu[pos])
+        out[pos] = 1.0 + np.sqrt(var[pos] / mu[pos])
         return out
 
     # at lambda_hi every prompt is at min, at lambda_lo every prompt is at max
-    lam_hi = float(np.max(a / (lo - 1.0) ** 2 - tilt))
-    lam_lo = float(np.min(a / (hi - 1.0) ** 2 - tilt))
+    lam_hi = float(np.max(var / (lo - 1.0) ** 2 - tilt))
+    lam_lo = float(np.min(var / (hi - 1.0) ** 2 - tilt))
     return _water_fill(level, budget, lo, hi, -lam_hi, -lam_lo + 1e-12)
 
 

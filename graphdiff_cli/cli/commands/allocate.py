@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from ..common import command, emit, progress, warn
-from ...core.decisions import ALLOCATE_STRATEGIES
-from ..options import IdFieldOption, StateOption, complete_from
+from ...core.decisions import ALLOCATE_RULES
+from ..options import IdFieldOption, StateOption, complete_from, rules_help
 
 
 @command("allocate")
@@ -18,9 +18,8 @@ def allocate(
     ids: Path = typer.Option(..., "--ids", help="The batch's prompts: one id per line, or a "
                              ".jsonl/.csv/.parquet table with an 'id' column (or --id-field)."),
     budget: int = typer.Option(..., "--budget", help="Total rollouts to split over the prompts."),
-    strategy: str = typer.Option(..., "--strategy", help="uniform, variance (counts grow with "
-                                 "sqrt(p(1-p))), or vip (VIP's convex allocation).",
-                                 autocompletion=complete_from(ALLOCATE_STRATEGIES)),
+    strategy: str = typer.Option(..., "--strategy", help=rules_help(ALLOCATE_RULES),
+                                 autocompletion=complete_from(lambda: ALLOCATE_RULES)),
     out: Path = typer.Option(..., "--out", "-o", help="Table of id, n, p, p_nondegenerate "
                              "(.jsonl/.csv/.parquet)."),
     min_count: int = typer.Option(2, "--min", help="Fewest rollouts per prompt."),

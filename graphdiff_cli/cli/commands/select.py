@@ -7,9 +7,13 @@ from typing import Optional
 
 import typer
 
-from ...core.decisions import DEFAULT_SELECT_STRATEGY, SELECT_STRATEGIES
+from ...core.decisions import DEFAULT_SELECT_STRATEGY, SELECT_RULES
 from ..common import command, emit, progress, warn
-from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, StateOption, complete_from
+from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, StateOption, complete_from, rules_help
+
+# the default's reason beside its help line
+_STRATEGY_HELP = rules_help(SELECT_RULES, {DEFAULT_SELECT_STRATEGY: "the default: the highest effective-group rate "
+                                                                    "on the real log, docs/results.md"})
 
 
 @command("select")
@@ -18,11 +22,8 @@ def select(
     candidates: Path = typer.Option(..., "--candidates", help="Candidate pool: one id per line, or a "
                                     ".jsonl/.csv/.parquet table with an 'id' column (or --id-field)."),
     batch_size: int = typer.Option(..., "--batch-size", "-B", help="How many distinct prompts to choose."),
-    strategy: str = typer.Option(DEFAULT_SELECT_STRATEGY, "--strategy", help="target (closest p to --target; the "
-                                 "default: the highest effective-group rate on the real log, docs/results.md), "
-                                 "thompson (posterior draw closest to --target), skip-zero-variance (drop with "
-                                 "P(all correct or all wrong)), or uniform.",
-                                 autocompletion=complete_from(SELECT_STRATEGIES)),
+    strategy: str = typer.Option(DEFAULT_SELECT_STRATEGY, "--strategy", help=_STRATEGY_HELP,
+                                 autocompletion=complete_from(lambda: SELECT_RULES)),
     out: Path = typer.Option(..., "--out", "-o", help="Chosen prompts, best first (.txt: one id per line; "
                              ".jsonl/.csv/.parquet: rank, id, p, variance, p_zero_variance, n_seen, key)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice (draws, drops, tie-breaks)."),
