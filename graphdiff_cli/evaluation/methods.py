@@ -26,9 +26,9 @@ from .registry import (METHODS, GraphdiffMethod, Inputs, counterfactual_keys, de
                        method_keys, methods_help, oracle_keys)
 
 __all__ = ["METHOD_KEYS", "ORACLE_KEYS", "EMBEDDING_METHODS", "COUNTERFACTUAL_METHODS", "DEFAULT_CONFIG", "DISCOUNTED",
-           "METHODS", "GraphdiffMethod", "Inputs", "method_keys", "oracle_keys", "embedding_keys", "counterfactual_keys",
-           "default_settings", "methods_help", "load_config", "with_device", "parse_methods", "tune_discounted", "build_methods",
-           "method_factories"]
+           "METHODS", "GraphdiffMethod", "Inputs", "method_keys", "oracle_keys", "embedding_keys",
+           "counterfactual_keys", "default_settings", "methods_help", "load_config", "with_device", "parse_methods",
+           "tune_discounted", "build_methods", "method_factories"]
 
 # the registry's views, computed when read (a method registered after this import is among them)
 _VIEWS = {"METHOD_KEYS": method_keys, "ORACLE_KEYS": oracle_keys, "EMBEDDING_METHODS": embedding_keys,
