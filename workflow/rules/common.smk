@@ -189,7 +189,9 @@ def _baseline_inputs(wildcards):
         clusters=clusters_path(wildcards.k_nn, fmt_states(GRID["states"][0]), str(GRID["seeds"][0])),
         config=evaluate_config_path(BETA, GAMMA, WINDOW),
     )
-    if set(GRID["baselines"]) & {"vip", "dots", "ridge"}:  # the embedding peers (methods.EMBEDDING_METHODS)
+    from graphdiff_cli.evaluation.methods import EMBEDDING_METHODS  # the peers that read the embeddings
+
+    if set(GRID["baselines"]) & set(EMBEDDING_METHODS):
         inputs["embeddings"] = EMBEDDINGS
     return inputs
 
