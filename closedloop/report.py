@@ -162,7 +162,7 @@ def _ms(vals, nd=3):
 
 
 def _targets(table: dict, rows: list[dict], tests: dict) -> list[dict]:
-    """The closed-loop issue's three targets, each with what was measured and whether it is met."""
+    """The closed-loop benchmark's three targets, each with what was measured and whether it is met."""
     out = []
     t = tests["acc_at_equal_rollouts"]
     if t["pairs"]:
@@ -323,7 +323,7 @@ def write_report(runs_dir, out_dir, sft_dir=None) -> dict:
                      f"{_fmt(t['mean_difference'], 4)} | {_fmt(t['p_value'], 4)} |")
     lines.append("")
     targets = _targets(table, all_rows, tests)
-    lines += ["## The issue's targets", "", "| target | measured | met |", "|---|---|---|"]
+    lines += ["## The targets", "", "| target | measured | met |", "|---|---|---|"]
     for t in targets:
         lines.append(f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no' if t['met'] is False else '-'} |")
     lines.append("")
@@ -441,7 +441,7 @@ def _oracle_gain_sections(runs, outcomes) -> tuple[list[str], dict]:
     if along:
         mid = {f: b for f, b in along.items() if float(f) < 1.0}
         ok = [b.get("lo") is not None and b["value"] >= 1.5 and b["lo"] > 1 for b in mid.values()]
-        checks.append({"check": "(not the issue's, and chosen after the first grid in this regime showed the censoring) "
+        checks.append({"check": "(not a target: chosen after the first grid in this regime showed the censoring) "
                                 "oracle pre-filtered DS reaches "
                                 "DS's accuracy after 1/4, 1/2 and 3/4 of its steps with >= 1.5x fewer rollouts, "
                                 "each interval excluding 1",

@@ -27,7 +27,7 @@ import numpy as np
 from graphdiff_cli.errors import InvalidArgumentError
 
 Z_MDD = 1.959964 + 0.841621  # two-sided 5% test, 80% power
-MIN_SEEDS = 6  # the power requirement: a regime check is decided on at least this many paired seeds
+MIN_SEEDS = 6  # the power requirement: a regime check is decided on at least this many paired seeds
 
 
 def _evaluations(rows, key: str) -> list[dict]:

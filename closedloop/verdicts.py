@@ -11,7 +11,7 @@ by name, the figures each grid decides on, with what it measured and what it con
   gain is above 0 in that grid (a share of nothing is undefined); the saving at DS's *final* accuracy (censored:
   an arm level with DS reaches it in about half the seeds) and an interval of zero width are not decided either;
   the oracle's gain is one row per rule where the rule's estimators read it at the same rollouts;
-- **targets and checks**: the issue's targets and regime checks, met or not. Several restate a figure above
+- **targets and checks**: the benchmark's targets and regime checks, met or not. Several restate a figure above
   (the regime check is the oracle's saving), so they are counted apart.
 
 A decided figure whose conclusion differs between the grids is a flip; one that only one grid has is listed
