@@ -1,4 +1,4 @@
-"""A learned read-out of the prompt embedding (beyond the paper; issue 33): ridge regression of each
+"""A learned read-out of the prompt embedding (beyond the paper): ridge regression of each
 prompt's observed success rate on its embedding, fitted online from the trainer's own outcomes.
 
 The graph turns the embeddings into who-is-near-whom and forgets them; on real pools a plain linear
