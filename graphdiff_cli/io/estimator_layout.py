@@ -23,15 +23,15 @@ an artifact holds tell which it is (``legacy_version``). From version 7 on the s
 7. the same arrays; ``n_states`` kept beside the settings instead of inside them, and a scoreboard the
    online choices do not keep (``kappa_errors`` under the joint choice, ``mix_errors`` without one,
    ``belief_loglik`` with belief_strength fixed) stored empty instead of as zeros nothing reads.
-8. + the read-out of the embedding (issue 33): its sufficient statistics ``readout_gram``, ``readout_moment``
+8. + the read-out of the embedding: its sufficient statistics ``readout_gram``, ``readout_moment``
    and its ridge strength's board ``readout_errors`` (each empty without a read-out), and a read-out axis in
    ``mix_errors`` (time, weight, read-out weight, kappa). The embeddings themselves are static: the model
    artifact (and a standalone state) holds them as ``embeddings`` when the estimator has them.
 
 The ``estimator-step`` artifact of a STATE has an encoding of its own from version 9 on (``STEP_VERSION``):
 the state of version 8, with q either whole (a snapshot) or as a *delta* of the step it was made from (its
-base): the rows of q that changed since (``q_rows``, ``q_values``), every other array whole (issue 32:
-"a step costs what changed"). Reading it composes the base's q and the deltas (``io.estimator_store``).
+base): the rows of q that changed since (``q_rows``, ``q_values``), every other array whole (a step
+costs what changed). Reading it composes the base's q and the deltas (``io.estimator_store``).
 """
 
 from __future__ import annotations
