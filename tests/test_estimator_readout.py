@@ -1,4 +1,4 @@
-"""The ridge read-out of the embedding as a source of the graph's estimate (issue 33): its statistics and fit
+"""The ridge read-out of the embedding as a source of the graph's estimate: its statistics and fit
 against a from-scratch ridge regression, its weight and ridge strength chosen online against brute force,
 the paper preset untouched, persistence, extend, migration of a version-7 state, and init keeping the
 embeddings in a STATE."""

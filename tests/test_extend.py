@@ -1,4 +1,4 @@
-"""Growing and retiring prompts mid-training (issue 16): the graph extension against a rebuild from scratch,
+"""Growing and retiring prompts mid-training: the graph extension against a rebuild from scratch,
 the estimator's growth, and `graphdiff extend` / `graphdiff retire` end to end with the bundled encoder."""
 
 from __future__ import annotations
