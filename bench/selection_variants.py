@@ -54,9 +54,12 @@ def main() -> None:
     from graphdiff_cli.evaluation.methods import GraphdiffMethod
 
     class UnseenHalf(GraphdiffMethod):
-        def predict(self, ids):
-            p = super().predict(ids)
-            return np.where(self.estimator.rollouts_[np.asarray(ids)] > 0, p, 0.5)
+        def estimates(self, ids, group_size):  # the replay always passes the group size
+            out = dict(super().estimates(ids, group_size))
+            seen = self.estimator.rollouts_[np.asarray(ids)] > 0
+            for key in ("p", "mean"):  # an unseen prompt's p (and the belief's mean) is 0.5
+                out[key] = np.where(seen, out[key], 0.5)
+            return out
 
     inp = read_inputs(sorted(args.run.glob("graph/*.zarr"))[0], sorted(args.run.glob("clusters/*.zarr"))[0])
     w, labels, k = inp.w, inp.labels, inp.k
@@ -95,7 +98,7 @@ def main() -> None:
             method, pz = make(), np.zeros(step.size)
             for a, b in zip(starts, ends):
                 g = int(np.median(lg["n"][a:b]))
-                pz[a:b] = method.zero_variance(lg["id"][a:b].copy(), g)
+                pz[a:b] = method.estimates(lg["id"][a:b].copy(), g)["p_zero_variance"]
                 method.update(lg["id"][a:b].copy(), lg["n"][a:b].copy(), lg["s"][a:b].copy())
             pc = np.clip(pz, 1e-6, 1 - 1e-6)
             logloss = -np.mean(np.where(y, np.log(pc), np.log(1 - pc)))

@@ -44,6 +44,7 @@ import scipy.sparse as sp
 
 from ..errors import DataError, InvalidArgumentError
 from ..core import beta as B
+from ..core.beta import DEFAULT_GROUP_SIZE
 from ..core.harmonic import harmonic_solution
 from .registry import register
 
@@ -118,7 +119,7 @@ class Peer:
     def predict(self, ids) -> np.ndarray:
         raise NotImplementedError
 
-    def estimates(self, ids, group_size: int = 8) -> dict[str, np.ndarray]:
+    def estimates(self, ids, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
         return {"p": self.predict(ids)}
 
 
@@ -306,7 +307,7 @@ class MoPPS(Peer):
         a, b = self.alpha_[ids], self.beta_[ids]
         return a / (a + b)
 
-    def estimates(self, ids, group_size: int = 8) -> dict[str, np.ndarray]:
+    def estimates(self, ids, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
         """p = the Beta's mean, its variance, and the Beta-Binomial P(s in {0, g})."""
         ids = _check_ids(ids, self.n_nodes)
         a, b = self.alpha_[ids], self.beta_[ids]
@@ -368,7 +369,7 @@ class GRESO(Peer):
         keep_h = np.maximum(self.p_hard_ ** zh, self.MIN_KEEP)
         return np.where(ze > 0, 1.0 - keep_e, np.where(zh > 0, 1.0 - keep_h, 0.0))
 
-    def estimates(self, ids, group_size: int = 8) -> dict[str, np.ndarray]:
+    def estimates(self, ids, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
         # GRESO's zero-variance signal does not depend on the group size
         return {"p": self.predict(ids), "p_zero_variance": self.skip_probability(ids)}
 

@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core.beta import DEFAULT_GROUP_SIZE
+
 
 @dataclass(frozen=True)
 class Inputs:
@@ -116,7 +118,7 @@ class GraphdiffMethod:
     def update(self, ids, n, s) -> dict:
         return self.estimator.update(ids, n, s)
 
-    def estimates(self, ids, group_size: int = 8) -> dict[str, np.ndarray]:
+    def estimates(self, ids, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
         return self.estimator.estimates(ids, group_size=group_size)
 
     def predict(self, ids) -> np.ndarray:
