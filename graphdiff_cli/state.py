@@ -26,15 +26,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import time
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
+from .core.beta import DEFAULT_GROUP_SIZE, check_group_size
 from .errors import DataError, InvalidArgumentError, StateError
 from .io import layout
 from .io.locks import DEFAULT_LOCK_TIMEOUT
-from .io.state_dir import StateDir
+from .io.state_dir import StateDir, check_lock_timeout
 from .stages import decide, handoff, prompt_set
 from .stages.progress import Progress, no_progress
 
@@ -254,14 +256,53 @@ class State:
         the result's ``warnings`` says when a chosen threshold put every reward of the step on one side.
         ``id_field``: the file's column holding the prompt id (a dotted path reads a nested field)."""
         if isinstance(outcomes, (str, Path)):
-            return handoff.update(self, step, outcomes, success_threshold=success_threshold,
-                                  lock_timeout=lock_timeout, id_field=id_field, progress=progress)
+            return self._update(step, outcomes, success_threshold=success_threshold, lock_timeout=lock_timeout,
+                                id_field=id_field, progress=progress)
         with self._outcome_rows(step, outcomes) as path:
-            res = handoff.update(self, step, path, success_threshold=success_threshold,
-                                 lock_timeout=lock_timeout, id_field=id_field, progress=progress)
+            res = self._update(step, path, success_threshold=success_threshold, lock_timeout=lock_timeout,
+                               id_field=id_field, progress=progress)
             if res.get("outcomes") != str(path.resolve()):  # the no-op: applied before, from another file
                 path.unlink(missing_ok=True)
         self._prune_outcomes(res["step"], res["retained"])
+        return res
+
+    def _update(self, step: int, outcomes, *, success_threshold, lock_timeout, id_field, progress) -> dict:
+        """``update`` of an outcomes file: checked and parsed before the lock, checked again under it, then the
+        estimator read (resident), the step applied (``handoff.apply_step``) and committed."""
+        t0 = time.perf_counter()
+        success_threshold, id_field = handoff.check_update(step, success_threshold, id_field, lock_timeout)
+        sd = self.dir
+        # fail fast, before parsing; checked again under the lock
+        done = handoff.refuse_or_noop(sd, step, outcomes, success_threshold, t0, id_field)
+        if done is not None:
+            return done
+        progress(0, 4)
+        t_import = handoff.import_torch()
+        t1 = time.perf_counter()
+        index = self.index
+        t_model = time.perf_counter() - t1
+        parsed = handoff.read_step_outcomes(outcomes, index, success_threshold, id_field)
+        t_parse = time.perf_counter()
+        progress(1, 4)
+        with self.transaction(lock_timeout) as txn:
+            t_locked = time.perf_counter()
+            done = handoff.refuse_or_noop(sd, step, outcomes, success_threshold, t0, id_field)
+            if done is not None:  # another writer moved on while we waited
+                return done
+            est = self.estimator()
+            nodes = parsed.node_indices(self.index)  # again: an extend or rollback may have moved the prompt set
+            warnings = handoff.step_warnings(sd, step, outcomes, parsed)
+            t_load = time.perf_counter()
+            progress(2, 4)
+            est, entry = handoff.apply_step(est, nodes, parsed, root=sd.root, step=step, outcomes=outcomes,
+                                            success_threshold=success_threshold, id_field=id_field)
+            t_infer = time.perf_counter()
+            progress(3, 4)
+            pruned = txn.commit_step(entry)
+        res = handoff.update_result(sd, step, entry, pruned, warnings, t0=t0, t_infer=t_infer, timings={
+            "import_s": t_import, "parse_s": t_parse - t1 - t_model, "lock_wait_s": t_locked - t_parse,
+            "load_s": t_model + t_load - t_locked, "inference_s": t_infer - t_load})
+        progress(4, 4)
         return res
 
     _ROWS_NAME = re.compile(r"step_(\d{8})-[0-9a-f]{16}-([0-9a-f]{8})-[0-9a-f]{8}\.jsonl")
@@ -339,58 +380,118 @@ class State:
             if m and m.group(2) == tag and int(m.group(1)) <= current and int(m.group(1)) not in keep:
                 f.unlink(missing_ok=True)
 
-    def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = 8) -> dict:
+    def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
         """Every estimate of the prompts ``ids`` (all candidates, retired ones left out, when None) at the
         current version: {"id": [...], "p", "difficulty", "p_model", "uncertainty", "mean", "variance",
         "n_seen", "p_zero_variance": arrays}."""
-        return handoff.estimates(self, ids, group_size=group_size)
+        group_size = check_group_size(group_size, "group_size")
+        est = self.estimator()
+        return handoff.estimates(est, self.resident_index, self.retired, ids, group_size=group_size)
 
-    def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8, id_field: str = "id",
-                progress: Progress = no_progress) -> dict:
+    def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = DEFAULT_GROUP_SIZE,
+                id_field: str = "id", progress: Progress = no_progress) -> dict:
         """Write every candidate's (or ``ids_file``'s, its ids read from ``id_field``) estimates at the current
         version to ``out``, atomically."""
-        return handoff.predict(self, out, ids_file=ids_file, fmt=fmt, group_size=group_size, id_field=id_field,
-                               progress=progress)
+        t0 = time.perf_counter()
+        group_size, id_field, fmt = handoff.check_predict(out, fmt, group_size, id_field)
+        progress(0, 3)
+        t_import = handoff.import_torch()
+        t1 = time.perf_counter()
+        est = self.estimator()
+        return handoff.predict(est, self.resident_index, self.retired, out, root=self.path, ids_file=ids_file,
+                               fmt=fmt, group_size=group_size, id_field=id_field, progress=progress, t0=t0,
+                               t_import=t_import, t1=t1)
 
-    def select(self, candidates, batch_size: int, strategy: str = decide.DEFAULT_SELECT_STRATEGY, out=None,
-               **kwargs) -> dict:
+    def select(self, candidates, batch_size: int, strategy: str = decide.DEFAULT_SELECT_STRATEGY, out=None, *,
+               progress: Progress = no_progress, **kwargs) -> dict:
         """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) by ``strategy``;
-        written to ``out`` when given. The chosen ids are ``["ids"]``, best first."""
-        return decide.select(self, candidates, batch_size, strategy, out, **kwargs)
+        written to ``out`` when given. The chosen ids are ``["ids"]``, best first. ``kwargs``: ``seed``,
+        ``target``, ``explore``, ``group_size``, ``fmt``, ``id_field`` (``stages.decide.check_select``)."""
+        t0 = time.perf_counter()
+        options = decide.check_select(batch_size, strategy, out, **kwargs)  # before the estimator is read
+        progress(0, 3)
+        est = self.estimator()
+        return decide.select(est, self.resident_index, self.retired, candidates, root=self.path, progress=progress,
+                             t0=t0, **options)
 
-    def allocate(self, ids, budget: int, strategy: str = "variance", out=None, **kwargs) -> dict:
+    def allocate(self, ids, budget: int, strategy: str = "variance", out=None, *, progress: Progress = no_progress,
+                 **kwargs) -> dict:
         """Split ``budget`` rollouts over the prompts ``ids`` (an ids file or a list); written to ``out`` when
-        given. The counts are ``["counts_by_id"]``."""
-        return decide.allocate(self, ids, budget, strategy, out, **kwargs)
+        given. The counts are ``["counts_by_id"]``. ``kwargs``: ``min_count``, ``max_count``, ``vip_gamma``,
+        ``fmt``, ``id_field`` (``stages.decide.check_allocate``)."""
+        t0 = time.perf_counter()
+        options = decide.check_allocate(budget, strategy, out, **kwargs)  # before the estimator is read
+        progress(0, 3)
+        est = self.estimator()
+        return decide.allocate(est, self.resident_index, self.retired, ids, root=self.path, progress=progress,
+                               t0=t0, **options)
 
-    def extend(self, prompts=None, **kwargs) -> dict:
-        """Add prompts (a prompts file, or ``embedded=`` their embeddings artifact) as the next revision."""
-        return prompt_set.extend(self, prompts, **kwargs)
+    def extend(self, prompts=None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress,
+               **kwargs) -> dict:
+        """Add prompts (a prompts file, or ``embedded=`` their embeddings artifact) as the next revision: read
+        and embedded before the lock, grown into the estimator and committed under it. ``kwargs``:
+        ``embedded``, ``embeddings``, ``id_field``, ``text_field``, ``messages``, ``batch_size``, ``device``
+        (``stages.prompt_set.read_new_prompts``)."""
+        new = prompt_set.read_new_prompts(self.dir, prompts, lock_timeout=lock_timeout, progress=progress, **kwargs)
+        with self.transaction(lock_timeout) as txn:
+            t_locked = time.perf_counter()
+            model = prompt_set.current_model(self.dir, new)
+            est = self.estimator()
+            version = self.version
+            est, ext = prompt_set.add_prompts(est, model, new, root=self.path, step=version[0], progress=progress)
+            pruned = txn.commit_revision(ext.entry, ids=ext.ids, model_arrays=ext.model_arrays,
+                                         model_attrs=ext.model_attrs)
+            t_write = time.perf_counter()
+            progress(4, 4)
+        return prompt_set.extend_result(self.dir, version, new, ext, pruned, t_locked=t_locked, t_write=t_write)
 
-    def retire(self, ids, *, restore: bool = False, **kwargs) -> dict:
-        """Take prompts (an ids file or a list) out of the candidate set, or put them back (``restore``)."""
-        return prompt_set.retire(self, ids, restore=restore, **kwargs)
+    def retire(self, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+               progress: Progress = no_progress) -> dict:
+        """Take prompts (an ids file or a list) out of the candidate set, or put them back (``restore``), as the
+        next revision of the current step. Their evidence stays in the states they informed."""
+        t0 = time.perf_counter()
+        check_lock_timeout(lock_timeout)
+        progress(0, 2)
+        ids, data, source, ids_hash = prompt_set.read_ids(ids)  # before the lock: what the log's hash names
+        with self.transaction(lock_timeout) as txn:
+            est = self.estimator()
+            retired, entry = prompt_set.retire_step(self.index, self.retired, est.n_nodes, ids, data, source=source,
+                                                    ids_hash=ids_hash, restore=restore)
+            version = self.version
+            progress(1, 2)
+            pruned = txn.commit_revision(entry, retired=retired)
+        progress(2, 2)
+        return prompt_set.retire_result(self.dir, version, entry, est.n_nodes - int(retired.size), pruned, t0)
 
     def rollback(self, to, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
-        """Make step ``to`` current again (T, or a revision "T.R"), for a trainer resuming from its checkpoint."""
-        return handoff.rollback(self, to, lock_timeout=lock_timeout, progress=progress)
+        """Make step ``to`` current again (T, or a revision "T.R"), for a trainer resuming from its checkpoint:
+        its newest retained revision, or revision R (T.0: what update T wrote, before any extend or retire)."""
+        step, revision = handoff.parse_version(to)
+        check_lock_timeout(lock_timeout)
+        progress(0, 1)
+        with self.transaction(lock_timeout) as txn:
+            before = self.version
+            removed = txn.rollback(step, revision)
+            now = self.version
+        progress(1, 1)
+        return handoff.rollback_result(self.dir, before, now, removed)
 
     def retention(self, *, keep: int | None = None, keep_every: int | None = None,
                   snapshot_every: int | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> dict:
         """Which states are kept: the last ``keep`` steps and every multiple of ``keep_every`` (so a trainer
         checkpointing every C steps finds its step), with the disk they use; ``snapshot_every``: an update writes
         q whole at its multiples, else the rows that changed. Given any, set it and prune."""
-        return handoff.retention(self, keep=keep, keep_every=keep_every, snapshot_every=snapshot_every,
+        return handoff.retention(self.dir, keep=keep, keep_every=keep_every, snapshot_every=snapshot_every,
                                  lock_timeout=lock_timeout)
 
     def status(self, *, last: int = 10, estimator: bool = False) -> dict:
         """What the STATE holds: current step, prompts, states, config, the last applied steps, retention; with
         ``estimator``, also what its estimator believes (``["estimator"]``: ``stages.beliefs.estimator_summary``)."""
-        res = handoff.status(self, last=last)
+        res = handoff.status(self.dir, last=last)
         if estimator:
             from .stages.beliefs import estimator_summary
 
-            res["estimator"] = estimator_summary(self)
+            res["estimator"] = estimator_summary(self.estimator(), self.retired)
         return res
 
     def verify(self) -> dict:
@@ -400,10 +501,19 @@ class State:
         return verify(self.path)
 
     def watch(self, inbox, **kwargs) -> dict:
-        """Apply an inbox of per-step outcomes files as they arrive (``graphdiff watch``)."""
+        """Apply an inbox of per-step outcomes files as they arrive (``graphdiff watch``), with this object's
+        methods: the estimator stays in memory between steps."""
         from .stages.watch import watch
 
-        return watch(self, inbox, **kwargs)
+        return watch(self._watch_handoff(), inbox, **kwargs)
+
+    def _watch_handoff(self):
+        """What ``stages.watch`` does to this STATE: these methods (extend on this object's device)."""
+        from .stages.watch import Handoff
+
+        return Handoff(self.dir, self.update,
+                       lambda prompts, **kw: self.extend(prompts, device=self.device or "auto", **kw),
+                       self.retire, self.predict, lambda: self.loads)
 
     def __repr__(self) -> str:
         try:

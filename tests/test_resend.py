@@ -163,13 +163,13 @@ def test_a_writer_refused_or_answered_the_no_op_never_removes_a_file_the_log_nam
 def test_an_error_that_names_no_row_is_not_mangled(st, monkeypatch):
     from graphdiff_cli.stages import handoff
 
-    def gone(state, step, path, **kw):
+    def gone(path, *args, **kw):
         from graphdiff_cli.io.outcomes import read_outcomes
 
         Path(path).unlink()
         return read_outcomes(path)
 
-    monkeypatch.setattr(handoff, "update", gone)
+    monkeypatch.setattr(handoff, "read_step_outcomes", gone)
     with pytest.raises(DataError, match="^the outcome rows: no such outcomes file$"):
         st.update(1, [{"id": "q000", "n": 1, "s": 0}])
 

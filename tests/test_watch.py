@@ -94,7 +94,7 @@ def test_a_long_watch_keeps_bounded_bookkeeping(state, inbox, inputs, monkeypatc
     monkeypatch.setattr(W, "APPLIED_KEPT", 2)
     for t in range(1, STEPS + 1):
         drop(inputs, inbox, t)
-    w = W._Watcher(State.open(state, device="cpu", durable=False), inbox, complete="rename", predictions=None,
+    w = W._Watcher(State.open(state, device="cpu", durable=False)._watch_handoff(), inbox, complete="rename", predictions=None,
                    group_size=8, success_threshold=1.0, lock_timeout=5.0, listener=lambda e: None)
     w.pass_once()
     assert [a["step"] for a in w.applied] == [3, 4] and w.n_applied == 4

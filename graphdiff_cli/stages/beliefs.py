@@ -35,17 +35,16 @@ def _mean(x) -> float | None:
     return None if x is None or x.size == 0 else float(np.mean(x))
 
 
-def estimator_summary(state, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
-    """The summary of what the estimator of a ``State`` believes at its current version (see the module
+def estimator_summary(est, retired: np.ndarray, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
+    """The summary of what the estimator ``est`` believes, ``retired`` (node indices) left out (see the module
     docstring): ``p`` (mean and quantiles over the candidates), ``belief_mean`` (the same of the decision belief's
     mean), ``p_zero_variance`` (its mean for groups of ``group_size``), ``states`` (per state: its Beta's mean
     ``rate``, ``a``, ``b``, ``expected_prompts`` = sum of q over the candidates and ``prompts`` whose most probable
     state it is), ``sources`` (each source's mean weight in p over the candidates, and ``history_seen``: the
     history's over those rolled out), ``online_choices`` (per setting: ``setting``, ``value`` in use or None when
     off, ``online``: chosen online now, ``inert``: no effect under these settings)."""
-    est = state.estimator()
     every = np.arange(est.n_nodes)
-    rows = every[active_rows(every, state.retired)]
+    rows = every[active_rows(every, retired)]
     e = est.estimates(rows, group_size=group_size)
     seen = np.asarray(e["n_seen"]) > 0
     rate, _ = mean_variance(np.asarray(est.a_, dtype=np.float64), np.asarray(est.b_, dtype=np.float64))

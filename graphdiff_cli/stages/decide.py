@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import decisions as dec
+from ..core.beta import DEFAULT_GROUP_SIZE
 from ..errors import InvalidArgumentError, option
 from .progress import Progress, no_progress
 
@@ -32,7 +33,6 @@ DEFAULT_SELECT_STRATEGY = dec.DEFAULT_SELECT_STRATEGY
 
 SELECT_COLUMNS = ["rank", "id", "p", "mean", "variance", "p_zero_variance", "n_seen", "key"]
 ALLOCATE_COLUMNS = ["id", "n", "p", "p_nondegenerate"]
-
 
 
 def _check_out(out, fmt):
@@ -61,15 +61,15 @@ def _json_float(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _candidates(state, pool, id_field: str = "id") -> tuple[list[str], np.ndarray, int, str]:
+def _candidates(index, retired: np.ndarray, pool, id_field: str = "id") -> tuple[list[str], np.ndarray, int, str]:
     """(ids, node indices, how many were retired, where) of the candidates of ``pool`` (an ids file, a table's
-    ids read from its ``id_field``, or a list of ids) that are not retired (graphdiff retire), at the version of
-    the estimator ``state.estimator()`` last returned (callers take it first)."""
+    ids read from its ``id_field``, or a list of ids) that are not retired (graphdiff retire), by ``index`` (the
+    ``IdIndex`` of the estimator's version) and ``retired`` (its retired node indices)."""
     from ..io.readers import id_nodes
     from .handoff import active_rows
 
-    ids, rows, where = id_nodes(pool, state.resident_index, id_field=id_field)
-    keep = active_rows(rows, state.retired)
+    ids, rows, where = id_nodes(pool, index, id_field=id_field)
+    keep = active_rows(rows, retired)
     if keep.all():
         return ids, rows, 0, where
     return [pid for pid, k in zip(ids, keep) if k], rows[keep], int((~keep).sum()), where
@@ -77,16 +77,13 @@ def _candidates(state, pool, id_field: str = "id") -> tuple[list[str], np.ndarra
 
 # ------------------------------------------------------------------------------------------- select
 
-def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed: int = 0, target: float = 0.5,
-           explore: float = dec.TARGET_EXPLORE, group_size: int = 8, fmt: str | None = None,
-           id_field: str = "id", progress: Progress = no_progress) -> dict:
-    """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) of a ``State`` by
-    ``strategy``; written to ``out`` when given (the result's ``ids`` are the choice, best first).
-    ``id_field``: where a table of candidates holds the id (a column or a dotted path)."""
+def check_select(batch_size: int, strategy: str, out=None, *, seed: int = 0, target: float = 0.5,
+                 explore: float = dec.TARGET_EXPLORE, group_size: int = DEFAULT_GROUP_SIZE, fmt: str | None = None,
+                 id_field: str = "id") -> dict:
+    """The options of a select, checked before the estimator is read: ``select``'s keywords."""
     from ..core.beta import check_group_size
     from ..io.tables import check_id_field
 
-    t0 = time.perf_counter()
     dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
     dec.check_target(target)
     explore = dec.check_explore(explore)
@@ -94,11 +91,19 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
     seed = dec.check_int(seed, option("--seed"), 0)  # numpy seeds are >= 0
     id_field = check_id_field(id_field)
     fmt = _check_out(out, fmt)
-    sd = state.dir
-    progress(0, 3)
     dec.check_int(batch_size, option("--batch-size"), 1)
-    est = state.estimator()
-    ids, rows, skipped, where = _candidates(state, candidates, id_field)
+    return {"batch_size": batch_size, "strategy": strategy, "out": out, "seed": seed, "target": target,
+            "explore": explore, "group_size": group_size, "fmt": fmt, "id_field": id_field}
+
+
+def select(est, index, retired: np.ndarray, candidates, *, root, batch_size: int, strategy: str, out, seed: int,
+           target: float, explore: float, group_size: int, fmt: str | None, id_field: str,
+           progress: Progress = no_progress, t0: float) -> dict:
+    """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) by ``strategy`` with the
+    estimator ``est`` (``index``: the ``IdIndex`` of its version, ``retired`` its retired node indices; the
+    options checked by ``check_select``); written to ``out`` when given (the result's ``ids`` are the choice,
+    best first). ``id_field``: where a table of candidates holds the id (a column or a dotted path)."""
+    ids, rows, skipped, where = _candidates(index, retired, candidates, id_field)
     if batch_size > rows.size:
         raise InvalidArgumentError(f"{option('--batch-size')} {batch_size} is larger than the pool of {rows.size} "
                                    f"candidates in {where}" + (f" ({skipped} more are retired)" if skipped else ""))
@@ -121,7 +126,7 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
     progress(3, 3)
     chosen = sel.chosen
     signal = 1.0 - m["p_zero_variance"]
-    return {"command": "select", "state": str(sd.root), "step": est.step_, "strategy": strategy, "seed": seed,
+    return {"command": "select", "state": str(root), "step": est.step_, "strategy": strategy, "seed": seed,
             "target": target, **({"explore": explore} if strategy == "target" else {}),
             "group_size": group_size, "batch_size": batch_size, "pool": int(rows.size), "retired_skipped": skipped,
             "out": None if out is None else str(out), "format": fmt, "ids": [ids[j] for j in chosen],
@@ -136,27 +141,31 @@ def select(state, candidates, batch_size: int, strategy: str, out=None, *, seed:
 
 # ----------------------------------------------------------------------------------------- allocate
 
-def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int = 2, max_count: int = 32,
-             vip_gamma: float = 0.0, fmt: str | None = None, id_field: str = "id",
-             progress: Progress = no_progress) -> dict:
-    """Split ``budget`` rollouts over the prompts ``ids`` (an ids file or a list of ids) of a ``State`` by
-    ``strategy``; id, n per prompt written to ``out`` when given (the result's ``counts_by_id``).
-    ``id_field``: where a table of ids holds the id (a column or a dotted path)."""
+def check_allocate(budget: int, strategy: str, out=None, *, min_count: int = 2, max_count: int = 32,
+                   vip_gamma: float = 0.0, fmt: str | None = None, id_field: str = "id") -> dict:
+    """The options of an allocate, checked before the estimator is read: ``allocate``'s keywords."""
     from ..io.tables import check_id_field
 
-    t0 = time.perf_counter()
     dec.check_strategy(strategy, dec.ALLOCATE_STRATEGIES, "allocation")
     id_field = check_id_field(id_field)
     fmt = _check_out(out, fmt)
     if fmt == "txt":
         raise InvalidArgumentError(f"{out}: an allocation needs a table (.jsonl, .csv or .parquet) for its "
                                    "id and n columns")
-    sd = state.dir
-    progress(0, 3)
     if strategy == "vip" and min_count < 2:
         raise InvalidArgumentError(f"the vip strategy needs {option('--min', 'min_count')} >= 2, got {min_count}")
-    est = state.estimator()
-    ids, rows, skipped, _where = _candidates(state, ids, id_field)
+    return {"budget": budget, "strategy": strategy, "out": out, "min_count": min_count, "max_count": max_count,
+            "vip_gamma": vip_gamma, "fmt": fmt, "id_field": id_field}
+
+
+def allocate(est, index, retired: np.ndarray, ids, *, root, budget: int, strategy: str, out, min_count: int,
+             max_count: int, vip_gamma: float, fmt: str | None, id_field: str, progress: Progress = no_progress,
+             t0: float) -> dict:
+    """Split ``budget`` rollouts over the prompts ``ids`` (an ids file or a list of ids) by ``strategy`` with the
+    estimator ``est`` (``index``: the ``IdIndex`` of its version, ``retired`` its retired node indices; the
+    options checked by ``check_allocate``); id, n per prompt written to ``out`` when given (the result's
+    ``counts_by_id``). ``id_field``: where a table of ids holds the id (a column or a dotted path)."""
+    ids, rows, skipped, _where = _candidates(index, retired, ids, id_field)
     dec.check_budget(rows.size, budget, min_count, max_count)
     progress(1, 3)
     m = est.estimates(rows)
@@ -178,7 +187,7 @@ def allocate(state, ids, budget: int, strategy: str, out=None, *, min_count: int
         warnings.append(f"the {strategy} allocation does worse than uniform here by the estimator's own belief: its "
                         f"counts are expected to give {expected['allocation']:.2f} groups with a signal (0 < s < n), "
                         f"uniform counts {expected['uniform']:.2f}")
-    return {"command": "allocate", "state": str(sd.root), "step": est.step_, "strategy": strategy,
+    return {"command": "allocate", "state": str(root), "step": est.step_, "strategy": strategy,
             "budget": int(budget), "prompts": len(ids), "retired_skipped": skipped, "min": int(min_count), "max": int(max_count),
             "vip_gamma": float(vip_gamma), "out": None if out is None else str(out), "format": fmt,
             "counts_by_id": {r["id"]: r["n"] for r in records},

@@ -1,11 +1,12 @@
 """The step handoff between a trainer and graphdiff: init, update, estimates/predict, status, rollback.
 
-The public object is ``graphdiff_cli.State``; these are the stages behind its methods. Each takes the
-``State`` (its STATE directory ``state.dir``, resident estimator ``state.estimator()`` and
-``state.transaction()``) except ``init_state``, which makes a new STATE directory. Each reads and checks
-everything, and only then writes (through the transaction), so a refused request changes nothing. They
-return a JSON-able result dict and report progress through ``progress(done, total)``; nothing here
-prints. The STATE format is specified in docs/handoff.md.
+The public object is ``graphdiff_cli.State``; these are the steps behind its methods, and they never see
+it: the handoff flows one way. ``State`` holds the lock, reads the estimator and commits; a step gets the
+parts it needs (the estimator, the ``IdIndex`` of its prompts, the retired prompts, the parsed input, the
+``StateDir`` to read its log) and returns the updated estimator and the log entry (``apply_step``), or a
+result dict. ``init_state`` makes a new STATE directory. Everything is read and checked before anything is
+written, so a refused request changes nothing. Progress goes through ``progress(done, total)``; nothing
+here prints. The STATE format is specified in docs/handoff.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.beta import DEFAULT_GROUP_SIZE
 from ..errors import (AlreadyAppliedError, ArtifactError, GraphdiffError, InvalidArgumentError, StateError, StepGapError,
                       either, option)
 from ..io.artifacts import has_array, hash_file, read_artifact
@@ -33,10 +35,10 @@ def load_current_state(sd: StateDir, device: str | None = None):
     from ..estimator import Estimator
     from ..io.estimator_store import SOURCE_HASH
 
-    state, model = sd.read_state_and_model()
-    retired = np.asarray(state.pop(RETIRED, np.zeros(0, np.int64)), dtype=np.int64)
-    source = state.pop(SOURCE_HASH)
-    return Estimator.from_state_dict(state, device=device, copy=False, verified=True), retired, model[1], source
+    arrays, model = sd.read_state_and_model()
+    retired = np.asarray(arrays.pop(RETIRED, np.zeros(0, np.int64)), dtype=np.int64)
+    source = arrays.pop(SOURCE_HASH)
+    return Estimator.from_state_dict(arrays, device=device, copy=False, verified=True), retired, model[1], source
 
 
 def active_rows(rows: np.ndarray, retired: np.ndarray) -> np.ndarray:
@@ -44,7 +46,7 @@ def active_rows(rows: np.ndarray, retired: np.ndarray) -> np.ndarray:
     return ~np.isin(rows, retired) if retired.size else np.ones(rows.size, bool)
 
 
-def _import_torch() -> float:
+def import_torch() -> float:
     """Import torch up front (seconds taken), so that load_s times reading the state, not the import."""
     t = time.perf_counter()
     import torch  # noqa: F401
@@ -226,125 +228,121 @@ def step_refusal(root, step: int, cur: int, applied_as: int | None = None) -> St
                       f"the next update must be step {cur + 1}{also}")
 
 
-def update(state, step: int, outcomes, *, success_threshold: float | None = None,
-           lock_timeout: float = DEFAULT_LOCK_TIMEOUT, id_field: str = "id", progress: Progress = no_progress) -> dict:
-    """Apply training step ``step`` (= current + 1) of a ``State`` with the outcomes file; see docs/handoff.md.
-    ``id_field``: the outcomes' column holding the prompt id (a dotted path reads a nested field).
-
-    Everything is checked before the lock is taken and again under it; the estimator is updated and the
-    step committed inside ``state.transaction()``, so a refusal or a crash changes nothing."""
-    from ..io.outcomes import check_threshold, read_outcomes
+def check_update(step: int, success_threshold: float | None, id_field: str, lock_timeout: float):
+    """(the threshold, the id field) of an update of ``step``, checked before anything is read."""
+    from ..io.outcomes import check_threshold
     from ..io.tables import check_id_field
 
-    t0 = time.perf_counter()
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise InvalidArgumentError(f"{option('--step')} must be an integer >= 1 (step 0 is init), got {step!r}")
     success_threshold = check_threshold(success_threshold)
     id_field = check_id_field(id_field)
     check_lock_timeout(lock_timeout)
-    sd = state.dir
+    return success_threshold, id_field
+
+
+def refuse_or_noop(sd, step: int, outcomes, success_threshold: float | None, t0: float, id_field: str) -> dict | None:
+    """None when ``step`` is the STATE's next step; else the no-op result or the refusal (``_refuse_or_noop``)."""
     cur = sd.current_step
-    if step != cur + 1:  # fail fast, before parsing; checked again under the lock
-        return _refuse_or_noop(sd, step, cur, outcomes, success_threshold, t0, id_field)
-    progress(0, 4)
-    t_import = _import_torch()
-    t1 = time.perf_counter()
-    index = state.index
-    t_model = time.perf_counter() - t1
-    parsed = read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field, index=index)
-    nodes = parsed.node_indices(index)
-    outcomes_hash = parsed.hash  # of the bytes parsed: a file replaced while it was read is never mislabelled
-    t_parse = time.perf_counter()
-    progress(1, 4)
-    with state.transaction(lock_timeout) as txn:
-        t_locked = time.perf_counter()
-        cur = sd.current_step
-        if step != cur + 1:  # another writer moved on while we waited
-            return _refuse_or_noop(sd, step, cur, outcomes, success_threshold, t0, id_field)
-        est = state.estimator()
-        if est.step_ != cur:
-            raise ArtifactError(f"{sd.root}: CURRENT says step {cur} but its state holds step {est.step_}")
-        nodes = parsed.node_indices(state.index)  # again: an extend or rollback may have moved the prompt set
-        warnings = [f"step {step}: {w}" for w in parsed.warnings]
-        last = sd.log_entry((cur, 0)) if cur > 0 else None  # the line of update cur (streamed, not held)
-        if last is not None and last.get("step") == cur and not last.get("revision") and (
-                last.get("outcomes_content") == parsed.content_hash if last.get("outcomes_content") is not None
-                else _step_outcomes_hash(sd, cur) == outcomes_hash):
-            warnings.append(f"step {step}: {outcomes} holds the same outcomes as step {cur} was applied from (a "
-                            f"file delivered twice?); applied as step {step} all the same ("
-                            f"{either(f'graphdiff rollback --to {cur}', f'State.rollback({cur})')} undoes it)")
-        t_load = time.perf_counter()
-        progress(2, 4)
-        stats = est.update(nodes, parsed.n, parsed.s)
-        t_infer = time.perf_counter()
-        progress(3, 4)
-        elbo = stats["elbo"]
-        entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": outcomes_hash,
-                 "outcomes_content": parsed.content_hash, "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
-                 "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
-                 "success_threshold": success_threshold, **({"id_field": id_field} if id_field != "id" else {}),
-                 "iterations": stats["iterations"],
-                 "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
-                 "inference_s": round(t_infer - t_load, 4)}
-        pruned = txn.commit_step(entry)
+    return None if step == cur + 1 else _refuse_or_noop(sd, step, cur, outcomes, success_threshold, t0, id_field)
+
+
+def read_step_outcomes(outcomes, index, success_threshold: float | None, id_field: str):
+    """The outcomes file parsed against the prompts of ``index`` (an unknown id is refused with its line)."""
+    from ..io.outcomes import read_outcomes
+
+    return read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field, index=index)
+
+
+def step_warnings(sd, step: int, outcomes, parsed) -> list[str]:
+    """The warnings of applying ``parsed`` as ``step``: the file's own, and outcomes delivered twice (the same as
+    the last applied step's: one streamed read of the log's line)."""
+    cur = step - 1
+    warnings = [f"step {step}: {w}" for w in parsed.warnings]
+    last = sd.log_entry((cur, 0)) if cur > 0 else None  # the line of update cur (streamed, not held)
+    if last is not None and last.get("step") == cur and not last.get("revision") and (
+            last.get("outcomes_content") == parsed.content_hash if last.get("outcomes_content") is not None
+            else _step_outcomes_hash(sd, cur) == parsed.hash):
+        warnings.append(f"step {step}: {outcomes} holds the same outcomes as step {cur} was applied from (a "
+                        f"file delivered twice?); applied as step {step} all the same ("
+                        f"{either(f'graphdiff rollback --to {cur}', f'State.rollback({cur})')} undoes it)")
+    return warnings
+
+
+def apply_step(est, nodes: np.ndarray, parsed, *, root, step: int, outcomes, success_threshold: float | None,
+               id_field: str) -> tuple[object, dict]:
+    """One training step: (the estimator at step - 1, the step's parsed outcomes and their node indices) ->
+    (the estimator at ``step``, updated in place, and the step's log entry). Reads and writes no file."""
+    if est.step_ != step - 1:
+        raise ArtifactError(f"{root}: CURRENT says step {step - 1} but its state holds step {est.step_}")
+    t = time.perf_counter()
+    stats = est.update(nodes, parsed.n, parsed.s)
+    elbo = stats["elbo"]
+    entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": parsed.hash,
+             "outcomes_content": parsed.content_hash, "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
+             "rollouts": int(parsed.n.sum()), "successes": int(parsed.s.sum()),
+             "success_threshold": success_threshold, **({"id_field": id_field} if id_field != "id" else {}),
+             "iterations": stats["iterations"],
+             "converged": bool(stats["converged"]), "elbo": float(elbo[-1]) if len(elbo) else None,
+             "inference_s": round(time.perf_counter() - t, 4)}
+    return est, entry
+
+
+def update_result(sd, step: int, entry: dict, pruned: list[int], warnings: list[str], *, t0: float, t_infer: float,
+                  timings: dict) -> dict:
+    """The result of update ``step``, committed with the log ``entry`` (what pruning and the disk say added to
+    ``warnings``); ``timings``: the phases measured before the estimator's update ended at ``t_infer``."""
     if sd.prune_skipped:  # pruning never stops a committed step: say why it did not run
         warnings.append(f"{sd.prune_skipped}; nothing is pruned until then")
     durability = sd.durability()  # applied (a retry is the no-op), but the disk may not hold it
     warnings += durability.pop("warnings")
     t_write = time.perf_counter()
-    progress(4, 4)
     return {"command": "update", "state": str(sd.root), "step": step, **entry, "pruned": pruned,
             "warnings": warnings, **durability,
             "retained": sd.retained_steps(),
-            "timings": {"import_s": t_import, "parse_s": t_parse - t1 - t_model,
-                        "lock_wait_s": t_locked - t_parse, "load_s": t_model + t_load - t_locked,
-                        "inference_s": t_infer - t_load, "write_s": t_write - t_infer,
-                        "total_s": time.perf_counter() - t0}}
+            "timings": {**timings, "write_s": t_write - t_infer, "total_s": time.perf_counter() - t0}}
 
 
 # ------------------------------------------------------------------------------------------ predict
 
-def candidate_rows(state, ids=None, *, ids_file=None, id_field: str = "id") -> tuple[list[str], np.ndarray]:
-    """(ids, node indices) at the version of the estimator ``state.estimator()`` last returned (call it first:
-    the two are one snapshot even if another writer moves the STATE meanwhile): the prompts ``ids`` (a list)
-    or of ``ids_file`` (a table's ids read from ``id_field``), retired or not, else every candidate (retired
-    prompts left out)."""
+def candidate_rows(index, retired: np.ndarray, ids=None, *, ids_file=None,
+                   id_field: str = "id") -> tuple[list[str], np.ndarray]:
+    """(ids, node indices) by ``index`` (an ``IdIndex`` of one version's prompts, ``retired`` its retired node
+    indices): the prompts ``ids`` (a list) or of ``ids_file`` (a table's ids read from ``id_field``), retired or
+    not, else every candidate (retired prompts left out)."""
     from ..io.readers import id_nodes
 
-    index, retired = state.resident_index, state.retired
     if ids_file is not None or ids is not None:
         return id_nodes(ids_file if ids_file is not None else ids, index, unique=False, id_field=id_field)[:2]
     rows = np.arange(len(index), dtype=np.int64)[active_rows(np.arange(len(index)), retired)]
     return ([index.ids[r] for r in rows] if retired.size else list(index.ids)), rows
 
 
-def estimates(state, ids=None, *, group_size: int = 8) -> dict:
-    """Every estimate (``PREDICT_COLUMNS``) of the prompts ``ids`` (every candidate when None), as arrays."""
-    from ..core.beta import check_group_size
-
-    group_size = check_group_size(group_size, "group_size")
-    est = state.estimator()
-    ids, rows = candidate_rows(state, ids)
+def estimates(est, index, retired: np.ndarray, ids=None, *, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
+    """Every estimate (``PREDICT_COLUMNS``) of the prompts ``ids`` (every candidate when None) by the estimator
+    ``est`` of the version whose prompts ``index`` holds, as arrays."""
+    ids, rows = candidate_rows(index, retired, ids)
     res = est.estimates(rows, group_size=group_size)
     return {"id": ids, **{c: np.asarray(res[c]) for c in PREDICT_COLUMNS[1:]}}
 
 
-def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: int = 8, id_field: str = "id",
-            progress: Progress = no_progress) -> dict:
-    """Write every candidate's (or ``ids_file``'s) estimates at a ``State``'s current version to ``out``,
-    atomically."""
+def check_predict(out, fmt: str | None, group_size: int, id_field: str) -> tuple[int, str, str]:
+    """(group size, id field, format) of a predict, checked before the estimator is read."""
     from ..core.beta import check_group_size
-    from ..io.tables import check_id_field, detect_format, write_rows
+    from ..io.tables import check_id_field, detect_format
 
-    t0 = time.perf_counter()
     group_size = check_group_size(group_size, option("--group-size"))
     id_field = check_id_field(id_field)
-    fmt = detect_format(out, fmt)
-    progress(0, 3)
-    t_import = _import_torch()
-    t1 = time.perf_counter()
-    est = state.estimator()
-    ids, rows = candidate_rows(state, ids_file=ids_file, id_field=id_field)
+    return group_size, id_field, detect_format(out, fmt)
+
+
+def predict(est, index, retired: np.ndarray, out, *, root, ids_file=None, fmt: str, group_size: int,
+            id_field: str = "id", progress: Progress = no_progress, t0: float, t_import: float, t1: float) -> dict:
+    """Write every candidate's (or ``ids_file``'s) estimates by the estimator ``est`` (of the version whose
+    prompts ``index`` holds, read since ``t1``; ``check_predict`` checked the rest) to ``out``, atomically."""
+    from ..io.tables import write_rows
+
+    ids, rows = candidate_rows(index, retired, ids_file=ids_file, id_field=id_field)
     t_load = time.perf_counter()
     progress(1, 3)
     res = est.estimates(rows, group_size=group_size)
@@ -356,8 +354,8 @@ def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: in
     t_write = time.perf_counter()
     progress(3, 3)
     p = np.asarray(res["p"])
-    return {"command": "predict", "state": str(state.dir.root), "step": est.step_, "out": str(out), "format": fmt,
-            "rows": len(ids), "retired": int(state.retired.size), "group_size": group_size,
+    return {"command": "predict", "state": str(root), "step": est.step_, "out": str(out), "format": fmt,
+            "rows": len(ids), "retired": int(retired.size), "group_size": group_size,
             "columns": PREDICT_COLUMNS, "p_mean": float(p.mean()) if p.size else None,
             "timings": {"import_s": t_import, "load_s": t_load - t1, "inference_s": t_infer - t_load,
                         "write_s": t_write - t_infer, "total_s": time.perf_counter() - t0}}
@@ -365,13 +363,13 @@ def predict(state, out, *, ids_file=None, fmt: str | None = None, group_size: in
 
 # ------------------------------------------------------------------------------------ status, rollback
 
-def status(state, *, last: int = 10) -> dict:
-    """What the STATE of a ``State`` holds: current step, N, K, config, the last applied steps, the retained
+def status(sd, *, last: int = 10) -> dict:
+    """What a STATE directory (a ``StateDir``) holds: current step, N, K, config, the last applied steps, the retained
     states, and how its prompt set changed (prompts added per step, retired prompts)."""
     # one read of CURRENT for the whole report (a writer may commit meanwhile): the version it names, its
     # artifact checked as predict would check it, its model, and the log and retained versions up to it; read
     # again whole if a rollback moved CURRENT back and cut the log under it
-    return state.dir.consistent(lambda *pointer: _status(state.dir, state.dir.view(*pointer), last))
+    return sd.consistent(lambda *pointer: _status(sd, sd.view(*pointer), last))
 
 
 def _status(sd, view, last: int) -> dict:
@@ -404,12 +402,11 @@ def _status(sd, view, last: int) -> dict:
             "n_applied": sum(1 for e in entries if e.get("step", 0) > 0 and not e.get("revision"))}
 
 
-def retention(state, *, keep: int | None = None, keep_every: int | None = None, snapshot_every: int | None = None,
+def retention(sd, *, keep: int | None = None, keep_every: int | None = None, snapshot_every: int | None = None,
               lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> dict:
-    """Which states the STATE of a ``State`` keeps (the last ``keep`` steps and every multiple of
+    """Which states a STATE directory (a ``StateDir``) keeps (the last ``keep`` steps and every multiple of
     ``keep_every``), how often an update writes q whole (``snapshot_every``), and its disk use; given any, set
-    it (under the lock) and prune by it at once."""
-    sd = state.dir
+    it (under its lock) and prune by it at once."""
     given = {k: v for k, v in (("keep", keep), ("keep_every", keep_every), ("snapshot_every", snapshot_every))
              if v is not None}
     try:
@@ -449,19 +446,8 @@ def parse_version(to) -> tuple[int, int | None]:
     return int(head), (int(tail) if dot else None)
 
 
-def rollback(state, to, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> dict:
-    """Make step ``to`` current again (a trainer resuming from its checkpoint at step ``to``): its newest
-    retained revision, or with ``to`` = "T.R" revision R (T.0: what update T wrote, before any extend or
-    retire after it)."""
-    step, revision = parse_version(to)
-    check_lock_timeout(lock_timeout)
-    sd = state.dir
-    progress(0, 1)
-    with state.transaction(lock_timeout) as txn:
-        before = sd.current_version()
-        removed = txn.rollback(step, revision)
-        now = sd.current_version()
-    progress(1, 1)
+def rollback_result(sd, before: tuple[int, int], now: tuple[int, int], removed: list[int]) -> dict:
+    """The result of a rollback from version ``before`` to ``now`` that removed the steps ``removed``."""
     return {"command": "rollback", "state": str(sd.root), "step": now[0], "revision": now[1],
             "previous_step": before[0], "previous_revision": before[1], "removed": removed,
             "removed_versions": sd.removed_versions,

@@ -17,6 +17,7 @@ records it; ``--embeddings`` points at a moved copy, which must have the same ha
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -27,9 +28,6 @@ from ..io.artifacts import has_array
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.layout import ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET
 from .progress import Progress, no_progress
-
-
-
 
 
 def init_model_extras(graph, embeddings=None) -> tuple[dict, dict]:
@@ -180,17 +178,31 @@ def _embedded(model: _Model, path) -> tuple[list[str], list[str], np.ndarray]:
 
 # ------------------------------------------------------------------------------------------- extend
 
-def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str = "id", text_field: str = "prompt",
-           messages: str = "user", batch_size: int = 64, device: str = "auto", lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-           progress: Progress = no_progress) -> dict:
-    """Add prompts to the STATE of ``state`` (a ``graphdiff_cli.State``) as the next revision of its current step: ``prompts`` (a
-    prompts file, embedded here) or ``embedded`` (an embeddings artifact of them made by graphdiff embed
-    with the STATE's encoder, instruction and dimension). ``embeddings``: where the STATE's own embeddings
-    are now, if they moved."""
+@dataclasses.dataclass
+class NewPrompts:
+    """The prompts an extend adds, read and embedded before the lock: ``source`` (the prompts file or
+    embeddings artifact) and its hash, their ids, text hashes and unit embeddings, and when each phase ended."""
+
+    source: object
+    source_hash: str
+    ids: list[str]
+    hashes: list[str]
+    x: np.ndarray
+    embeddings: object  # where the STATE's own embeddings are now (None: where its model says)
+    t0: float
+    t_read: float
+    t_embed: float
+
+
+def read_new_prompts(sd, prompts=None, *, embedded=None, embeddings=None, id_field: str = "id",
+                     text_field: str = "prompt", messages: str = "user", batch_size: int = 64, device: str = "auto",
+                     lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> NewPrompts:
+    """The prompts to add to the STATE directory ``sd`` (a ``StateDir``): ``prompts`` (a prompts file, embedded
+    here) or ``embedded`` (an embeddings artifact of them made by graphdiff embed with the STATE's encoder,
+    instruction and dimension), checked against the current prompt set. ``embeddings``: where the STATE's own
+    embeddings are now, if they moved."""
     from ..backends.device import check_device_name
     from ..backends.embed import text_hash
-    from ..core.graph import extend_mutual_knn, list_similarities, rebuild_mutual_knn
-    from ..core.spectral import label_new_nodes
     from ..io.artifacts import read_artifact
     from ..io.state_dir import check_lock_timeout
     from ..io.tables import read_file_once, read_prompts
@@ -203,7 +215,6 @@ def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str
     check_lock_timeout(lock_timeout)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidArgumentError(f"{option('--batch-size')} must be >= 1, got {batch_size!r}")
-    sd = state.dir
     progress(0, 4)
     source = prompts if prompts is not None else embedded
     model = _Model(sd, embeddings)
@@ -221,111 +232,143 @@ def extend(state, prompts=None, *, embedded=None, embeddings=None, id_field: str
         x_new = _embed_new(model, texts, device, batch_size, lambda d, t: None)
     t_embed = time.perf_counter()
     progress(2, 4)
-    with state.transaction(lock_timeout) as txn:
-        t_locked = time.perf_counter()
-        model = _Model(sd, embeddings)  # under the lock: what another writer did meanwhile counts
-        _check_new(model, source, ids, hashes)
-        est = state.estimator()
-        if est.n_nodes != len(model.ids):
-            raise ArtifactError(f"{sd.root}: the current state has {est.n_nodes} prompts but its model {len(model.ids)}")
-        nbr = model.array(KNN_INDICES)
-        if nbr is None or nbr.shape[0] != len(model.ids):
-            raise ArtifactError(f"{model.art.path}: lacks the kNN lists of its prompts; re-create the STATE")
-        nbr = nbr.astype(np.int64)
-        x_old = model.embeddings()
-        sims = model.array(KNN_SIMILARITIES)
-        sims = list_similarities(x_old, nbr) if sims is None else sims.astype(np.float32)
-        k_nn = int(model.info.get("k_nn") or nbr.shape[1])
-        n, m = len(model.ids), len(ids)
-        if (nbr < 0).any():
-            raise StateError(f"{sd.root}: its graph's kNN lists have holes (an approximate index missed hits); "
-                             "rebuild the graph on all prompts instead")
-        ts = time.perf_counter()
-        if nbr.shape[1] < min(k_nn, n + m - 1):  # k was capped at N - 1 < k_nn: a rebuild's k grows with N
-            ext = rebuild_mutual_knn(np.concatenate([x_old, x_new]), n, k_nn)
-        else:
-            ext = extend_mutual_knn(est.graph, nbr, sims, x_old, x_new)
-        labels = label_new_nodes(ext.graph, est.labels, ext.neighbors, ext.similarities, est.n_states)
-        t_graph = time.perf_counter()
-        progress(3, 4)
-        step, rev = sd.current_version()
-        # the read-out reads every prompt's embedding: the new prompts' go with them
-        changed = est.extend(ext.graph, labels, embeddings=None if est.embeddings is None else x_new)
-        added = model.array(ADDED_EMBEDDINGS)
-        added_hashes = model.text_hashes(base=False)  # the added rows' only: no second read of the base
-        joined = model.array(JOINED)
-        joined = np.zeros(n, np.int64) if joined is None else joined.astype(np.int64)
-        model_arrays = {
-            KNN_INDICES: ext.neighbors.astype(np.int32 if n + m < 2**31 else np.int64),
-            KNN_SIMILARITIES: ext.similarities,
-            ADDED_EMBEDDINGS: x_new if added is None or not added.size else np.concatenate([added, x_new]),
-            ADDED_TEXT_HASH: np.asarray(added_hashes + hashes, dtype=object),
-            JOINED: np.concatenate([joined, np.full(m, step, np.int64)])}
-        info = dict(model.info)
-        if embeddings is not None:  # where the STATE's embeddings are now: later extends find them
-            info["embeddings"] = {**info["embeddings"], "path": str(Path(embeddings).resolve())}
-        model_attrs = {PROMPT_SET: info}
-        entry = {"event": "extend", "prompts_file": str(Path(source).resolve()), "prompts_hash": source_hash,
-                 "prompts": m, "added": m, "n_prompts": n + m, "first_id": ids[0], "last_id": ids[-1],
-                 "exact": info.get("index") in (None, "flat-ip"),
-                 "changed_lists": int(ext.changed.size), "changed_rows": int(changed.size),
-                 "edges": int(ext.graph.nnz // 2)}
-        pruned = txn.commit_revision(entry, ids=model.ids + ids, model_arrays=model_arrays, model_attrs=model_attrs)
-        t_write = time.perf_counter()
-        progress(4, 4)
-    new_labels = labels[n:]
+    return NewPrompts(source, source_hash, ids, hashes, x_new, embeddings, t0, t_read, t_embed)
+
+
+def current_model(sd, new: NewPrompts) -> _Model:
+    """The current model of ``sd``, read under the lock (what another writer did meanwhile counts), with the new
+    prompts checked against it again."""
+    model = _Model(sd, new.embeddings)
+    _check_new(model, new.source, new.ids, new.hashes)
+    return model
+
+
+@dataclasses.dataclass
+class Extension:
+    """What ``add_prompts`` made: the log ``entry`` of the revision, the prompt ids and model arrays and
+    attributes it commits, the states of the new prompts and the new graph's degrees, and when it started."""
+
+    entry: dict
+    ids: list[str]
+    model_arrays: dict
+    model_attrs: dict
+    new_labels: np.ndarray
+    new_isolated: int
+    t_graph_start: float
+    t_graph: float
+
+
+def add_prompts(est, model: _Model, new: NewPrompts, *, root, progress: Progress = no_progress,
+                step: int) -> tuple[object, Extension]:
+    """Grow the estimator of the current version (at ``step``; its model ``model``) by the new prompts: their
+    neighbours among all prompts, their prior states, the old prompts' lists they enter. Returns the estimator
+    (extended in place) and the ``Extension`` to commit as the next revision. Writes no file."""
+    from ..core.graph import extend_mutual_knn, list_similarities, rebuild_mutual_knn
+    from ..core.spectral import label_new_nodes
+
+    ids, hashes, x_new = new.ids, new.hashes, new.x
+    if est.n_nodes != len(model.ids):
+        raise ArtifactError(f"{root}: the current state has {est.n_nodes} prompts but its model {len(model.ids)}")
+    nbr = model.array(KNN_INDICES)
+    if nbr is None or nbr.shape[0] != len(model.ids):
+        raise ArtifactError(f"{model.art.path}: lacks the kNN lists of its prompts; re-create the STATE")
+    nbr = nbr.astype(np.int64)
+    x_old = model.embeddings()
+    sims = model.array(KNN_SIMILARITIES)
+    sims = list_similarities(x_old, nbr) if sims is None else sims.astype(np.float32)
+    k_nn = int(model.info.get("k_nn") or nbr.shape[1])
+    n, m = len(model.ids), len(ids)
+    if (nbr < 0).any():
+        raise StateError(f"{root}: its graph's kNN lists have holes (an approximate index missed hits); "
+                         "rebuild the graph on all prompts instead")
+    ts = time.perf_counter()
+    if nbr.shape[1] < min(k_nn, n + m - 1):  # k was capped at N - 1 < k_nn: a rebuild's k grows with N
+        ext = rebuild_mutual_knn(np.concatenate([x_old, x_new]), n, k_nn)
+    else:
+        ext = extend_mutual_knn(est.graph, nbr, sims, x_old, x_new)
+    labels = label_new_nodes(ext.graph, est.labels, ext.neighbors, ext.similarities, est.n_states)
+    t_graph = time.perf_counter()
+    progress(3, 4)
+    # the read-out reads every prompt's embedding: the new prompts' go with them
+    changed = est.extend(ext.graph, labels, embeddings=None if est.embeddings is None else x_new)
+    added = model.array(ADDED_EMBEDDINGS)
+    added_hashes = model.text_hashes(base=False)  # the added rows' only: no second read of the base
+    joined = model.array(JOINED)
+    joined = np.zeros(n, np.int64) if joined is None else joined.astype(np.int64)
+    model_arrays = {
+        KNN_INDICES: ext.neighbors.astype(np.int32 if n + m < 2**31 else np.int64),
+        KNN_SIMILARITIES: ext.similarities,
+        ADDED_EMBEDDINGS: x_new if added is None or not added.size else np.concatenate([added, x_new]),
+        ADDED_TEXT_HASH: np.asarray(added_hashes + hashes, dtype=object),
+        JOINED: np.concatenate([joined, np.full(m, step, np.int64)])}
+    info = dict(model.info)
+    if new.embeddings is not None:  # where the STATE's embeddings are now: later extends find them
+        info["embeddings"] = {**info["embeddings"], "path": str(Path(new.embeddings).resolve())}
+    entry = {"event": "extend", "prompts_file": str(Path(new.source).resolve()), "prompts_hash": new.source_hash,
+             "prompts": m, "added": m, "n_prompts": n + m, "first_id": ids[0], "last_id": ids[-1],
+             "exact": info.get("index") in (None, "flat-ip"),
+             "changed_lists": int(ext.changed.size), "changed_rows": int(changed.size),
+             "edges": int(ext.graph.nnz // 2)}
+    return est, Extension(entry, model.ids + ids, model_arrays, {PROMPT_SET: info}, labels[n:],
+                          int((np.diff(ext.graph.indptr)[n:] == 0).sum()), ts, t_graph)
+
+
+def extend_result(sd, version: tuple[int, int], new: NewPrompts, ext: Extension, pruned: list[int], *,
+                  t_locked: float, t_write: float) -> dict:
+    """The result of an extend of the STATE directory ``sd`` at ``version`` committed as its next revision."""
+    step, rev = version
     return {"command": "extend", "state": str(sd.root), "step": step, "revision": rev + 1,
-            "version": f"{step}.{rev + 1}", **entry, "pruned": pruned, **sd.durability(),
-            "states_of_new": {str(int(s)): int(c) for s, c in zip(*np.unique(new_labels, return_counts=True))},
-            "new_isolated": int((np.diff(ext.graph.indptr)[n:] == 0).sum()),
+            "version": f"{step}.{rev + 1}", **ext.entry, "pruned": pruned, **sd.durability(),
+            "states_of_new": {str(int(s)): int(c) for s, c in zip(*np.unique(ext.new_labels, return_counts=True))},
+            "new_isolated": ext.new_isolated,
             "undo": f"graphdiff rollback --state {sd.root} --to {step}.{rev}",
-            "timings": {"read_s": t_read - t0, "embed_s": t_embed - t_read, "lock_wait_s": t_locked - t_embed,
-                        "graph_s": t_graph - ts, "load_s": ts - t_locked, "write_s": t_write - t_graph,
-                        "total_s": time.perf_counter() - t0}}
+            "timings": {"read_s": new.t_read - new.t0, "embed_s": new.t_embed - new.t_read,
+                        "lock_wait_s": t_locked - new.t_embed, "graph_s": ext.t_graph - ext.t_graph_start,
+                        "load_s": ext.t_graph_start - t_locked, "write_s": t_write - ext.t_graph,
+                        "total_s": time.perf_counter() - new.t0}}
 
 
 # ------------------------------------------------------------------------------------------- retire
 
-def retire(state, ids, *, restore: bool = False, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-           progress: Progress = no_progress) -> dict:
-    """Take the prompts ``ids`` (an ids file, or a list of ids) out of the candidate set of a ``State``
-    (``restore``: put them back) as the next revision of the current step. Their evidence stays in the states
-    they informed."""
+def read_ids(ids) -> tuple[object, object, str | None, str]:
+    """(ids, the file's bytes, the file, the hash the log keeps) of the prompts to retire or restore: an ids file
+    (read once, before the lock: the ids applied are the ones the hash names) or a list of ids."""
     from ..io.artifacts import hash_arrays
     from ..io.tables import read_file_once
-    from ..io.readers import id_nodes
-    from ..io.state_dir import check_lock_timeout
 
-    t0 = time.perf_counter()
-    check_lock_timeout(lock_timeout)
-    sd = state.dir
-    progress(0, 2)
-    if isinstance(ids, (str, Path)):  # read once, before the lock: the ids applied are the ones the log's hash names
+    if isinstance(ids, (str, Path)):
         data, ids_hash = read_file_once(ids)
-        source = str(Path(ids).resolve())
-    else:
-        ids, data = [str(x) for x in ids], None
-        source, ids_hash = None, hash_arrays(np.asarray(ids, dtype=object), extra="ids")
-    with state.transaction(lock_timeout) as txn:
-        est = state.estimator()
-        names, rows, where = id_nodes(ids, state.index, data=data)
-        retired = state.retired
-        is_retired = np.isin(rows, retired)
-        bad = np.flatnonzero(is_retired if not restore else ~is_retired)
-        if bad.size:
-            j = int(bad[0])
-            raise DataError(f"{where}: prompt {names[j]!r} is {'already' if not restore else 'not'} retired"
-                            + ("" if not restore else " (nothing to restore)"))
-        new = np.union1d(retired, rows) if not restore else np.setdiff1d(retired, rows)
-        if not restore and new.size == est.n_nodes:
-            raise DataError(f"{where}: would retire every prompt of the STATE; none would be left to select")
-        step, rev = sd.current_version()
-        progress(1, 2)
-        entry = {"event": "restore" if restore else "retire", "ids_file": source, "ids_hash": ids_hash,
-                 "prompts": len(names), "n_retired": int(new.size)}
-        pruned = txn.commit_revision(entry, retired=new.astype(np.int64))
-    progress(2, 2)
-    return {"command": "restore" if restore else "retire", "state": str(sd.root), "step": step,
-            "revision": rev + 1, "version": f"{step}.{rev + 1}", **entry, "active": est.n_nodes - int(new.size),
+        return ids, data, str(Path(ids).resolve()), ids_hash
+    ids = [str(x) for x in ids]
+    return ids, None, None, hash_arrays(np.asarray(ids, dtype=object), extra="ids")
+
+
+def retire_step(index, retired: np.ndarray, n_nodes: int, ids, data, *, source: str | None, ids_hash: str,
+                restore: bool = False) -> tuple[np.ndarray, dict]:
+    """(the retired node indices after retiring ``ids`` (``restore``: restoring them), the log entry) of a
+    version whose prompts ``index`` holds (``n_nodes`` of them), ``retired`` of them retired. Writes no file."""
+    from ..io.readers import id_nodes
+
+    names, rows, where = id_nodes(ids, index, data=data)
+    is_retired = np.isin(rows, retired)
+    bad = np.flatnonzero(is_retired if not restore else ~is_retired)
+    if bad.size:
+        j = int(bad[0])
+        raise DataError(f"{where}: prompt {names[j]!r} is {'already' if not restore else 'not'} retired"
+                        + ("" if not restore else " (nothing to restore)"))
+    new = np.union1d(retired, rows) if not restore else np.setdiff1d(retired, rows)
+    if not restore and new.size == n_nodes:
+        raise DataError(f"{where}: would retire every prompt of the STATE; none would be left to select")
+    entry = {"event": "restore" if restore else "retire", "ids_file": source, "ids_hash": ids_hash,
+             "prompts": len(names), "n_retired": int(new.size)}
+    return new.astype(np.int64), entry
+
+
+def retire_result(sd, version: tuple[int, int], entry: dict, active: int, pruned: list[int], t0: float) -> dict:
+    """The result of a retire or restore of the STATE directory ``sd`` at ``version`` committed as its next
+    revision, ``active`` prompts left as candidates."""
+    step, rev = version
+    return {"command": entry["event"], "state": str(sd.root), "step": step,
+            "revision": rev + 1, "version": f"{step}.{rev + 1}", **entry, "active": active,
             "pruned": pruned, **sd.durability(), "undo": f"graphdiff rollback --state {sd.root} --to {step}.{rev}",
             "timings": {"total_s": time.perf_counter() - t0}}

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..core.beta import DEFAULT_GROUP_SIZE
 from ..errors import DataError, InvalidArgumentError, StateError, option
 from ..io.artifacts import hash_file
 from ..io.locks import DEFAULT_LOCK_TIMEOUT, file_lock
@@ -156,14 +157,29 @@ def predictions_path(template, step: int) -> Path:
     return Path(text.replace(STEP_TOKEN, f"{step:06d}")) if STEP_TOKEN in text else Path(text)
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """What the watcher does to a STATE (``State.watch`` passes its own methods): ``sd``, the ``StateDir`` it
+    reads CURRENT and the log of; ``update(step, path, success_threshold=, lock_timeout=)``, ``extend(path,
+    lock_timeout=)``, ``retire(path, lock_timeout=)`` and ``predict(out, ids_file=, group_size=)``, each the
+    handoff's command of that name returning its result dict; ``loads()``: how many times the STATE was read."""
+
+    sd: object
+    update: Callable[..., dict]
+    extend: Callable[..., dict]
+    retire: Callable[..., dict]
+    predict: Callable[..., dict]
+    loads: Callable[[], int]
+
+
 class _Watcher:
     """One run of the watcher (the state of its loop); ``watch`` is the public entry point."""
 
-    def __init__(self, state, inbox, *, complete, predictions, group_size, success_threshold, lock_timeout,
-                 listener, predict_ids=None):
-        self.st = state  # a graphdiff_cli.State: the estimator stays in memory between steps
-        self.sd = state.dir
-        self.state, self.inbox = state.path, Path(inbox)
+    def __init__(self, handoff: Handoff, inbox, *, complete, predictions, group_size, success_threshold,
+                 lock_timeout, listener, predict_ids=None):
+        self.handoff = handoff  # the estimator stays in memory between steps (State.watch's State is resident)
+        self.sd = handoff.sd
+        self.inbox = Path(inbox)
         self.complete, self.predictions, self.group_size = complete, predictions, group_size
         self.success_threshold, self.lock_timeout = success_threshold, lock_timeout
         self.listener = listener
@@ -201,7 +217,7 @@ class _Watcher:
 
     def _apply(self, step: int, path: Path) -> None:
         try:
-            res = self.st.update(step, path, success_threshold=self.success_threshold,
+            res = self.handoff.update(step, path, success_threshold=self.success_threshold,
                                       lock_timeout=self.lock_timeout)
         except StateError:
             # Another writer (a second watcher on another inbox, a manual update or rollback) moved the
@@ -244,9 +260,9 @@ class _Watcher:
                 continue
             try:
                 if kind == "prompts":
-                    res = self.st.extend(path, device=self.st.device or "auto", lock_timeout=self.lock_timeout)
+                    res = self.handoff.extend(path, lock_timeout=self.lock_timeout)
                 else:
-                    res = self.st.retire(path, lock_timeout=self.lock_timeout)
+                    res = self.handoff.retire(path, lock_timeout=self.lock_timeout)
             except DataError as exc:
                 if not path.exists():  # deleted after the look at the inbox
                     self.listener({"event": "vanished", "step": cur + 1, "file": path.name})
@@ -266,7 +282,7 @@ class _Watcher:
     def write_predictions(self, step: int) -> None:
         out = predictions_path(self.predictions, step)  # a new folder is made (and fsynced) by the write
         before = self._version_stamp()
-        res = self.st.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
+        res = self.handoff.predict(out, ids_file=self.predict_ids, group_size=self.group_size)
         if res["step"] != step:  # another writer moved CURRENT between the update and the predict
             self.listener({"event": "moved", "step": step, "current": res["step"]})
         if before is not None and before == self._version_stamp():  # what the file holds, said beside it
@@ -397,24 +413,25 @@ def _hash(p: Path) -> str | None:
 
 def _signature(p: Path) -> tuple:
     try:
-        st = p.stat()
+        info = p.stat()
     except FileNotFoundError:
         return (None, None)
-    return (st.st_size, st.st_mtime_ns)
+    return (info.st_size, info.st_mtime_ns)
 
 
-def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=None, group_size: int = 8,
+def watch(handoff: Handoff, inbox, *, once: bool = False, poll: float = 2.0, predictions=None,
+          group_size: int = DEFAULT_GROUP_SIZE,
           success_threshold: float | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, complete: str = "rename",
           until_step: int | None = None, predict_ids=None, stop: Callable[[], bool] = lambda: False,
           listener: Listener = _quiet) -> dict:
-    """Apply the inbox's step files to ``state`` (a ``graphdiff_cli.State``; ``State.watch`` calls this) in
-    step order, exactly once; see the module docstring.
+    """Apply the inbox's step files to a STATE through ``handoff`` (``State.watch`` calls this with its own
+    methods) in step order, exactly once; see the module docstring.
 
     ``once``: one pass (apply every step that is ready, then return). Otherwise look again every
     ``poll`` seconds until ``stop()`` is true or the STATE reaches ``until_step``. ``predictions``: a
     table written after each applied step (and at start), ``{step}`` in it naming one file per step;
     ``predict_ids``: a file of the ids to write there (the trainer's next candidate pool; default: every
-    prompt). The estimator stays in memory between steps (the ``State`` is resident): the STATE is read once,
+    prompt). The estimator stays in memory between steps (``State`` is resident): the STATE is read once,
     and again only when another writer moved it.
     """
     import math
@@ -441,7 +458,7 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
         raise DataError(f"{inbox}: no such inbox folder (create it; the trainer writes step files into it)")
 
     t0 = time.perf_counter()
-    w = _Watcher(state, inbox, complete=complete, predictions=predictions, group_size=group_size,
+    w = _Watcher(handoff, inbox, complete=complete, predictions=predictions, group_size=group_size,
                  success_threshold=success_threshold, lock_timeout=lock_timeout, listener=listener,
                  predict_ids=predict_ids)
     start_step = w.sd.current_step
@@ -466,11 +483,11 @@ def watch(state, inbox, *, once: bool = False, poll: float = 2.0, predictions=No
                 reason = "stopped"
                 break
     cur = w.sd.current_step
-    return {"command": "watch", "state": str(state.path), "inbox": str(inbox), "complete": complete,
+    return {"command": "watch", "state": str(handoff.sd.root), "inbox": str(inbox), "complete": complete,
             "start_step": start_step, "step": cur, "applied": list(w.applied), "n_applied": w.n_applied,
             "prompt_set_changes": w.changed,
             "pending": sorted(s for s in scan.ready if s > cur + 1), "next_step": cur + 1,
             "incomplete": scan.incomplete, "duplicates": scan.duplicates, "invalid": scan.invalid,
             "conflicts": list(w.conflicts.values()),
             "predictions": None if predictions is None else str(predictions_path(predictions, cur)),
-            "stopped": reason, "state_loads": w.st.loads, "timings": {"total_s": time.perf_counter() - t0}}
+            "stopped": reason, "state_loads": handoff.loads(), "timings": {"total_s": time.perf_counter() - t0}}
