@@ -73,14 +73,14 @@ def test_embed_reads_a_verl_parquet_as_it_is(tmp_path):
     np.testing.assert_allclose(art.array("embeddings"), read_artifact(tmp_path / "plain.zarr", "embeddings")
                                .array("embeddings"), atol=1e-6)
     # the ids are those verl's adapter reports for the same file, byte for byte
-    from graphdiff_cli.integrations.verl import _plain_id, row_prompt_ids
+    from graphdiff_cli.integrations.verl import _plain_id, data_source_ids
 
     frame = pq.read_table(path).to_pandas()
-    assert row_prompt_ids(frame) == ["0", "1", "2", "3"]
+    assert data_source_ids(frame) == ["0", "1", "2", "3"]
     from graphdiff_cli.integrations.ids import verl_id
 
     for value in (7, np.int64(7), np.array(7), "p7", 3.0, np.float64(3.0), " a"):  # the two rules agree
-        assert verl_id(value) == _plain_id(value) == row_prompt_ids({"extra_info": [{"index": value}]})[0]
+        assert verl_id(value) == _plain_id(value) == data_source_ids({"extra_info": [{"index": value}]})[0]
 
 
 def test_embed_reads_trl_prompts_text_and_conversational(tmp_path):

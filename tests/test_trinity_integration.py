@@ -25,7 +25,7 @@ from graphdiff_cli.core import decisions as dec
 from graphdiff_cli.errors import DataError, InvalidArgumentError, StateError
 from graphdiff_cli.integrations.ids import trainer_ids
 from graphdiff_cli.integrations.trinity import (OPERATOR_PATH, SELECTOR_PATH, GraphdiffSelector, collect_outcomes,
-                                                row_prompt_ids)
+                                                taskset_ids)
 
 N = 48
 
@@ -210,7 +210,7 @@ def test_nested_ids_match_graphdiff_ids_trinity(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = trainer_ids(path, trainer="trinity", id_field="extra_info.index")
-    assert res["ok"] and [r["id"] for r in res["first_rows"]] == row_prompt_ids(rows, "extra_info.index") == ["7", "8", "9"]
+    assert res["ok"] and [r["id"] for r in res["first_rows"]] == taskset_ids(rows, "extra_info.index") == ["7", "8", "9"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": 3.0, "prompt": "x"}) + "\n")
     assert trainer_ids(bad, trainer="trinity")["mismatches"]["rows"] == [

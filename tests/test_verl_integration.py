@@ -21,7 +21,7 @@ from graphdiff_cli.errors import DataError, InvalidArgumentError, RewardWarning
 from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.integrations.tracking import InMemoryTarget
 from graphdiff_cli.integrations.verl import (GraphdiffCurriculumSampler, check_v1_config, outcomes_from_batch,
-                                             outcomes_from_fields, row_prompt_ids)
+                                             outcomes_from_fields, data_source_ids)
 
 N = 24
 
@@ -158,13 +158,13 @@ def test_outcomes_use_index_never_uid():
 
 
 def test_dataset_id_pitfalls_are_refused():
-    assert row_prompt_ids(_dataset([3, 1, 2])) == ["3", "1", "2"]
+    assert data_source_ids(_dataset([3, 1, 2])) == ["3", "1", "2"]
     with pytest.raises(DataError, match="row 1 has no extra_info.index; verl would silently use 0"):
-        row_prompt_ids(_dataset([3, None, 2]))
+        data_source_ids(_dataset([3, None, 2]))
     with pytest.raises(DataError, match="rows 0 and 2 share extra_info.index '3'"):
-        row_prompt_ids(_dataset([3, 1, 3]))
+        data_source_ids(_dataset([3, 1, 3]))
     with pytest.raises(DataError, match="no extra_info column"):
-        row_prompt_ids(SimpleNamespace(dataframe={"prompt": ["x"]}))
+        data_source_ids(SimpleNamespace(dataframe={"prompt": ["x"]}))
     with pytest.raises(DataError, match="unknown prompt id '999'"):
         GraphdiffCurriculumSampler(_dataset([100, 999]), _config(), target=_target())
 

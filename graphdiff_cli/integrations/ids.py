@@ -5,13 +5,13 @@ training, as an unknown id (or, worse, as rows silently pooled). ``trainer_ids``
 way ``graphdiff embed`` does (``io.tables``: JSONL, CSV or Parquet; dotted fields; chat lists flattened) and
 puts beside each row the id the trainer's adapter will derive from the same row:
 
-* ``verl``: ``extra_info.index`` as ``str()`` (``verl.row_prompt_ids`` at start-up; each rollout's
+* ``verl``: ``extra_info.index`` as ``str()`` (``verl.data_source_ids`` at start-up; each rollout's
   ``non_tensor_batch["index"]`` through ``verl._plain_id``): integer 7 -> "7";
 * ``trl``: the ``id_column`` (default ``id``) as ``str()`` (``trl.GraphdiffTRL.row_nodes`` and ``.reward``);
   TRL hands reward functions top-level columns only, so a dotted path is refused;
 * ``openrlhf``: the ``id`` of the JSON object in the label column (``openrlhf.parse_label``);
 * ``trinity``: the selector's ``id_field`` (default ``id``; dotted paths read nested fields, as Trinity's
-  Hugging Face rows hold them) as ``str()`` (``trinity.row_prompt_ids`` through ``trinity_id``);
+  Hugging Face rows hold them) as ``str()`` (``trinity.taskset_ids`` through ``trinity_id``);
 * ``none``: graphdiff's own reading (``io.tables.as_id``), for shell loops.
 
 It reports rows without an id, repeated ids, rows whose trainer id differs from the id ``graphdiff embed``
@@ -35,18 +35,36 @@ LISTED = 10  # rows named per problem kind (the counts are complete)
 
 def verl_id(value) -> str:
     """verl's id of an ``extra_info.index`` value: ``str()``, a numpy scalar as its value (the rule of
-    ``verl.row_prompt_ids`` and of the batch's index in ``verl.outcomes_from_fields``; a test holds the two equal)."""
-    if value is None:  # verl would silently substitute 0 (row_prompt_ids refuses it at start-up)
+    ``verl.data_source_ids`` and of the batch's index in ``verl.outcomes_from_fields``; a test holds the two equal)."""
+    if value is None:  # verl would silently substitute 0 (data_source_ids refuses it at start-up)
         raise DataError("no extra_info.index (verl would use 0)")
     return str(value.item() if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 else value)
 
 
 def trinity_id(value) -> str:
     """The id graphdiff's Trinity-RFT selector reports for a row's ``id_field`` value: ``str()``, a numpy
-    scalar as its value (``trinity.row_prompt_ids``); no value is refused."""
+    scalar as its value (``trinity.taskset_ids``); no value is refused."""
     if value is None:
         raise DataError("no id")
     return str(value.item() if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 else value)
+
+
+def row_prompt_ids(values, rule, *, rows: str, field: str, missing: str, shared: str) -> list[str]:
+    """Each data set row's prompt id as a trainer's adapter reports it: ``rule`` (``verl_id``, ``trinity_id``) of
+    the row's id value (``values``: one per row, None where a row has none). A row without one and two rows with
+    the same one are refused in one line naming the rows: ``rows`` (what the trainer calls its data set) "row r has
+    no ``field``; ``missing``", and "rows a and b share ``shared``" (``{id}`` in it: the id)."""
+    ids: list[str] = []
+    first: dict[str, int] = {}
+    for r, value in enumerate(values):
+        if value is None:
+            raise DataError(f"{rows} row {r} has no {field}; {missing}")
+        pid = rule(value)
+        if pid in first:
+            raise DataError(f"{rows} rows {first[pid]} and {r} share {shared.format(id=repr(pid))}; ids must be unique")
+        first[pid] = r
+        ids.append(pid)
+    return ids
 
 
 def _trl_id(value) -> str:

@@ -57,11 +57,14 @@ from ..io.locks import file_lock
 from ..io.outcomes import THRESHOLD_REASON, check_threshold, is_binary
 from ..io.tables import unique_keys
 from .dynamic_sampling import DEFAULT_EXPLORE, DS_MODES, CandidateDraw
+from .options import Option, as_float, as_int, read_options
 from .tracking import BatchChooser, StateTarget, count_outcomes, resume_mismatch
 
 ENV = {"state": "GRAPHDIFF_STATE", "batch_size": "GRAPHDIFF_BATCH_SIZE", "n_samples": "GRAPHDIFF_N_SAMPLES",
        "filter_range": "GRAPHDIFF_FILTER_RANGE", "episode_prompts": "GRAPHDIFF_EPISODE_PROMPTS",
        "success_threshold": "GRAPHDIFF_SUCCESS_THRESHOLD"}
+# the recorder's settings, as the environment gives them (text; StepRecorder checks them)
+RECORDER_OPTIONS = {key: Option(env=var) for key, var in ENV.items()}
 
 
 def run_id() -> str | None:
@@ -149,12 +152,8 @@ class StepRecorder:
         """Settings from GRAPHDIFF_STATE, _BATCH_SIZE (rollout.batch_size), _N_SAMPLES
         (rollout.n_samples_per_prompt), _FILTER_RANGE ("lo,hi" when dynamic filtering is on),
         _EPISODE_PROMPTS (prompts per episode, for its short last step) and _SUCCESS_THRESHOLD."""
-        kw = {}
-        for key, var in ENV.items():
-            if key in overrides or not os.environ.get(var):
-                continue
-            value = os.environ[var]
-            kw[key] = [float(x) for x in value.split(",")] if key == "filter_range" else value
+        kw = {key: [float(x) for x in value.split(",")] if key == "filter_range" else value
+              for key, value in read_options(RECORDER_OPTIONS).items() if value is not None and key not in overrides}
         kw.update(overrides)
         missing = [ENV[k] for k in ("state", "batch_size", "n_samples") if k not in kw]
         if missing:
@@ -501,8 +500,12 @@ class StepRecorder:
 # ----------------------------------------------------------------------------------------------------
 # what OpenRLHF generates: graphdiff's choice in place of the prompt loader's shuffle
 
-CHOOSE_ENV = {"choose": "GRAPHDIFF_CHOOSE", "pool_factor": "GRAPHDIFF_POOL_FACTOR", "seed": "GRAPHDIFF_SEED",
-              "target_p": "GRAPHDIFF_TARGET", "min_keep": "GRAPHDIFF_PREFILTER_MIN_KEEP"}
+# the chooser's own settings (the recorder's too: RECORDER_OPTIONS); choose's default: prefilter when OpenRLHF's
+# dynamic filtering is on, else target
+CHOOSE_OPTIONS = {"choose": Option(env="GRAPHDIFF_CHOOSE"),
+                  "pool_factor": Option(4.0, as_float, "GRAPHDIFF_POOL_FACTOR"),
+                  "seed": Option(0, as_int, "GRAPHDIFF_SEED"), "target_p": Option(0.5, as_float, "GRAPHDIFF_TARGET"),
+                  "min_keep": Option(DEFAULT_EXPLORE, as_float, "GRAPHDIFF_PREFILTER_MIN_KEEP")}
 TRAINER_MODULE = "openrlhf.trainer.ppo_trainer"  # defines prepare_datasets; PPOTrainer.__init__ calls it
 
 
@@ -570,7 +573,7 @@ class PromptChooser:
     def from_trainer(cls, dataset, args, **overrides) -> PromptChooser:
         """From the environment (GRAPHDIFF_*, as the recorder) checked against OpenRLHF's ``args``: refused in
         one line when they disagree or the run is one this chooser does not follow."""
-        env = {k: os.environ[v] for k, v in {**ENV, **CHOOSE_ENV}.items() if os.environ.get(v)}
+        env = {k: v for k, v in read_options(RECORDER_OPTIONS).items() if v is not None}
         env.update(overrides)
         if "state" not in env:
             raise InvalidArgumentError("set GRAPHDIFF_STATE for graphdiff's OpenRLHF prompt chooser")
@@ -595,9 +598,8 @@ class PromptChooser:
             raise InvalidArgumentError("GRAPHDIFF_FILTER_RANGE is set but --algo.dynamic_filtering_enable is not")
         if "episode_prompts" not in env:
             raise InvalidArgumentError(f"set GRAPHDIFF_EPISODE_PROMPTS={len(dataset)} (the trainer's prompt count)")
-        kw = {"choose": env.get("choose", "prefilter" if filtering else "target"),
-              "pool_factor": float(env.get("pool_factor", 4.0)), "seed": int(env.get("seed", 0)),
-              "target_p": float(env.get("target_p", 0.5)), "min_keep": float(env.get("min_keep", DEFAULT_EXPLORE))}
+        kw = read_options(CHOOSE_OPTIONS, {k: overrides[k] for k in CHOOSE_OPTIONS if k in overrides})
+        kw["choose"] = kw["choose"] or ("prefilter" if filtering else "target")
         return cls(dataset, env["state"], batch_size=b, n_samples=n, filtering=filtering, **kw)
 
     # -- OpenRLHF's view: a StatefulDataLoader of batches of one row ---------------------------------

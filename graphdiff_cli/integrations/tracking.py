@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from ..core import decisions as dec
+from ..core.beta import DEFAULT_GROUP_SIZE
 from ..errors import DataError, InvalidArgumentError, RewardWarning, StateError
-from ..io.outcomes import THRESHOLD_REASON, check_threshold, is_binary, threshold_warning
+from ..io.outcomes import THRESHOLD_REASON, check_threshold, succeeded, threshold_warning
 from ..io.readers import IdIndex
 
 
@@ -71,7 +72,7 @@ class Target:
         """Node indices of the prompts out of the candidate set (``graphdiff retire``); none by default."""
         return np.zeros(0, np.int64)
 
-    def estimates(self, nodes: np.ndarray, group_size: int = 8) -> dict[str, np.ndarray]:
+    def estimates(self, nodes: np.ndarray, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
         return self._estimates(np.asarray(nodes, dtype=np.int64), int(group_size))
 
     def estimator(self):
@@ -219,13 +220,11 @@ def count_outcomes(rows, threshold: float | None = None) -> tuple[list[str], np.
     for _, pid, r in rows:
         if isinstance(r, float) and math.isnan(r):
             continue
-        if threshold is None:
-            if not is_binary(r):
-                raise DataError(f"prompt {pid!r} got reward {r:g}, not 0 or 1; set the "
-                                f"integration's success_threshold ({THRESHOLD_REASON})")
-            r_ok = r >= 1.0
-        else:
-            r_ok = r >= threshold
+        r_ok = succeeded(r, threshold)
+        if r_ok is None:
+            raise DataError(f"prompt {pid!r} got reward {r:g}, not 0 or 1; set the "
+                            f"integration's success_threshold ({THRESHOLD_REASON})")
+        if threshold is not None:
             low, high, count = min(low, r), max(high, r), count + 1
         j = order.setdefault(pid, len(order))
         if j == len(n):
@@ -267,8 +266,8 @@ class BatchChooser:
     """
 
     def __init__(self, target: Target, row_nodes: np.ndarray, batch_size: int, strategy: str = "target",
-                 pool_factor: float = 4.0, seed: int = 0, target_p: float = 0.5, group_size: int = 8,
-                 explore: float = dec.TARGET_EXPLORE):
+                 pool_factor: float = 4.0, seed: int = 0, target_p: float = 0.5,
+                 group_size: int = DEFAULT_GROUP_SIZE, explore: float = dec.TARGET_EXPLORE):
         dec.check_strategy(strategy, dec.SELECT_STRATEGIES, "selection")
         self.target = target
         self.row_nodes = np.asarray(row_nodes, dtype=np.int64)

@@ -48,14 +48,14 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 
 import numpy as np
 
 from ..core import decisions as dec
 from ..errors import BackendError, DataError, InvalidArgumentError, StateError
 from ..io.outcomes import check_threshold
-from .ids import trinity_id
+from .ids import row_prompt_ids, trinity_id
+from .options import Option, as_flag, as_float, get, read_options
 from .tracking import Decision, StepMetrics, count_outcomes, open_target
 
 SELECTOR_PATH = "graphdiff_cli.integrations.trinity.GraphdiffSelector"
@@ -63,57 +63,40 @@ OPERATOR_PATH = "graphdiff_cli.integrations.trinity.GraphdiffOutcomes"
 SELECTOR_NAME, OPERATOR_NAME = "graphdiff", "graphdiff_outcomes"
 SELECTOR_METRIC = "selector_metric"  # trinity.common.constants.SELECTOR_METRIC (a test holds the two equal)
 
-DEFAULTS = {"state": None, "group_size": None, "id_field": "id", "strategy": "target", "pool_factor": 4.0,
-            "target": 0.5, "explore": dec.TARGET_EXPLORE, "prefilter": False,
-            "prefilter_min_keep": dec.GRESO_MIN_KEEP, "success_threshold": None, "outcomes_dir": None}
+# the selector's options (data_selector.kwargs.<name>), read by options.read_options
+OPTIONS = {"state": Option(env="GRAPHDIFF_STATE"), "group_size": Option(), "id_field": Option("id"),
+           "strategy": Option("target"), "pool_factor": Option(4.0, as_float), "target": Option(0.5, as_float),
+           "explore": Option(dec.TARGET_EXPLORE), "prefilter": Option(False, as_flag),
+           "prefilter_min_keep": Option(dec.GRESO_MIN_KEEP, as_float), "success_threshold": Option(),
+           "outcomes_dir": Option()}
+KWARGS = "data_selector.kwargs."
 
 log = logging.getLogger("graphdiff")
-
-
-def _field(config, key, default=None):
-    if config is None:
-        return default
-    value = config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
-    return default if value is None else value
-
-
-def _flag(value) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off", "none"):
-        return False
-    raise InvalidArgumentError(f"data_selector.kwargs.prefilter must be true or false, got {value!r}")
 
 
 def selector_options(config) -> dict:
     """The graphdiff options of a ``DataSelectorConfig`` (its ``kwargs``); unknown keys and
     ``feature_keys`` (difficulty_based's) are refused, ``state`` and ``group_size`` are required."""
-    if _field(config, "feature_keys", []):
+    if get(config, "feature_keys", []):
         raise InvalidArgumentError("data_selector.feature_keys belongs to Trinity's difficulty_based selector; "
                                    "graphdiff's selector reads its estimates from the STATE - remove it")
-    kwargs = dict(_field(config, "kwargs", {}) or {})
-    unknown = sorted(set(kwargs) - set(DEFAULTS))
+    kwargs = dict(get(config, "kwargs", {}) or {})
+    unknown = sorted(set(kwargs) - set(OPTIONS))
     if unknown:
         raise InvalidArgumentError(f"unknown data_selector.kwargs for graphdiff: {', '.join(unknown)} (known: "
-                                   f"{', '.join(DEFAULTS)})")
-    opts = {k: kwargs.get(k) if kwargs.get(k) is not None else v for k, v in DEFAULTS.items()}
-    opts["state"] = opts["state"] or os.environ.get("GRAPHDIFF_STATE")
+                                   f"{', '.join(OPTIONS)})")
+    opts = read_options(OPTIONS, kwargs, lambda name: KWARGS + name)
     if opts["group_size"] is None:
         raise InvalidArgumentError("set data_selector.kwargs.group_size to algorithm.repeat_times (the rollouts per "
                                    "task): graphdiff's p_zero_variance and the pass-rate feedback depend on it")
     opts["group_size"] = dec.check_int(opts["group_size"], "data_selector.kwargs.group_size", 1)
     dec.check_strategy(opts["strategy"], dec.SELECT_STRATEGIES, "selection")
-    opts["prefilter"] = _flag(opts["prefilter"])
-    opts["pool_factor"], opts["prefilter_min_keep"] = float(opts["pool_factor"]), float(opts["prefilter_min_keep"])
     if not opts["pool_factor"] >= 1:
         raise InvalidArgumentError(f"data_selector.kwargs.pool_factor must be >= 1, got {opts['pool_factor']!r}")
     if not 0.0 <= opts["prefilter_min_keep"] <= 1.0:
         raise InvalidArgumentError("data_selector.kwargs.prefilter_min_keep must lie in [0, 1], got "
                                    f"{opts['prefilter_min_keep']!r}")
-    opts["target"], opts["explore"] = dec.check_target(float(opts["target"])), dec.check_explore(opts["explore"])
+    opts["target"], opts["explore"] = dec.check_target(opts["target"]), dec.check_explore(opts["explore"])
     opts["success_threshold"] = check_threshold(opts["success_threshold"])
     return opts
 
@@ -134,20 +117,12 @@ def _column(dataset, id_field: str) -> list:
     return [field_value(row, id_field)[1] if isinstance(row, dict) else None for row in dataset]
 
 
-def row_prompt_ids(dataset, id_field: str = "id") -> list[str]:
+def taskset_ids(dataset, id_field: str = "id") -> list[str]:
     """Each task row's prompt id as Trinity's selector reports it (``ids.trinity_id``); a row without one
     and two rows with the same one are refused."""
-    ids: list[str] = []
-    first: dict[str, int] = {}
-    for r, value in enumerate(_column(dataset, id_field)):
-        if value is None:
-            raise DataError(f"taskset row {r} has no {id_field!r}; every task needs a stable prompt id "
-                            "(data_selector.kwargs.id_field names the field)")
-        pid = trinity_id(value)
-        if pid in first:
-            raise DataError(f"taskset rows {first[pid]} and {r} share the id {pid!r} ({id_field}); ids must be unique")
-        first[pid] = r
-        ids.append(pid)
+    ids = row_prompt_ids(_column(dataset, id_field), trinity_id, rows="taskset", field=repr(id_field),
+                         shared=f"the id {{id}} ({id_field})",
+                         missing="every task needs a stable prompt id (data_selector.kwargs.id_field names the field)")
     if not ids:
         raise DataError("the taskset has no rows")
     return ids
@@ -167,11 +142,11 @@ class GraphdiffSelector:
             target = open_target(opts["state"], outcomes_dir=opts["outcomes_dir"])
         self.target = open_target(target)
         self.options = opts
-        self.seed = int(_field(config, "seed", 0))
+        self.seed = int(get(config, "seed", 0))
         self.group_size = opts["group_size"]
         self.success_threshold = opts["success_threshold"]
         dataset = getattr(data_source, "dataset", data_source)
-        self.row_ids = row_prompt_ids(dataset, opts["id_field"])
+        self.row_ids = taskset_ids(dataset, opts["id_field"])
         self.row_nodes = self.target.nodes(self.row_ids, f"taskset {opts['id_field']}")
         self.reads = 0                     # get_indices calls so far (seeds each draw)
         self.decisions: list[Decision] = []

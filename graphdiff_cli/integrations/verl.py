@@ -39,8 +39,11 @@ from collections import deque
 import numpy as np
 
 from ..core import decisions as dec
+from ..core.beta import DEFAULT_GROUP_SIZE
 from ..errors import BackendError, DataError, InvalidArgumentError, StateError
 from ..io.outcomes import check_threshold
+from .ids import row_prompt_ids, verl_id
+from .options import Option, as_flag, as_float, as_int, get, read_options
 from .tracking import METRIC_PREFIX, BatchChooser, StepMetrics, count_outcomes, open_target, resume_mismatch
 
 try:  # the class verl checks with isinstance; without verl (or with verl >= 0.8) a plain torch Sampler
@@ -58,37 +61,30 @@ except Exception as _exc:  # noqa: BLE001 - reported by the sampler below when i
         _exc.name == "verl" or _exc.name.startswith("verl.experimental"))
     VERL_IMPORT_ERROR = None if _absent else f"{type(_exc).__name__}: {' '.join(str(_exc).split())[:200]}"
 
-DEFAULTS = {"state": None, "strategy": "target", "pool_factor": 4.0, "seed": 0, "target": 0.5,
-            "explore": dec.TARGET_EXPLORE,
-            "success_threshold": None, "group_size": 8, "outcomes_dir": None,
-            # verl 0.9 v1 only: the per-dispatch choice (dynamic sampling refills, __rollout_n__ allocation)
-            "prefilter": True, "prefilter_min_keep": dec.GRESO_MIN_KEEP,
-            "allocate": None, "allocate_min": 2, "allocate_max": 32}
-
-
-def _get(cfg, key, default=None):
-    if cfg is None:
-        return default
-    try:
-        value = cfg.get(key, default)
-    except AttributeError:
-        value = getattr(cfg, key, default)
-    return default if value is None else value
+# the sampler's options (data.sampler.<name>, or +graphdiff.<name> for verl v1), read by options.read_options
+OPTIONS = {"state": Option(env="GRAPHDIFF_STATE"), "strategy": Option("target"), "pool_factor": Option(4.0, as_float),
+           "seed": Option(0, as_int), "target": Option(0.5, as_float), "explore": Option(dec.TARGET_EXPLORE, as_float),
+           "success_threshold": Option(None, lambda value, _name: check_threshold(value)),
+           "group_size": Option(DEFAULT_GROUP_SIZE, as_int),
+           "outcomes_dir": Option(),
+           # verl 0.9 v1 only: the per-dispatch choice (dynamic sampling refills, __rollout_n__ allocation)
+           "prefilter": Option(True, as_flag), "prefilter_min_keep": Option(dec.GRESO_MIN_KEEP, as_float),
+           "allocate": Option(), "allocate_min": Option(2, as_int), "allocate_max": Option(32, as_int)}
 
 
 def check_v1_config(config) -> None:
     """verl v1 (``integrations.verl_v1``): refuse the settings under which graphdiff could not choose what is
     generated or could not apply every generated group in the step that generated it."""
-    data = _get(config, "data")
-    if int(_get(data, "dataloader_num_workers", 8)) != 0:
+    data = get(config, "data")
+    if int(get(data, "dataloader_num_workers", 8)) != 0:
         raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff needs data.dataloader_num_workers=0: worker "
                                    "processes read batches ahead, before the previous step's outcomes are applied")
-    sampler = _get(_get(_get(config, "trainer"), "v1"), "sampler")
-    custom = _get(sampler, "custom_sampler")
-    if _get(custom, "path") or _get(custom, "name"):
+    sampler = get(get(get(config, "trainer"), "v1"), "sampler")
+    custom = get(sampler, "custom_sampler")
+    if get(custom, "path") or get(custom, "name"):
         raise InvalidArgumentError("trainer.v1.trainer_mode=graphdiff provides verl's replay buffer itself; remove "
                                    "trainer.v1.sampler.custom_sampler")
-    allocate = _get(_get(config, "graphdiff"), "allocate")
+    allocate = get(get(config, "graphdiff"), "allocate")
     if allocate is not None:
         dec.check_strategy(allocate, dec.ALLOCATE_STRATEGIES, "allocation")
 
@@ -96,32 +92,23 @@ def check_v1_config(config) -> None:
 def dynamic_sampling(config) -> bool:
     """Whether verl refills prompts one by one (``algorithm.filter_groups.enable`` or
     ``trainer.v1.sampler.sync_refill_failed_groups``): then every dispatch is chosen when verl asks for it."""
-    groups = _get(_get(config, "algorithm"), "filter_groups")
-    sampler = _get(_get(_get(config, "trainer"), "v1"), "sampler")
-    return bool(_get(groups, "enable", False)) or bool(_get(sampler, "sync_refill_failed_groups", False))
+    groups = get(get(config, "algorithm"), "filter_groups")
+    sampler = get(get(get(config, "trainer"), "v1"), "sampler")
+    return bool(get(groups, "enable", False)) or bool(get(sampler, "sync_refill_failed_groups", False))
 
 
-def row_prompt_ids(data_source) -> list[str]:
-    """Each dataset row's ``extra_info.index`` as a string; missing or repeated indexes refused."""
+def data_source_ids(data_source) -> list[str]:
+    """Each dataset row's ``extra_info.index`` as a string (``ids.verl_id``); missing or repeated indexes refused."""
     frame = getattr(data_source, "dataframe", data_source)
     try:
         extra = frame["extra_info"]
     except (KeyError, TypeError, IndexError):
         raise DataError("the verl data set has no extra_info column: graphdiff needs extra_info.index on every "
                         "row as a stable prompt id (verl would silently use 0)") from None
-    ids: list[str] = []
-    first: dict[str, int] = {}
-    for r, info in enumerate(extra):
-        index = info.get("index") if isinstance(info, dict) else None
-        if index is None:
-            raise DataError(f"data set row {r} has no extra_info.index; verl would silently use 0 and every such "
-                            "row would share one id - add a unique index to every row")
-        pid = str(index)
-        if pid in first:
-            raise DataError(f"data set rows {first[pid]} and {r} share extra_info.index {pid!r}; ids must be unique")
-        first[pid] = r
-        ids.append(pid)
-    return ids
+    return row_prompt_ids((info.get("index") if isinstance(info, dict) else None for info in extra), verl_id,
+                          rows="data set", field="extra_info.index", shared="extra_info.index {id}",
+                          missing="verl would silently use 0 and every such row would share one id - add a unique "
+                                  "index to every row")
 
 
 def outcomes_from_fields(index, scores, tags=None, success_threshold: float | None = None) -> tuple[list[str], np.ndarray,
@@ -165,10 +152,11 @@ class GraphdiffCurriculumSampler(_Base):
         if VERL_IMPORT_ERROR:
             raise BackendError(f"verl is installed but cannot be imported ({VERL_IMPORT_ERROR}); fix the training "
                                "environment (pip check) before graphdiff can hook into it")
-        sampler_cfg = _get(data_config, "sampler") if options is None else options
-        opts = {k: _get(sampler_cfg, k, v) for k, v in DEFAULTS.items()}
+        sampler_cfg = get(data_config, "sampler") if options is None else options
+        prefix = "data.sampler." if options is None else "+graphdiff."
+        opts = read_options(OPTIONS, sampler_cfg, lambda name: prefix + name)
         if target is None:
-            state = opts["state"] or os.environ.get("GRAPHDIFF_STATE")
+            state = opts["state"]
             if not state:
                 key = "data.sampler.state" if options is None else "+graphdiff.state"
                 raise InvalidArgumentError(f"set {key} (or GRAPHDIFF_STATE) to a STATE directory made with "
@@ -176,15 +164,14 @@ class GraphdiffCurriculumSampler(_Base):
             target = state
         kwargs = {"outcomes_dir": opts["outcomes_dir"]} if isinstance(target, (str, os.PathLike)) else {}
         self.target = open_target(target, **kwargs)
-        self.success_threshold = check_threshold(opts["success_threshold"])  # None: 0/1 rewards only
-        self.batch_size = int(batch_size or _get(data_config, "gen_batch_size") or _get(data_config, "train_batch_size"))
+        self.success_threshold = opts["success_threshold"]  # None: 0/1 rewards only
+        self.batch_size = int(batch_size or get(data_config, "gen_batch_size") or get(data_config, "train_batch_size"))
         self.data_source = data_source
-        self.row_ids = row_prompt_ids(data_source)
+        self.row_ids = data_source_ids(data_source)
         self.chooser = BatchChooser(self.target, self.target.nodes(self.row_ids, "extra_info.index"),
                                     self.batch_size, strategy=opts["strategy"],
-                                    pool_factor=float(opts["pool_factor"]), seed=int(opts["seed"]),
-                                    target_p=float(opts["target"]), group_size=int(opts["group_size"]),
-                                    explore=float(opts["explore"]))
+                                    pool_factor=opts["pool_factor"], seed=opts["seed"],
+                                    target_p=opts["target"], group_size=opts["group_size"], explore=opts["explore"])
         self.options = opts
         self.planned: deque | None = None  # per-dispatch mode (verl v1): rows queued by DispatchChooser
         self.epoch = 0
@@ -285,13 +272,13 @@ class DispatchChooser:
         opts = sampler.options
         self.sampler, self.target, self.chooser = sampler, sampler.target, sampler.chooser
         self.rollout_n_default = dec.check_int(rollout_n, "actor_rollout_ref.rollout.n", 1)
-        self.prefilter = str(opts["prefilter"]).lower() not in ("false", "0", "none", "off")
-        self.min_keep = float(opts["prefilter_min_keep"])
+        self.prefilter = opts["prefilter"]
+        self.min_keep = opts["prefilter_min_keep"]
         self.allocate = opts["allocate"]
         if self.allocate is not None:
             dec.check_strategy(self.allocate, dec.ALLOCATE_STRATEGIES, "allocation")
-            dec.check_budget(1, self.rollout_n_default, int(opts["allocate_min"]), int(opts["allocate_max"]))
-        self.allocate_min, self.allocate_max = int(opts["allocate_min"]), int(opts["allocate_max"])
+            dec.check_budget(1, self.rollout_n_default, opts["allocate_min"], opts["allocate_max"])
+        self.allocate_min, self.allocate_max = opts["allocate_min"], opts["allocate_max"]
         self.rollout_n: dict[str, int] = {}
         self.dispatches: list[dict] = []  # every dispatch: step, rows, skipped rows, counts
         self._step: int | None = None

@@ -24,7 +24,7 @@ built with the arguments verl resolved - keeps the outcomes of every group it ev
 with the trained batch as the step's one STATE update.
 
 Settings: a top-level ``graphdiff:`` section (``+graphdiff.state=runs/STATE`` on the command line), with
-the keys of ``integrations.verl.DEFAULTS``. Refused in one line at start-up: ``dataloader_num_workers``
+the keys of ``integrations.verl.OPTIONS``. Refused in one line at start-up: ``dataloader_num_workers``
 other than 0 (the loader would choose ahead of the outcomes), ``trainer.v1.sampler.custom_sampler`` (this
 mode provides the buffer), and a STATE that is not at the trainer's step (resume from checkpoint C needs
 the STATE at C: ``graphdiff rollback --to C``). The async modes are not this mode (docs/trainers.md says

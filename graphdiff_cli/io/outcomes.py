@@ -122,6 +122,15 @@ def is_binary(reward: float) -> bool:
     return reward == 0.0 or reward == 1.0
 
 
+def succeeded(reward: float, threshold: float | None) -> bool | None:
+    """Whether a rollout with ``reward`` succeeded: reward >= ``threshold``; with none chosen a 0/1 reward is its
+    own answer and any other is None (the caller refuses it, naming where it came from). The one rule of every
+    reader of rewards: outcomes files here, the trainer integrations' ``tracking.count_outcomes``."""
+    if threshold is None:
+        return reward == 1.0 if is_binary(reward) else None
+    return reward >= threshold
+
+
 def threshold_warning(rewards_low: float, rewards_high: float, count: int, threshold: float, where: str) -> str | None:
     """One line when ``count`` rewards in [low, high] all fall on one side of a chosen threshold, else None."""
     if rewards_high < threshold:
@@ -139,11 +148,10 @@ def _parse_row(path, line_no: int, row: dict, schema: str, threshold: float | No
     pid = row_id(row, id_field, path, line_no)
     if schema == "rollouts":
         reward = _reward(row["reward"], path, line_no, strict)
-        if threshold is None:
-            if not is_binary(reward):
-                raise DataError(f"{path}:{line_no}: reward {reward:g} is not 0 or 1; {threshold_hint()}")
-            return pid, 1, int(reward), reward
-        return pid, 1, int(reward >= threshold), reward
+        ok = succeeded(reward, threshold)
+        if ok is None:
+            raise DataError(f"{path}:{line_no}: reward {reward:g} is not 0 or 1; {threshold_hint()}")
+        return pid, 1, int(ok), reward
     n = as_int(row["n"], path, line_no, "n", strict=strict)
     s = as_int(row["s"], path, line_no, "s", strict=strict)
     if n < 0:
