@@ -194,7 +194,8 @@ def test_an_isolated_prompt_gets_the_global_rate_from_propagation_not_its_own():
                     neighbor_smoothing=None, **KW)
     est.update([2, 0], [8, 8], [8, 2])
     g = (10 + 1) / (16 + 2)
-    assert est._graph_parts(np.array([2]), np.zeros(1))[1][0] == pytest.approx(g)
+    propagated = est.mix.source("label_propagation").estimate(est, np.array([2]), (np.zeros(1), None))[0]
+    assert propagated[0] == pytest.approx(g)
     assert est.predict([2])[0] == pytest.approx((2 * g + 8) / (2 + 8))
 
 

@@ -54,7 +54,7 @@ def test_statistics_follow_the_counts_in_use_and_the_fit_is_ridge():
     np.testing.assert_allclose(est.readout_moment_, want[1], atol=1e-9)
     for ridge in ro.RIDGE_GRID:
         theta = brute_ridge(x, est.successes_decayed_, est.rollouts_decayed_, ridge)
-        got = est._readout_estimates(np.arange(w.shape[0]), [ridge])[0]
+        got = est.mix.source("readout").fits(est, np.arange(w.shape[0]), [ridge])[0]
         np.testing.assert_allclose(got, np.clip(ro.features(x) @ theta, 0, 1), atol=1e-9)
 
 
@@ -96,7 +96,7 @@ def test_online_choices_match_brute_force():
         for r, e in fixed.items():
             errors[r] += np.abs(e.predict(ids) - rate).sum()
             e.update(ids, n, s)
-        ridge_err += [np.abs(p - rate).sum() for p in auto._readout_estimates(ids, ro.RIDGE_GRID)]
+        ridge_err += [np.abs(p - rate).sum() for p in auto.mix.source("readout").fits(auto, ids, ro.RIDGE_GRID)]
         auto.update(ids, n, s)
     np.testing.assert_allclose(auto.mix_errors_[0, 0, :, 0], [errors[r] for r in ro.READOUT_GRID], rtol=1e-9)
     np.testing.assert_allclose(auto.readout_errors_, ridge_err, rtol=1e-9)

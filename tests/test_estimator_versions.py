@@ -181,7 +181,7 @@ def test_the_boards_kept_are_the_ones_in_play(world):
     alone = _run(world, steps=1, label_propagation=None, time_forgetting=1.0)
     assert alone.kappa_errors_.any() and alone.mix_errors_.size == 0
     paper = _run(world, steps=1, preset="paper")
-    assert all(b.size == 0 for b in paper.choices.board.values())
+    assert all(b.size == 0 for b in paper.mix.board.values())
 
 
 def test_upgrade_refuses_unknown_versions_and_from_state_dict_missing_arrays(world):

@@ -152,7 +152,8 @@ def test_extend_solves_label_propagation_on_the_new_graph():
                              connected_components(ext.graph, directed=False)[1])
     assert est.lp_field_.shape == (150,)
     assert np.abs(est.lp_field_ - cold).max() <= 1e-4
-    assert np.array_equal(est._components, connected_components(ext.graph, directed=False)[1])
+    comps = est.mix.source("label_propagation")._components
+    assert np.array_equal(comps, connected_components(ext.graph, directed=False)[1])
     # what predict reads now is what a STATE loaded from disk (field saved) reads
     assert np.allclose(Estimator.from_state_dict(est.state_dict()).predict(), est.predict())
     # before any update there is no field to carry: none is made, and the first update solves one

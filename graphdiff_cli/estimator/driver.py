@@ -24,14 +24,13 @@ import numpy as np
 
 from ..core import belief as bl
 from ..core import meanfield as mf
-from ..core import readout as ro
 from ..core.beta import mean_variance, zero_variance_from_moments
 from ..core.graph import validate_graph
 from ..errors import DataError, InvalidArgumentError
 from ..io import estimator_layout as layout
 from ..settings import EstimatorSettings, from_dict, resolve
-from . import propagation as lp
-from .choices import OnlineChoices
+from .mix import Mix
+from .sources import SOURCES, Step, global_rate
 from .versions import upgrade
 
 
@@ -43,7 +42,12 @@ class Estimator:
     ``embeddings`` (N x d, row i the embedding of node i) lets the graph's estimate use the ridge read-out
     of the embedding (setting ``readout``; docs/estimator.md): "auto" (the default preset) uses it when
     they are given, a number needs them.
+
+    The graph's estimate is the mix (``estimator.mix``) of the sources of ``SOURCES`` (``estimator.sources``),
+    which the prompt's own history then mixes with its outcomes; a subclass that sets ``SOURCES`` blends others.
     """
+
+    SOURCES = SOURCES
 
     def __init__(self, graph, labels, n_states: int, *, embeddings=None, preset: str | None = None,
                  settings: EstimatorSettings | None = None, _q=None, _own_q: bool = False,
@@ -106,15 +110,9 @@ class Estimator:
         self._q_changed = None
         for a in layout.DRIVER_ARRAYS:  # a, b, the counts, the evidence: io.estimator_layout.STATE_ARRAYS
             setattr(self, a.attr, layout.initial(a, n, k))
-        # the online choices' scoreboard, and the counts under every delta for time_forgetting "auto"
-        self.choices = OnlineChoices(self.settings, n, readout=self.readout_on)
-        # the read-out's sufficient statistics (core.readout; empty when there is no read-out)
-        d = self._embeddings.shape[1] if self.readout_on else -1
-        self.readout_gram_, self.readout_moment_ = ro.empty_stats(d) if d >= 0 else (np.zeros((0, 0)), np.zeros(0))
-        self._theta: dict[float, np.ndarray | None] = {}  # the fit per ridge strength, until the stats change
-        # label_propagation: the harmonic field of the forgotten counts (None until first needed)
-        self.lp_field_: np.ndarray | None = None
-        self._components: np.ndarray | None = None
+        # the sources (each with its own state), their mix and its one scoreboard, and the history's counts under
+        # every delta for time_forgetting "auto"
+        self.mix = Mix.of_settings(self.settings, n, self._embeddings, self.SOURCES)
         self.step_ = 0
         # residual schedule: rows whose inputs changed since q last reached its fixed point; None means
         # q is not at a fixed point (q = A after init), so the next residual step starts from every row
@@ -152,22 +150,42 @@ class Estimator:
         """Whether the graph's estimate has the read-out of the embedding (readout set, embeddings given)."""
         return self.settings.readout is not None and self._embeddings is not None
 
+    def _weight(self, name: str) -> float | None:
+        """The weight in use of the source ``name`` in the graph's estimate (None when it is off or absent)."""
+        j = next((j for j, s in enumerate(self.mix.sources) if s.name == name), 0)
+        return self.mix.weight(j) if j else None
+
     @property
     def readout_(self) -> float | None:
         """The read-out's weight in the graph's estimate: the configured number, the online choice ("auto"), or
         None when there is no read-out."""
-        return self.choices.readout
+        return self._weight("readout")
 
     @property
     def readout_ridge_(self) -> float | None:
         """The read-out's ridge strength in use (None when there is no read-out)."""
-        return self.choices.ridge if self.readout_on else None
+        return self.mix.source("readout").ridge(self.mix.board) if self.readout_on else None
 
     @property
     def readout_errors_(self) -> np.ndarray:
         """readout_ridge "auto": per value of core.readout.RIDGE_GRID, the summed absolute error of the read-out
         alone on each observed prompt before its outcomes (empty when not in play)."""
-        return self.choices.board["readout_errors"]
+        return self.mix.board["readout_errors"]
+
+    @property
+    def readout_gram_(self) -> np.ndarray:
+        """The read-out's sum over prompts with evidence of x x^T, x = [1, embedding] (0 x 0 without a read-out)."""
+        return self.mix.source("readout").readout_gram_
+
+    @property
+    def readout_moment_(self) -> np.ndarray:
+        """The read-out's sum of x times each prompt's forgotten rate (empty without a read-out)."""
+        return self.mix.source("readout").readout_moment_
+
+    @property
+    def lp_field_(self) -> np.ndarray | None:
+        """Label propagation's harmonic field of the forgotten counts (None until first needed)."""
+        return self.mix.source("label_propagation").lp_field_
 
     @property
     def q_(self) -> np.ndarray:
@@ -179,45 +197,34 @@ class Estimator:
         """The prior strength in use: the configured number, or the prequential choice ("auto"; chosen
         together with label propagation's weight, the time forgetting and the read-out's weight when any is "auto"
         too)."""
-        return self.choices.kappa
+        return self.mix.kappa
 
     @property
     def propagation_(self) -> float | None:
         """Label propagation's weight in the graph's estimate: the configured number, the online choice
         ("auto"), or None when label_propagation is off."""
-        return self.choices.propagation
+        return self._weight("label_propagation")
 
     @property
     def time_forgetting_(self) -> float:
         """The per-step forgetting of prompts' own counts in use: the configured number or the online choice."""
-        return self.choices.time_forgetting
+        return self.mix.time_forgetting
 
     @property
     def nu_(self) -> float | None:
         """The belief strength in use: the configured number or the prequential choice ("auto"); None
         when belief_strength is unset (the belief is then mix_by_evidence's, or Appendix E's)."""
-        return self.choices.nu
+        return self.mix.nu
 
     def source_weights(self, ids=None) -> dict[str, np.ndarray | None]:
         """Each source's weight in p-hat, per prompt of ``ids`` (node indices; all if None), summing to 1:
         ``states`` (the mean-field states' estimate, shifted by the neighbours' offsets under neighbor_smoothing),
         ``label_propagation`` and ``readout`` (None when off) - the parts of the graph's estimate m = (1 - r)
-        ((1 - w) states + w propagated) + r readout, w and r the weights in use - and ``history``, the prompt's own
-        outcomes: C_i / (kappa + C_i) of its forgotten rollouts C_i under evidence mixing (offset mixing: the
-        weight of its own residuals, the same), 1 - gamma for a prompt rolled out under gamma mixing, else 0."""
-        rows = self._rows(ids)
-        c = self.settings
-        if c.mixing == "gamma":
-            history = np.where(self.rollouts_[rows] > 0, 1.0 - c.gamma, 0.0)
-        else:
-            roll = np.asarray(self.rollouts_decayed_[rows], dtype=np.float64)
-            total = self.kappa_ + roll
-            history = np.divide(roll, total, out=np.zeros_like(roll), where=total > 0)
-        graph = 1.0 - history
-        w, r = self.propagation_, self.readout_
-        own = graph * (1.0 - (r or 0.0))  # the graph's estimate less the read-out's part
-        return {"states": own * (1.0 - (w or 0.0)), "label_propagation": None if w is None else own * w,
-                "readout": None if r is None else graph * r, "history": history}
+        ((1 - w) states + w propagated) + r readout, w and r the weights in use (one entry per source of
+        ``SOURCES``) - and ``history``, the prompt's own outcomes: C_i / (kappa + C_i) of its forgotten rollouts
+        C_i under evidence mixing (offset mixing: the weight of its own residuals, the same), 1 - gamma for a
+        prompt rolled out under gamma mixing, else 0."""
+        return self.mix.shares(self, self._rows(ids))
 
     def state_occupancy(self, ids=None) -> tuple[np.ndarray, np.ndarray]:
         """(sum_i q_ik: the expected number of the prompts ``ids`` (node indices; all if None) in state k, how many
@@ -235,24 +242,24 @@ class Estimator:
     def kappa_errors_(self) -> np.ndarray:
         """prior_strength "auto" chosen alone: per kappa of bl.KAPPA_GRID, the summed absolute error of the
         p-hat it would have given each observed prompt before its outcomes (empty when not in play)."""
-        return self.choices.board["kappa_errors"]
+        return self.mix.board["kappa_errors"]
 
     @property
     def belief_loglik_(self) -> np.ndarray:
         """belief_strength "auto": per value of bl.KAPPA_GRID, the summed log-likelihood of each observed group
         under the belief it would have given before the group's outcomes (empty when not in play)."""
-        return self.choices.board["belief_loglik"]
+        return self.mix.board["belief_loglik"]
 
     @property
     def mix_errors_(self) -> np.ndarray:
         """The joint choice (label_propagation, time_forgetting or readout "auto"): the summed absolute error of
         every (time forgetting, propagation weight, read-out weight, kappa) in play (empty when not in play)."""
-        return self.choices.board["mix_errors"]
+        return self.mix.board["mix_errors"]
 
     @property
     def time_counts_(self) -> np.ndarray | None:
         """time_forgetting "auto": the forgotten counts (successes, rollouts) under every delta of bl.TIME_GRID."""
-        return self.choices.time_counts
+        return self.mix.history.time_counts
 
     def _history_prior(self) -> tuple[np.ndarray, np.ndarray]:
         """(a_hist, b_hist) for the coming step.
@@ -279,7 +286,7 @@ class Estimator:
         weakness Appendix G points out)."""
         if self.settings.state_prior == "uniform":
             return 1.0, 1.0
-        g = lp.global_rate(self.global_counts_)
+        g = global_rate(self.global_counts_)
         return 2.0 * g, 2.0 * (1.0 - g)
 
     # -- the API -----------------------------------------------------------------------------------
@@ -293,7 +300,7 @@ class Estimator:
         t0 = time.perf_counter()
         obs = mf.make_observations(ids, n, s, self.n_nodes)
         p_then = self._model_prediction(obs.ids)[0] if len(obs) else np.zeros(0)
-        board = self.choices.score(self, obs, p_then)
+        board = self.mix.score(self, obs, p_then)
         a_hist, b_hist = self._history_prior()
         if self.settings.schedule == "residual":
             # in place: q is updated where it lies, with a journal of the touched rows that undoes the
@@ -377,24 +384,21 @@ class Estimator:
                                 tol=self.settings.residual_tol)
         grown = {a.attr: layout.grow(a, getattr(self, a.attr), m)  # a new prompt has no outcomes
                  for a in layout.DRIVER_ARRAYS if a.grows == layout.ZEROS}
-        time_counts = self.choices.extend(m)
+        time_counts = self.mix.history.grow(m)
         dirty = None if self._dirty is None else np.union1d(self._dirty, np.concatenate(
             [changed, np.arange(n, n + m)])).astype(np.int64)
-        lp_field = components = None
-        if self.lp_field_ is not None:
-            # label propagation's field on the new graph, solved here: it is what predictions read until the
-            # next update
-            lp_field, components = lp.grown_field(spec, n, self.lp_field_, grown["successes_decayed_"],
-                                                   grown["rollouts_decayed_"], self.global_counts_)
+        counts = (grown["successes_decayed_"], grown["rollouts_decayed_"])
+        sources = [s.grow(self, spec, n, counts) for s in self.mix.sources]
         q_changed = None if self._q_changed is None else np.concatenate([self._q_changed, np.ones(m, dtype=bool)])
         # commit: plain assignments only
         self._spec, self._q, self._embeddings = spec, q, emb
         self._q_changed = q_changed
         for attr, value in grown.items():
             setattr(self, attr, value)
-        self.choices.commit(self.choices.board, time_counts)
+        for source, new in zip(self.mix.sources, sources):
+            source.commit(new)
+        self.mix.commit(self.mix.board, time_counts)
         self._dirty = dirty
-        self.lp_field_, self._components = lp_field, components
         return changed
 
     def _commit(self, res, obs, p_then, board, dirty) -> None:
@@ -411,15 +415,9 @@ class Estimator:
             roll[obs.ids] = lam * roll[obs.ids] + obs.n
             return succ, roll
 
-        time_counts, succ_d, roll_d = self.choices.forget(board, forget, self.successes_decayed_,
-                                                          self.rollouts_decayed_)
-        readout_stats = (self.readout_gram_, self.readout_moment_)
-        if self.readout_on:
-            # only the observed prompts' rates S / C moved, unless the time forgetting in use switched (a
-            # per-step decay scales S and C alike, so every other prompt's rate stays)
-            switched = self.choices.time_index(board) != self.choices.time_index()
-            readout_stats = self._readout_stats((self.successes_decayed_, self.rollouts_decayed_), (succ_d, roll_d),
-                                                obs.ids, rebuild=switched)
+        chosen = self.mix.time_index(board)  # the time forgetting in use after this step
+        time_counts, succ_d, roll_d = self.mix.history.forget(chosen, forget, self.successes_decayed_,
+                                                              self.rollouts_decayed_)
         off_d = self.offset_decayed_.copy()
         off_d[obs.ids] = lam * off_d[obs.ids] + (obs.s - obs.n * p_then)
         rho = self.settings.state_forgetting
@@ -430,19 +428,18 @@ class Estimator:
             keep = self.settings.window - 1
             window_ev = np.concatenate([window_ev, np.stack(res.evidence)[None]])[-keep:] if keep else \
                 window_ev[:0]
-        lp_field = None
-        if self.settings.label_propagation is not None:
-            lp_field = self._harmonic(succ_d, roll_d, global_counts, x0=self.lp_field_)
+        step = Step(obs, p_then, (self.successes_decayed_, self.rollouts_decayed_), (succ_d, roll_d),
+                    chosen != self.mix.time_index(), global_counts)
+        sources = [s.observe(self, step) for s in self.mix.sources]
         changed = None if self._q_changed is None or res.rows_touched is None else self._q_changed | res.rows_touched
         self._q, self.a_, self.b_ = res.q, res.a, res.b
         self._q_changed = changed
-        self.lp_field_ = lp_field
-        self.choices.commit(board, time_counts)
+        for source, new in zip(self.mix.sources, sources):
+            source.commit(new)
+        self.mix.commit(board, time_counts)
         self.successes_, self.rollouts_, self._window_evidence = successes, rollouts, window_ev
         self.successes_decayed_, self.rollouts_decayed_, self.offset_decayed_ = succ_d, roll_d, off_d
         self.state_evidence_, self.global_counts_ = state_ev, global_counts
-        self.readout_gram_, self.readout_moment_ = readout_stats
-        self._theta = {}
         self._dirty = dirty
         self._q_is_prior = False
         self.step_ += 1
@@ -492,8 +489,8 @@ class Estimator:
         """
         rows = self._rows(ids)
         p_model, u = self._model_prediction(rows)
-        p_graph = self._graph_estimate(rows, p_model)
-        p, var = self._mix(rows, p_graph, u, self.kappa_)
+        p_graph = self._graph_estimate(rows, p_model, u)
+        p, var = self.mix.history.mix(self, rows, p_graph, u, self.kappa_)
         mean = p
         nu = self.nu_
         if nu is not None:
@@ -503,106 +500,9 @@ class Estimator:
         return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "mean": mean,
                 "variance": var, "n_seen": self.rollouts_[rows], "p_zero_variance": pzv}
 
-    def _mix(self, rows: np.ndarray, p_graph: np.ndarray, u: np.ndarray, kappa: float, counts=None):
-        """(p-hat, variance of the belief) from the graph's estimate and the prompts' own evidence
-        (``counts``: (successes, rollouts) forgotten otherwise than the ones in use, for scoring)."""
-        c = self.settings
-        succ_d, roll_d = (self.successes_decayed_, self.rollouts_decayed_) if counts is None else counts
-        roll = self.rollouts_[rows]
-        if c.mixing == "gamma":
-            p = mf.mix_with_history(p_graph, self.successes_[rows].astype(np.float64), roll.astype(np.float64),
-                                    c.gamma)
-            weight = np.where(roll > 0, c.gamma, 1.0)
-            return p, weight * weight * u
-        if c.mixing == "offset":
-            roll_d = roll_d[rows]
-            p = np.clip(p_graph + self.offset_decayed_[rows] / (kappa + roll_d), 0.0, 1.0)
-            return p, np.where(roll > 0, p * (1.0 - p) / (kappa + roll_d + 1.0), u)
-        return bl.mix_by_evidence(p_graph, u, succ_d[rows], roll_d[rows], kappa)
-
-    def _harmonic(self, successes, rollouts, global_counts, x0=None) -> np.ndarray:
-        """Label propagation's field for these forgotten counts on W (``propagation.field``)."""
-        if self._components is None:
-            self._components = lp.components(self._spec.graph)
-        return lp.field(self._spec, self._components, successes, rollouts, global_counts, x0=x0)
-
-    def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
-        """The graph's estimate m_i that the mixing combines with the prompt's own outcomes."""
-        return self._combine(*self._graph_parts(rows, p_model))
-
-    def _combine(self, states: np.ndarray, propagated: np.ndarray | None, readout: np.ndarray | None) -> np.ndarray:
-        """m = (1 - r) ((1 - w) states + w propagated) + r readout, w and r the weights in use."""
-        w = self.propagation_
-        m = states if propagated is None else (1.0 - w) * states + w * propagated
-        if readout is None:
-            return m
-        r = self.readout_
-        return (1.0 - r) * m + r * readout
-
-    def _graph_parts(self, rows: np.ndarray, p_model: np.ndarray, states: np.ndarray | None = None):
-        """(the states' estimate, label propagation's estimate, the read-out; each of the last two None when
-        off) for ``rows``; ``states`` when the caller has it already (``_states_estimate``'s)."""
-        states = self._states_estimate(rows, p_model) if states is None else states
-        readout = self._readout_estimates(rows, [self.choices.ridge])[0] if self.readout_on else None
-        if self.settings.label_propagation is None:
-            return states, None, readout
-        field = self.lp_field_
-        if field is None:  # before the first update: solved here, never stored (a read changes nothing)
-            field = self._harmonic(self.successes_decayed_, self.rollouts_decayed_, self.global_counts_)
-        return states, lp.propagated(self._spec.graph[rows], field, self.global_counts_), readout
-
-    def _readout_estimates(self, rows: np.ndarray, ridges) -> list[np.ndarray]:
-        """The read-out of the embedding for ``rows`` under each ridge strength (``core.readout``): before any
-        outcome, the observed global rate."""
-        n = self.n_nodes
-        emb = self._embeddings if rows.size == n and np.array_equal(rows, np.arange(n)) else self._embeddings[rows]
-        fill = lp.global_rate(self.global_counts_)
-        out = []
-        for ridge in ridges:
-            ridge = float(ridge)
-            if ridge not in self._theta:
-                self._theta[ridge] = ro.solve(self.readout_gram_, self.readout_moment_, ridge)
-            out.append(ro.predict_embeddings(self._theta[ridge], emb, fill))
-        return out
-
-    def _readout_stats(self, old: tuple, new: tuple, rows: np.ndarray, rebuild: bool) -> tuple:
-        """The read-out's (gram, moment) after the counts in use moved from ``old`` to ``new`` (each (successes,
-        rollouts) of every prompt): a rank-``len(rows)`` change, or, when every prompt's counts changed (the
-        time forgetting in use switched), a sum over every prompt with evidence, a block of rows at a time."""
-        if not rebuild:
-            x = ro.features(self._embeddings[rows])
-            return ro.changed_stats(self.readout_gram_, self.readout_moment_, x,
-                                    ro.rows_of(old[0][rows], old[1][rows]), ro.rows_of(new[0][rows], new[1][rows]))
-        gram, moment = ro.empty_stats(self._embeddings.shape[1])
-        seen = np.flatnonzero(new[1] > 0)
-        for i in range(0, seen.size, 8192):  # 8,192 x (d + 1) float64 at a time (25 MB at d = 384)
-            part = seen[i:i + 8192]
-            g, m = ro.stats_of(ro.features(self._embeddings[part]), *ro.rows_of(new[0][part], new[1][part]))
-            gram, moment = gram + g, moment + m
-        return gram, moment
-
-    def _states_estimate(self, rows: np.ndarray, p_model: np.ndarray) -> np.ndarray:
-        """p_model, shifted by the neighbours' offsets when neighbor_smoothing is set (only the
-        neighbours of ``rows`` are read, so a batch costs O(batch x degree x K), not O(N K))."""
-        return self._states_estimates(rows, p_model, [None])[0]
-
-    def _states_estimates(self, rows: np.ndarray, p_model: np.ndarray, counts: list) -> list[np.ndarray]:
-        """``_states_estimate`` under each of ``counts`` ((successes, rollouts), or None for the counts in
-        use), the neighbours' rows of W and model predictions read once for all of them."""
-        counts = [(self.successes_decayed_, self.rollouts_decayed_) if c is None else c for c in counts]
-        tau = self.settings.neighbor_smoothing
-        if tau is None or rows.size == 0:
-            return [p_model for _ in counts]
-        n = self.n_nodes
-        if rows.size == n and np.array_equal(rows, np.arange(n)):  # every prompt (predict): W as it is
-            return [bl.neighbor_shift(p_model, self._spec.graph, p_model, sd, rd, tau) for sd, rd in counts]
-        sub = self._spec.graph[rows]
-        cols, local = np.unique(sub.indices, return_inverse=True)
-        if cols.size == 0:
-            return [p_model for _ in counts]
-        sub = type(sub)((sub.data, local.reshape(-1), sub.indptr), shape=(rows.size, cols.size))
-        p_nb = self._model_prediction(cols)[0]
-        return [bl.neighbor_shift(p_model, sub, p_nb, sd[cols], rd[cols], tau) for sd, rd in counts]
+    def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
+        """The graph's estimate m_i that the history mixes with the prompt's own outcomes (``Mix.graph_estimate``)."""
+        return self.mix.graph_estimate(self, rows, (p_model, u))
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -620,9 +520,9 @@ class Estimator:
                "q": self.q_ if copy else self._q.detach().cpu().numpy()}
         for a in layout.DRIVER_ARRAYS:
             out[a.name] = getattr(self, a.attr).copy()
-        out.update(self.choices.arrays(self.n_nodes))
-        out["lp_field"] = np.zeros(0) if self.lp_field_ is None else self.lp_field_.copy()
-        out["readout_gram"], out["readout_moment"] = self.readout_gram_.copy(), self.readout_moment_.copy()
+        out.update(self.mix.arrays(self.n_nodes))
+        for source in self.mix.sources:
+            out.update(source.state())
         out["dirty"] = np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy()
         out["at_fixed_point"] = np.array(self._dirty is not None)
         return out
@@ -653,17 +553,9 @@ class Estimator:
             if value.ndim != len(want) or any(w is not None and w != d for w, d in zip(want, value.shape)):
                 raise DataError(f"saved {a.name} has shape {value.shape}, expected {want} (None: any length)")
             setattr(est, a.attr, value)
-        est.choices.load(state, n)
-        field = np.asarray(state["lp_field"], dtype=np.float64)
-        if field.size not in (0, n):
-            raise DataError(f"saved lp_field has {field.size} values for {n} prompts")
-        est.lp_field_ = field.copy() if field.size else None
-        gram, moment = (np.array(state[name], dtype=np.float64) for name in ("readout_gram", "readout_moment"))
-        if gram.shape != est.readout_gram_.shape or moment.shape != est.readout_moment_.shape:
-            raise DataError(f"saved readout_gram and readout_moment have shapes {gram.shape}, {moment.shape}; "
-                            f"expected {est.readout_gram_.shape}, {est.readout_moment_.shape} (the read-out of "
-                            "embeddings of this size)")
-        est.readout_gram_, est.readout_moment_ = gram, moment
+        est.mix.load(state, n)
+        for source in est.mix.sources:
+            source.load(state, n)
         est.step_ = int(state["step"])
         if bool(np.asarray(state["at_fixed_point"])):
             est._dirty = np.asarray(state["dirty"], dtype=np.int64).copy()

@@ -20,13 +20,14 @@ from ..core import belief as bl
 from ..errors import DataError
 from ..io.estimator_layout import VERSION
 from ..settings import from_dict
-from .choices import OnlineChoices
+from .mix import Mix
 
 
-def _choices(state: dict) -> OnlineChoices:
-    """The online choices a state's settings make (``config``, n_states inside it before version 7)."""
+def _choices(state: dict) -> Mix:
+    """The online choices a state's settings make (``config``, n_states inside it before version 7), without the
+    read-out (which came with version 8)."""
     cfg = {k: v for k, v in state["config"].items() if k != "n_states"}
-    return OnlineChoices(from_dict(cfg, "saved estimator settings"), np.asarray(state["labels"]).size)
+    return Mix.of_settings(from_dict(cfg, "saved estimator settings"), np.asarray(state["labels"]).size)
 
 
 def _v1_to_v2(state: dict) -> dict:
@@ -65,8 +66,9 @@ def _v5_to_v6(state: dict) -> dict:
     candidate in play) and the counts under every delta (zero when time_forgetting is "auto", else none)."""
     ch = _choices(state)
     n = np.asarray(state["labels"]).size
-    return {**state, "lp_field": np.zeros(0), "mix_errors": np.zeros((ch.times.size, ch.weights.size, ch.kappas.size)),
-            "time_counts": np.zeros((bl.TIME_GRID.size if ch.time_counts is not None else 0, 2, n))}
+    times, weights, kappas = ch.axes[0], ch.axes[1], ch.axes[-1]  # (time, propagation weight, read-out weight, kappa)
+    return {**state, "lp_field": np.zeros(0), "mix_errors": np.zeros((times.size, weights.size, kappas.size)),
+            "time_counts": np.zeros((bl.TIME_GRID.size if ch.history.time_counts is not None else 0, 2, n))}
 
 
 def _v6_to_v7(state: dict) -> dict:

@@ -56,7 +56,7 @@ KEPT = "kept"           # no prompt axis: unchanged
 # who keeps it
 DRIVER = "driver"       # the estimator's own numpy attribute ``attr``
 SPECIAL = "special"     # held otherwise (q as a torch tensor, lp_field / dirty as None when absent)
-CHOICES = "choices"     # the online choices' scoreboard (``estimator.choices.OnlineChoices``)
+CHOICES = "choices"     # the online choices' scoreboard (``estimator.mix.Mix``)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class StateArray:
     """One array of the estimator's state: ``name`` in ``state_dict`` and on disk, ``attr`` on the estimator.
 
     ``shape``: "N" prompts, "K" states, None a length that varies (steps, rows) or, for the online choices'
-    boards, that their settings decide (``estimator.choices.OnlineChoices.shapes``); ``fill``: the value
+    boards, that their settings decide (``estimator.mix.Mix.shapes``); ``fill``: the value
     every element starts at (arrays the driver keeps); ``grows`` and ``start`` say the rest in words.
     """
 

@@ -1,0 +1,92 @@
+"""The ridge read-out of the prompts' embedding as a source (beyond the paper; ``core.readout``): a linear
+map from a prompt's embedding to its forgotten success rate, fitted on every prompt with evidence. Setting
+``readout``: its weight in the mix (a number, "auto" over ``core.readout.READOUT_GRID``, or None: off; off
+too without embeddings); ``readout_ridge``: its ridge strength, a number or "auto", chosen on a board of its own
+(``readout_errors``). Its state: the fit's sufficient statistics ``readout_gram``, ``readout_moment``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...core import readout as ro
+from ...errors import DataError
+from .base import Source, global_rate
+
+
+class Readout(Source):
+    name = "readout"
+    arrays = ("readout_gram", "readout_moment", "readout_errors")
+    grid = ro.READOUT_GRID
+    start = ro.READOUT_START
+
+    def __init__(self, settings, n_nodes, embeddings=None):
+        self.weight = settings.readout if embeddings is not None else None
+        self.ridge_setting = settings.readout_ridge
+        d = embeddings.shape[1] if self.on else -1
+        self.readout_gram_, self.readout_moment_ = ro.empty_stats(d) if d >= 0 else (np.zeros((0, 0)), np.zeros(0))
+        self._theta: dict[float, np.ndarray | None] = {}  # the fit per ridge strength, until the stats change
+
+    def boards(self):
+        return {"readout_errors": (ro.RIDGE_GRID.size,) if self.on and self.ridge_setting == "auto" else (0,)}
+
+    def ridge(self, boards) -> float:
+        """The ridge strength in use: the configured number or the online choice ("auto")."""
+        if self.ridge_setting != "auto":
+            return float(self.ridge_setting)
+        errors = boards["readout_errors"]
+        return ro.choose_ridge(errors) if errors.size else float(ro.RIDGE_GRID[1])
+
+    def fits(self, est, rows, ridges) -> list[np.ndarray]:
+        """The read-out for ``rows`` under each ridge strength: before any outcome, the observed global rate."""
+        n = est.n_nodes
+        emb = est.embeddings
+        emb = emb if rows.size == n and np.array_equal(rows, np.arange(n)) else emb[rows]
+        fill = global_rate(est.global_counts_)
+        out = []
+        for ridge in ridges:
+            ridge = float(ridge)
+            if ridge not in self._theta:
+                self._theta[ridge] = ro.solve(self.readout_gram_, self.readout_moment_, ridge)
+            out.append(ro.predict_embeddings(self._theta[ridge], emb, fill))
+        return out
+
+    def estimate(self, est, rows, model):
+        return self.fits(est, rows, [self.ridge(est.mix.board)])[0], None
+
+    def score(self, est, rows, rate, boards):
+        if not boards["readout_errors"].size:
+            return {}
+        return {"readout_errors": boards["readout_errors"] + [np.abs(r - rate).sum()
+                                                              for r in self.fits(est, rows, ro.RIDGE_GRID)]}
+
+    def observe(self, est, step):
+        """The (gram, moment) after the counts in use moved from ``step.old`` to ``step.new``: a rank-``len(rows)``
+        change (only the observed prompts' rates S / C moved: a per-step decay scales S and C alike), or, when
+        the time forgetting in use switched, a sum over every prompt with evidence, a block of rows at a time."""
+        if not self.on:
+            return {"_theta": {}}
+        emb, rows, old, new = est.embeddings, step.obs.ids, step.old, step.new
+        if not step.switched:
+            x = ro.features(emb[rows])
+            gram, moment = ro.changed_stats(self.readout_gram_, self.readout_moment_, x,
+                                            ro.rows_of(old[0][rows], old[1][rows]),
+                                            ro.rows_of(new[0][rows], new[1][rows]))
+        else:
+            gram, moment = ro.empty_stats(emb.shape[1])
+            seen = np.flatnonzero(new[1] > 0)
+            for i in range(0, seen.size, 8192):  # 8,192 x (d + 1) float64 at a time (25 MB at d = 384)
+                part = seen[i:i + 8192]
+                g, m = ro.stats_of(ro.features(emb[part]), *ro.rows_of(new[0][part], new[1][part]))
+                gram, moment = gram + g, moment + m
+        return {"readout_gram_": gram, "readout_moment_": moment, "_theta": {}}
+
+    def state(self):
+        return {"readout_gram": self.readout_gram_.copy(), "readout_moment": self.readout_moment_.copy()}
+
+    def load(self, state, n_nodes):
+        gram, moment = (np.array(state[name], dtype=np.float64) for name in ("readout_gram", "readout_moment"))
+        if gram.shape != self.readout_gram_.shape or moment.shape != self.readout_moment_.shape:
+            raise DataError(f"saved readout_gram and readout_moment have shapes {gram.shape}, {moment.shape}; "
+                            f"expected {self.readout_gram_.shape}, {self.readout_moment_.shape} (the read-out of "
+                            "embeddings of this size)")
+        self.readout_gram_, self.readout_moment_ = gram, moment
