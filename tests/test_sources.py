@@ -7,7 +7,8 @@ import pytest
 
 from graphdiff_cli import Estimator
 from graphdiff_cli.core import meanfield as mf
-from graphdiff_cli.estimator.sources import SOURCES, Source
+from graphdiff_cli.estimator.sources import SOURCES, History, Source
+from graphdiff_cli.io import estimator_layout as layout
 
 from _tolerances import FLOAT64
 from test_estimator_options import problem, steps
@@ -102,3 +103,11 @@ def test_a_source_that_is_off_is_skipped_not_blended_at_weight_zero():
         ref.update(ids, n, s)
     np.testing.assert_array_equal(est.predict(), ref.predict())  # one code path, the same inputs: the same bits
     assert est.source_weights()["column"] is None and est.mix_errors_.shape[:-1] == ref.mix_errors_.shape[:-1] + (1,)
+
+
+def test_every_state_array_has_one_keeper():
+    """The rows of io.estimator_layout's table: the evidence the driver keeps for every source, the mix's board,
+    the history's, and each source's own, every row once."""
+    evidence = ["successes", "rollouts", "successes_decayed", "rollouts_decayed", "offset_decayed", "global_counts"]
+    kept = evidence + ["mix_errors", *History.arrays, *(name for s in SOURCES for name in s.arrays)]
+    assert sorted(kept) == sorted(layout.STATE_NAMES)
