@@ -56,6 +56,24 @@ def test_no_module_uses_another_modules_private_names():
     assert not offences, "\n".join(offences)
 
 
+def test_one_group_size_default():
+    """A ``group_size`` parameter of graphdiff_cli defaults to ``core.beta.DEFAULT_GROUP_SIZE``, never to a number of
+    its own (the rollouts per group where a caller does not say: one default, one place to change it)."""
+    offences = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            a = node.args
+            positional = a.posonlyargs + a.args
+            pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+            pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            offences += [f"{path.relative_to(ROOT)}:{node.lineno}: group_size defaults to {ast.unparse(d)}"
+                         for arg, d in pairs if arg.arg == "group_size" and isinstance(d, ast.Constant)
+                         and isinstance(d.value, (int, float))]  # None: not given (the trainer's own)
+    assert not offences, "\n".join(offences)
+
+
 def test_benchmarks_use_no_private_names():
     """bench/ and closedloop/ reach graphdiff_cli (and each other) through public names only: no
     `from x import _name`, no `obj._name` on anything but the script's own objects (self, cls). What import-linter

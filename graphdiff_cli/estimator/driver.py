@@ -24,7 +24,7 @@ import numpy as np
 
 from ..core import belief as bl
 from ..core import meanfield as mf
-from ..core.beta import mean_variance, zero_variance_from_moments
+from ..core.beta import DEFAULT_GROUP_SIZE, mean_variance, zero_variance_from_moments
 from ..core.graph import validate_graph
 from ..errors import DataError, InvalidArgumentError
 from ..io import estimator_layout as layout
@@ -474,7 +474,7 @@ class Estimator:
         """p-hat_i (Section 3.6) for the given node indices, all prompts if None."""
         return self.estimates(ids)["p"]
 
-    def estimates(self, ids=None, group_size: int = 8) -> dict[str, np.ndarray]:
+    def estimates(self, ids=None, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
         """Everything a scheduler needs per prompt.
 
         p (Section 3.6), difficulty = 1 - p, p_model = sum_k q_ik mu_k, uncertainty = u-hat_i of
