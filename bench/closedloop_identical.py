@@ -43,6 +43,9 @@ def compare_run(a: Path, b: Path) -> dict | None:
 
 
 def main() -> None:
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):  # as every bench script answers --help
+        print(__doc__.strip())
+        return
     if len(sys.argv) != 3:
         raise SystemExit(__doc__.strip().splitlines()[2].strip())
     root_a, root_b = Path(sys.argv[1]), Path(sys.argv[2])
