@@ -111,3 +111,17 @@ def test_every_state_array_has_one_keeper():
     evidence = ["successes", "rollouts", "successes_decayed", "rollouts_decayed", "offset_decayed", "global_counts"]
     kept = evidence + ["mix_errors", *History.arrays, *(name for s in SOURCES for name in s.arrays)]
     assert sorted(kept) == sorted(layout.STATE_NAMES)
+
+
+def test_an_estimator_without_propagation_or_readout_reports_them_absent():
+    """An estimator whose list lacks a source answers for it as for one that is off (None, or an empty array),
+    and still updates, saves and predicts."""
+    w, labels, true_p, rng = problem()
+    states_only = type("StatesOnly", (Estimator,), {"SOURCES": SOURCES[:1]})
+    est = states_only(w, labels, 8, **KW)
+    for ids, n, s in steps(rng, true_p, 3):
+        est.update(ids, n, s)
+    assert est.propagation_ is None and est.readout_ is None and est.readout_ridge_ is None
+    assert est.lp_field_ is None and est.readout_gram_.size == 0 and est.readout_moment_.size == 0
+    assert est.readout_errors_.size == 0
+    np.testing.assert_array_equal(states_only.from_state_dict(est.state_dict()).predict(), est.predict())

@@ -164,28 +164,32 @@ class Estimator:
     @property
     def readout_ridge_(self) -> float | None:
         """The read-out's ridge strength in use (None when there is no read-out)."""
-        return self.mix.source("readout").ridge(self.mix.board) if self.readout_on else None
+        source = self.mix.source("readout")
+        return source.ridge(self.mix.board) if source is not None and self.readout_on else None
 
     @property
     def readout_errors_(self) -> np.ndarray:
         """readout_ridge "auto": per value of core.readout.RIDGE_GRID, the summed absolute error of the read-out
         alone on each observed prompt before its outcomes (empty when not in play)."""
-        return self.mix.board["readout_errors"]
+        return self.mix.board.get("readout_errors", np.zeros(0))
 
     @property
     def readout_gram_(self) -> np.ndarray:
         """The read-out's sum over prompts with evidence of x x^T, x = [1, embedding] (0 x 0 without a read-out)."""
-        return self.mix.source("readout").readout_gram_
+        source = self.mix.source("readout")
+        return np.zeros((0, 0)) if source is None else source.readout_gram_
 
     @property
     def readout_moment_(self) -> np.ndarray:
         """The read-out's sum of x times each prompt's forgotten rate (empty without a read-out)."""
-        return self.mix.source("readout").readout_moment_
+        source = self.mix.source("readout")
+        return np.zeros(0) if source is None else source.readout_moment_
 
     @property
     def lp_field_(self) -> np.ndarray | None:
         """Label propagation's harmonic field of the forgotten counts (None until first needed)."""
-        return self.mix.source("label_propagation").lp_field_
+        source = self.mix.source("label_propagation")
+        return None if source is None else source.lp_field_
 
     @property
     def q_(self) -> np.ndarray:
@@ -523,6 +527,9 @@ class Estimator:
         out.update(self.mix.arrays(self.n_nodes))
         for source in self.mix.sources:
             out.update(source.state())
+        for a in layout.STATE_ARRAYS:  # a source this estimator's list lacks: its arrays empty, as when it is off
+            if a.name not in out and a.name not in ("dirty", "at_fixed_point"):
+                out[a.name] = np.zeros((0,) * len(a.shape), dtype=a.dtype)
         out["dirty"] = np.zeros(0, dtype=np.int64) if self._dirty is None else self._dirty.copy()
         out["at_fixed_point"] = np.array(self._dirty is not None)
         return out

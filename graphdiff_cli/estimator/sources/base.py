@@ -40,7 +40,9 @@ class Source:
     first source of a list is the base, which has no weight."""
 
     name = "source"
-    arrays: tuple[str, ...] = ()  # the state arrays it keeps: rows of io.estimator_layout.STATE_ARRAYS
+    # the rows of io.estimator_layout.STATE_ARRAYS that belong to it: those ``state``/``load`` save and read,
+    # its boards (saved with the mix's scoreboard) and, for the states, the mean-field model the driver runs
+    arrays: tuple[str, ...] = ()
     grid = np.array([0.0])        # its weight's candidates when chosen online
     start = 0.0                   # the candidate in use before any error
 
@@ -103,7 +105,8 @@ class Source:
             setattr(self, attr, value)
 
     def state(self) -> dict[str, np.ndarray]:
-        """Copies of its ``arrays``, by name, as ``Estimator.state_dict`` saves them."""
+        """Copies of the arrays it saves itself (its ``arrays`` but its boards, which the mix saves), by name, as
+        ``Estimator.state_dict`` saves them."""
         return {}
 
     def load(self, state: dict, n_nodes: int) -> None:
