@@ -39,6 +39,22 @@ def test_a_value_that_cannot_be_read_is_refused_in_one_line_naming_the_option(ke
     assert str(err.value) == message
 
 
+def test_a_bad_success_threshold_of_an_adapter_is_named_by_its_config_key():
+    from graphdiff_cli.integrations import verl
+
+    with pytest.raises(InvalidArgumentError) as err:
+        read_options(verl.OPTIONS, {"success_threshold": "high"}, lambda name: f"data.sampler.{name}", environ={})
+    assert str(err.value) == "data.sampler.success_threshold must be a number, got 'high'"
+
+
+def test_a_group_has_signal_by_the_outcomes_files_rule_of_success():
+    from graphdiff_cli.integrations.dynamic_sampling import has_signal
+
+    assert has_signal([1.0, 0.0, float("nan")], None) and not has_signal([1.0, 1.0], None)
+    assert has_signal([0.7, 0.2], 0.5) and not has_signal([0.7, 0.6], 0.5)
+    assert not has_signal([1.5, 0.0], None)  # a reward the 0/1 rule refuses is no success
+
+
 def test_get_reads_mappings_and_objects_and_treats_none_as_not_given():
     assert get({"a": 1}, "a") == 1 and get(SimpleNamespace(a=1), "a") == 1
     assert get(None, "a", 5) == 5 and get({"a": None}, "a", 5) == 5 and get(SimpleNamespace(), "a", 5) == 5

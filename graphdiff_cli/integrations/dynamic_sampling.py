@@ -36,6 +36,7 @@ import numpy as np
 
 from ..core import decisions as dec
 from ..errors import InvalidArgumentError
+from ..io.outcomes import succeeded
 
 DS_MODES = ("prefilter", "uniform")
 DEFAULT_MAX_ROUNDS = 8  # DAPO's recipe allows 10 generation batches per step; verl's default is unbounded
@@ -151,7 +152,7 @@ def has_signal(rewards, threshold: float | None) -> bool:
     """0 < successes < n over one group's rewards (success = reward >= threshold; NaN is no rollout). With no
     threshold the rewards are 0/1 (``count_outcomes`` refuses others when the group is applied): success = 1."""
     valid = [float(r) for r in rewards if not (r is None or (isinstance(r, float) and math.isnan(r)))]
-    s = sum(r >= (1.0 if threshold is None else threshold) for r in valid)
+    s = sum(bool(succeeded(r, threshold)) for r in valid)  # a reward the rule refuses is no success here
     return 0 < s < len(valid)
 
 

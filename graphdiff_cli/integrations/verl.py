@@ -64,7 +64,7 @@ except Exception as _exc:  # noqa: BLE001 - reported by the sampler below when i
 # the sampler's options (data.sampler.<name>, or +graphdiff.<name> for verl v1), read by options.read_options
 OPTIONS = {"state": Option(env="GRAPHDIFF_STATE"), "strategy": Option("target"), "pool_factor": Option(4.0, as_float),
            "seed": Option(0, as_int), "target": Option(0.5, as_float), "explore": Option(dec.TARGET_EXPLORE, as_float),
-           "success_threshold": Option(None, lambda value, _name: check_threshold(value)),
+           "success_threshold": Option(None, check_threshold),
            "group_size": Option(DEFAULT_GROUP_SIZE, as_int),
            "outcomes_dir": Option(),
            # verl 0.9 v1 only: the per-dispatch choice (dynamic sampling refills, __rollout_n__ allocation)

@@ -80,16 +80,18 @@ def threshold_hint() -> str:
     return f"pass {given} (a rollout with reward >= X is a success): {THRESHOLD_REASON}"
 
 
-def check_threshold(success_threshold) -> float | None:
-    """The threshold as a finite float, or None (not chosen: only 0/1 rewards are accepted)."""
+def check_threshold(success_threshold, name: str | None = None) -> float | None:
+    """The threshold as a finite float, or None (not chosen: only 0/1 rewards are accepted). ``name``: what the
+    caller calls it (a trainer's config key), else the ``--success-threshold`` option."""
     if success_threshold is None:
         return None
+    what = name or option('--success-threshold')
     try:
         x = float(success_threshold)
     except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{option('--success-threshold')} must be a number, got {success_threshold!r}") from None
+        raise InvalidArgumentError(f"{what} must be a number, got {success_threshold!r}") from None
     if not math.isfinite(x):
-        raise InvalidArgumentError(f"{option('--success-threshold')} must be a finite number, got {success_threshold!r}")
+        raise InvalidArgumentError(f"{what} must be a finite number, got {success_threshold!r}")
     return x
 
 
