@@ -271,6 +271,39 @@ def test_extend_gives_the_graph_of_a_rebuild(state):
     assert status["joined"] == {"0": 40} and status["n_prompts"] == 40 and status["n_applied"] == 1
 
 
+class _Phases:
+    """A listener that draws phases, as the CLI's does: the calls under each label."""
+
+    def __init__(self):
+        self.lines = [["start"]]
+
+    def phase(self, label):
+        self.lines.append([label])
+
+    def __call__(self, done, total=None):
+        self.lines[-1].append((done, total))
+
+
+@pytest.mark.parametrize("labelled", [True, False])
+def test_extend_shows_the_encoding_as_its_own_phase_with_a_count_of_prompts(state, labelled):
+    """A listener that draws phases (the CLI's) gets the encoding as a labelled line counting the new prompts (its
+    ETA from the first batch), then the extension's steps; a plain function gets the four steps alone."""
+    from graphdiff_cli import State
+
+    s, root, _old_rows, new_rows = state
+    listener = _Phases()
+    plain = []
+    State.open(s).extend(root / "new.jsonl",
+                         progress=listener if labelled else lambda done, total=None: plain.append((done, total)))
+    if labelled:
+        assert [line[0] for line in listener.lines] == ["start", f"embedding {len(new_rows)} new prompts",
+                                                         "extending the prompt set"]
+        assert listener.lines[1][-1] == (len(new_rows), len(new_rows))
+        assert listener.lines[2][-1] == (4, 4)
+    else:
+        assert all(total == 4 for _done, total in plain) and plain[-1] == (4, 4)
+
+
 def test_the_readout_lives_in_the_state_and_grows_with_extend(split_state, tmp_path):
     """init keeps the embeddings the graph was built from when the read-out is on (and says so); extend adds the
     new prompts' rows, so the read-out predicts them at once; the paper preset keeps none."""

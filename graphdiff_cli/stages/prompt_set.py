@@ -27,7 +27,7 @@ from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError,
 from ..io.artifacts import has_array
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.layout import ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET
-from .progress import Progress, no_progress
+from .progress import Progress, no_progress, phase
 
 
 def init_model_extras(graph, embeddings=None) -> tuple[dict, dict]:
@@ -229,7 +229,12 @@ def read_new_prompts(sd, prompts=None, *, embedded=None, embeddings=None, id_fie
     t_read = time.perf_counter()
     progress(1, 4)
     if prompts is not None:
-        x_new = _embed_new(model, texts, device, batch_size, lambda d, t: None)
+        # the encoding has its own labelled line (its count of prompts, elapsed time and ETA from the first batch)
+        # where the listener draws phases; a plain function listener keeps the stage's four steps alone
+        labelled = getattr(progress, "phase", None) is not None
+        phase(progress, f"embedding {len(texts):,} new prompts")
+        x_new = _embed_new(model, texts, device, batch_size, progress if labelled else no_progress)
+        phase(progress, "extending the prompt set")
     t_embed = time.perf_counter()
     progress(2, 4)
     return NewPrompts(source, source_hash, ids, hashes, x_new, embeddings, t0, t_read, t_embed)
