@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the
 from bench.common import emit, synthetic_graph  # noqa: E402
 
 
-def rss_mb():
+def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -56,7 +56,7 @@ def main():
     rng = np.random.default_rng(1)
     true_p = rng.uniform(0.05, 0.95, args.k)[labels]
     est = Estimator(w, labels, args.k, preset="paper", schedule="residual", device=args.device, max_iters=200)
-    rss_base = rss_mb()
+    rss_base = peak_rss_mb()
 
     def batch():
         ids = rng.choice(args.n, args.batch, replace=False)
@@ -87,7 +87,7 @@ def main():
     t = time.perf_counter()
     st = est.update(ids, n, s)
     t_update = time.perf_counter() - t
-    rss_update = rss_mb()
+    rss_update = peak_rss_mb()
     out = {
         "date": date.today().isoformat(), "machine": f"{platform.machine()}, {torch.get_num_threads()} threads",
         "n": args.n, "k": args.k, "edges": int(w.nnz // 2), "mean_degree": float(w.nnz / args.n),
