@@ -76,6 +76,7 @@ def reference_source(rates: np.ndarray):
 
     class ReferenceRate(Readout):
         name = "reference_rate"
+        board = "reference_errors"  # its ridge strength's board (Readout's boards, ridge and score read it)
         arrays = ()  # a benchmark's source: nothing of it is saved
         grid = REFERENCE_GRID
         start = 0.5
@@ -86,15 +87,6 @@ def reference_source(rates: np.ndarray):
             self.ridge_setting = settings.readout_ridge
             self.readout_gram_, self.readout_moment_ = ro.empty_stats(1)
             self._theta = {}
-
-        def boards(self):
-            return {"reference_errors": (ro.RIDGE_GRID.size,) if self.ridge_setting == "auto" else (0,)}
-
-        def ridge(self, boards):
-            if self.ridge_setting != "auto":
-                return float(self.ridge_setting)
-            errors = boards["reference_errors"]
-            return ro.choose_ridge(errors) if errors.size else float(ro.RIDGE_GRID[1])
 
         def fits(self, est, rows, ridges):
             fill = global_rate(est.global_counts_)
@@ -109,15 +101,6 @@ def reference_source(rates: np.ndarray):
         def theta(self, est):
             """The fit in use, (intercept, slope on the logit), or None before any outcome."""
             return ro.solve(self.readout_gram_, self.readout_moment_, self.ridge(est.mix.board))
-
-        def estimate(self, est, rows, model):
-            return self.fits(est, rows, [self.ridge(est.mix.board)])[0], None
-
-        def score(self, est, rows, rate, boards):
-            if not boards["reference_errors"].size:
-                return {}
-            return {"reference_errors": boards["reference_errors"] + [np.abs(p - rate).sum()
-                                                                      for p in self.fits(est, rows, ro.RIDGE_GRID)]}
 
         def observe(self, est, step):
             def rows_of(s, c, rows):  # only prompts with a reference rate enter the fit

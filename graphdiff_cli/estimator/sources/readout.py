@@ -18,6 +18,7 @@ class Readout(Source):
     arrays = ("readout_gram", "readout_moment", "readout_errors")
     grid = ro.READOUT_GRID
     start = ro.READOUT_START
+    board = "readout_errors"  # its ridge strength's board (a read-out of other features names its own)
 
     def __init__(self, settings, n_nodes, embeddings=None):
         self.weight = settings.readout if embeddings is not None else None
@@ -27,13 +28,13 @@ class Readout(Source):
         self._theta: dict[float, np.ndarray | None] = {}  # the fit per ridge strength, until the stats change
 
     def boards(self):
-        return {"readout_errors": (ro.RIDGE_GRID.size,) if self.on and self.ridge_setting == "auto" else (0,)}
+        return {self.board: (ro.RIDGE_GRID.size,) if self.on and self.ridge_setting == "auto" else (0,)}
 
     def ridge(self, boards) -> float:
         """The ridge strength in use: the configured number or the online choice ("auto")."""
         if self.ridge_setting != "auto":
             return float(self.ridge_setting)
-        errors = boards["readout_errors"]
+        errors = boards[self.board]
         return ro.choose_ridge(errors) if errors.size else float(ro.RIDGE_GRID[1])
 
     def fits(self, est, rows, ridges) -> list[np.ndarray]:
@@ -54,10 +55,9 @@ class Readout(Source):
         return self.fits(est, rows, [self.ridge(est.mix.board)])[0], None
 
     def score(self, est, rows, rate, boards):
-        if not boards["readout_errors"].size:
+        if not boards[self.board].size:
             return {}
-        return {"readout_errors": boards["readout_errors"] + [np.abs(r - rate).sum()
-                                                              for r in self.fits(est, rows, ro.RIDGE_GRID)]}
+        return {self.board: boards[self.board] + [np.abs(r - rate).sum() for r in self.fits(est, rows, ro.RIDGE_GRID)]}
 
     def observe(self, est, step):
         """The (gram, moment) after the counts in use moved from ``step.old`` to ``step.new``: a rank-``len(rows)``
