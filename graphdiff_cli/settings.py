@@ -92,8 +92,12 @@ class EstimatorSettings(BaseModel):
         "(chosen online with the other weights by prequential absolute error; off when the estimator has no "
         "embeddings); null = off."))
     readout_ridge: Strength = Field("auto", description=(
-        "lambda > 0 of the ridge read-out (its slopes' penalty, in prompts), or 'auto' (chosen online among "
-        "1, 10, 100 by prequential absolute error)."))
+        "lambda > 0 of the ridge read-outs (the embedding's and the covariates': their slopes' penalty, in "
+        "prompts), or 'auto' (chosen online among 1, 10, 100 by prequential absolute error, for each read-out)."))
+    covariate_readout: Optional[Union[Annotated[float, Field(ge=0, le=1)], Literal["auto"]]] = Field(None, description=(
+        "Weight in [0, 1] of the ridge read-out of the prompts' covariates (text statistics, the prompt file's "
+        "fields, a reference pass rate) in the graph's estimate, or 'auto' (chosen online with the other weights; "
+        "off when the estimator has no covariates); null = off."))
 
     @field_validator("beta", "epsilon", "gamma", "tol", "residual_tol", "prompt_forgetting", "state_forgetting",
                      "neighbor_smoothing", mode="before")
@@ -121,10 +125,10 @@ class EstimatorSettings(BaseModel):
             raise ValueError(f"must be a number > 0 or 'auto', got {v!r}")
         return v
 
-    @field_validator("time_forgetting", "label_propagation", "readout", mode="before")
+    @field_validator("time_forgetting", "label_propagation", "readout", "covariate_readout", mode="before")
     @classmethod
     def _unit(cls, v, info):
-        # a share in (0, 1] (time_forgetting) or [0, 1] (label_propagation, readout), or 'auto' (or null)
+        # a share in (0, 1] (time_forgetting) or [0, 1] (label_propagation, readout, covariate_readout), or 'auto' (or null)
         if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
             v = float(v)
             low_ok = v > 0 if info.field_name == "time_forgetting" else v >= 0
@@ -166,7 +170,7 @@ class EstimatorSettings(BaseModel):
 NAMES = tuple(EstimatorSettings.model_fields)
 # settings whose null is a value of its own (cumulative, Appendix E's belief, off); given as "none"
 NULLABLE = tuple(n for n in NAMES if n in ("window", "belief_strength", "neighbor_smoothing", "label_propagation",
-                                           "readout"))
+                                           "readout", "covariate_readout"))
 PRESET_HELP = ("Named settings: default (the paper's model with the measured improvements of docs/results.md) or "
                "paper (Sections 3.4-3.6 exactly); the settings given override it.")
 
@@ -177,7 +181,7 @@ PRESETS: dict[str, EstimatorSettings] = {
     "default": EstimatorSettings(schedule="residual", mixing="evidence", prior_strength="auto",
                                  belief_strength="auto", prompt_forgetting=0.85, state_prior="observed",
                                  neighbor_smoothing=4.0, label_propagation="auto", time_forgetting="auto",
-                                 readout="auto"),
+                                 readout="auto", covariate_readout="auto"),
     "paper": EstimatorSettings(),
 }
 DEFAULT_PRESET = "default"
@@ -195,14 +199,14 @@ def inert_settings(settings: EstimatorSettings) -> dict[str, str]:
     else:
         out["prior_strength"] = "kappa weights p-hat only under mixing 'evidence' or 'offset', not 'gamma'"
         if settings.belief_strength is None and settings.neighbor_smoothing is None \
-                and settings.label_propagation is None and settings.readout is None:
+                and settings.label_propagation is None and settings.readout is None and settings.covariate_readout is None:
             why = ("the forgotten counts feed evidence/offset mixing, the belief (belief_strength), neighbour "
-                   "smoothing, label propagation and the read-out, none of which is on")
+                   "smoothing, label propagation and the read-outs, none of which is on")
             out["prompt_forgetting"] = out["time_forgetting"] = why
     if settings.mixing == "offset":
         out["time_forgetting"] = "offset mixing keeps per-visit offsets that a per-step decay would unbalance"
-    if settings.readout is None:
-        out["readout_ridge"] = "it shapes the embedding read-out, which is off (readout null)"
+    if settings.readout is None and settings.covariate_readout is None:
+        out["readout_ridge"] = "it shapes the read-outs of the embedding and the covariates, both off (null)"
     if settings.schedule == "sequential":
         out["device"] = "the sequential schedule (Gauss-Seidel) runs on the CPU only (cpu or auto are fine)"
     return out
@@ -239,7 +243,7 @@ def _one_line(exc: ValidationError, where: str) -> InvalidArgumentError:
             msg = "must be a number > 0 or 'auto'"
         if loc == "time_forgetting":
             msg = "must be a number in (0, 1] or 'auto'"
-        if loc in ("label_propagation", "readout"):
+        if loc in ("label_propagation", "readout", "covariate_readout"):
             msg = "must be a number in [0, 1] or 'auto'"
         if loc in NULLABLE:
             msg += " or null"

@@ -112,7 +112,8 @@ def _run(world, steps=3, **kw):
 
 def _as_version(state: dict, version: int) -> dict:
     """``state`` (current) in the layout of ``version``: the arrays that version had, n_states in the config."""
-    old = {k: v for k, v in state.items() if k not in STATE_NAMES and k not in ("version", "n_states", "embeddings")}
+    old = {k: v for k, v in state.items() if k not in STATE_NAMES and k not in ("version", "n_states", "embeddings",
+                                                                                 "covariates", "reference_rate")}
     old["config"] = {"n_states": state["n_states"], **state["config"]}
     return {**old, **{k: state[k] for k in LAYOUTS[version] if k in state}, "version": version}
 
@@ -177,7 +178,7 @@ def test_version_6_to_7_moves_n_states_out_and_empties_the_boards_not_in_play(wo
 
 def test_the_boards_kept_are_the_ones_in_play(world):
     joint = _run(world, steps=1)
-    assert joint.kappa_errors_.size == 0 and joint.mix_errors_.shape == (3, 5, 1, 12) and joint.belief_loglik_.any()
+    assert joint.kappa_errors_.size == 0 and joint.mix_errors_.shape == (3, 5, 1, 1, 12) and joint.belief_loglik_.any()
     alone = _run(world, steps=1, label_propagation=None, time_forgetting=1.0)
     assert alone.kappa_errors_.any() and alone.mix_errors_.size == 0
     paper = _run(world, steps=1, preset="paper")

@@ -4,6 +4,7 @@
     est = Estimator(graph, labels, n_states=K, preset="paper")    # Sections 3.4-3.6 exactly
     est = Estimator(graph, labels, n_states=K, preset="paper", beta=4.0, schedule="sequential")
     est = Estimator(graph, labels, n_states=K, embeddings=E)    # + the read-out of the embedding
+    est = Estimator(graph, labels, n_states=K, covariates=X, reference_rate=r)  # + the read-out of covariates
     stats = est.update(ids, n, s)   # one training step; stats["elbo"], stats["iterations"], ...
     p = est.predict(ids=None)       # p-hat for those node indices (all if None)
     est.save(path); est = Estimator.load(path)
@@ -30,7 +31,7 @@ from ..errors import DataError, InvalidArgumentError
 from ..io import estimator_layout as layout
 from ..settings import EstimatorSettings, from_dict, resolve
 from .mix import Mix
-from .sources import SOURCES, Step, global_rate
+from .sources import SOURCES, Inputs, Step, global_rate
 from .versions import upgrade
 
 
@@ -41,7 +42,9 @@ class Estimator:
     omitted, or "paper") gives the settings and any keyword of ``graphdiff_cli.settings`` overrides one.
     ``embeddings`` (N x d, row i the embedding of node i) lets the graph's estimate use the ridge read-out
     of the embedding (setting ``readout``; docs/estimator.md): "auto" (the default preset) uses it when
-    they are given, a number needs them.
+    they are given, a number needs them. ``covariates`` (N x c, the encoded features of ``core.covariates``) and
+    ``reference_rate`` (N, a reference model's pass rate, NaN where a prompt has none) do the same for the read-out
+    of the covariates (setting ``covariate_readout``).
 
     The graph's estimate is the mix (``estimator.mix``) of the sources of ``SOURCES`` (``estimator.sources``),
     which the prompt's own history then mixes with its outcomes; a subclass that sets ``SOURCES`` blends others.
@@ -49,7 +52,8 @@ class Estimator:
 
     SOURCES = SOURCES
 
-    def __init__(self, graph, labels, n_states: int, *, embeddings=None, preset: str | None = None,
+    def __init__(self, graph, labels, n_states: int, *, embeddings=None, covariates=None, reference_rate=None,
+                 preset: str | None = None,
                  settings: EstimatorSettings | None = None, _q=None, _own_q: bool = False,
                  _graph_verified: bool = False, **overrides):
         # _q (internal, from_state_dict): the N x K q to start from instead of A, so loading a state
@@ -75,6 +79,10 @@ class Estimator:
         if self._embeddings is None and settings.readout not in (None, "auto"):
             raise InvalidArgumentError(f"readout {settings.readout:g} needs the prompts' embeddings (embeddings=, or "
                                        "graphdiff init with the embeddings artifact the graph was built from)")
+        self._covariates, self._reference = _check_covariates(covariates, reference_rate, labels.size)
+        if self._covariates is None and settings.covariate_readout not in (None, "auto"):
+            raise InvalidArgumentError(f"covariate_readout {settings.covariate_readout:g} needs the prompts' covariates "
+                                       "(covariates=, or graphdiff embed with covariates)")
         self.settings = settings
         self._spec = mf.ModelSpec(graph=w, labels=labels, n_states=int(n_states), beta=settings.beta,
                                   epsilon=settings.epsilon)
@@ -112,7 +120,7 @@ class Estimator:
             setattr(self, a.attr, layout.initial(a, n, k))
         # the sources (each with its own state), their mix and its one scoreboard, and the history's counts under
         # every delta for time_forgetting "auto"
-        self.mix = Mix.of_settings(self.settings, n, self._embeddings, self.SOURCES)
+        self.mix = Mix.of_settings(self.settings, n, self.inputs, self.SOURCES)
         self.step_ = 0
         # residual schedule: rows whose inputs changed since q last reached its fixed point; None means
         # q is not at a fixed point (q = A after init), so the next residual step starts from every row
@@ -144,6 +152,26 @@ class Estimator:
     def embeddings(self) -> np.ndarray | None:
         """The prompts' embeddings (N x d, float32) the read-out reads, or None."""
         return self._embeddings
+
+    @property
+    def covariates(self) -> np.ndarray | None:
+        """The prompts' encoded covariates (N x c, float64) the covariates' read-out reads, or None."""
+        return self._covariates
+
+    @property
+    def reference_rate(self) -> np.ndarray | None:
+        """Each prompt's reference pass rate (N, float64, NaN where it has none), or None."""
+        return self._reference
+
+    @property
+    def inputs(self) -> Inputs:
+        """What the estimator knows of its prompts besides the graph (``sources.Inputs``)."""
+        return Inputs(self._embeddings, self._covariates, self._reference)
+
+    @property
+    def covariate_readout_(self) -> float | None:
+        """The covariates' read-out's weight in the graph's estimate (None when it is off)."""
+        return self._weight("covariate_readout")
 
     @property
     def readout_on(self) -> bool:
@@ -334,11 +362,12 @@ class Estimator:
             "seconds": time.perf_counter() - t0,
         }
 
-    def extend(self, graph, labels, embeddings=None) -> np.ndarray:
+    def extend(self, graph, labels, embeddings=None, covariates=None, reference_rate=None) -> np.ndarray:
         """Append prompts: nodes N.. of ``graph`` (the old W with the new prompts' edges, ``graphdiff
         extend``) are new, with prior states ``labels[N:]`` (``labels[:N]`` must be the current ones) and, when
         the estimator has embeddings, embeddings ``embeddings`` (one row per new prompt; the read-out gives
-        them its estimate at once).
+        them its estimate at once), and likewise the new prompts' ``covariates`` and ``reference_rate`` when it has
+        covariates (encoded by the spec the first ones were: ``core.covariates.encode``).
 
         A new prompt starts as a prompt does at init (q_i = A_i, no outcomes); when q is at a fixed point
         (the residual schedule after a converged step) the new rows are then relaxed by Proposition 1 with
@@ -373,6 +402,19 @@ class Estimator:
             emb = np.concatenate([emb, new])
         elif embeddings is not None:
             raise DataError("extend: this estimator has no embeddings; the new prompts' cannot be used")
+        cov, ref = self._covariates, self._reference
+        if cov is not None:
+            if covariates is None:
+                raise DataError(f"extend: this estimator has the prompts' covariates; give the {m} new prompts' too")
+            new_cov, new_ref = _check_covariates(covariates, reference_rate, m)
+            if new_cov.shape[1] != cov.shape[1] or (new_ref is None) != (ref is None):
+                raise DataError(f"extend: the new covariates have {new_cov.shape[1]} features"
+                                f"{'' if new_ref is None else ' and a reference rate'}, the estimator's "
+                                f"{cov.shape[1]}{'' if ref is None else ' and a reference rate'}")
+            cov = np.concatenate([cov, new_cov])
+            ref = None if ref is None else np.concatenate([ref, new_ref])
+        elif covariates is not None or reference_rate is not None:
+            raise DataError("extend: this estimator has no covariates; the new prompts' cannot be used")
         old = self._spec.graph
         top = w[:n, :n]
         changed = np.flatnonzero((np.diff(top.indptr) != np.diff(old.indptr))
@@ -396,6 +438,7 @@ class Estimator:
         q_changed = None if self._q_changed is None else np.concatenate([self._q_changed, np.ones(m, dtype=bool)])
         # commit: plain assignments only
         self._spec, self._q, self._embeddings = spec, q, emb
+        self._covariates, self._reference = cov, ref
         self._q_changed = q_changed
         for attr, value in grown.items():
             setattr(self, attr, value)
@@ -520,7 +563,7 @@ class Estimator:
         """
         out = {"version": layout.VERSION, "n_states": self.n_states, "config": self.settings.as_dict(),
                "step": self.step_, "graph": self._spec.graph, "labels": self._spec.labels,
-               "embeddings": self._embeddings,
+               "embeddings": self._embeddings, "covariates": self._covariates, "reference_rate": self._reference,
                "q": self.q_ if copy else self._q.detach().cpu().numpy()}
         for a in layout.DRIVER_ARRAYS:
             out[a.name] = getattr(self, a.attr).copy()
@@ -551,6 +594,7 @@ class Estimator:
         if device is not None:
             cfg["device"] = device
         est = cls(state["graph"], state["labels"], state["n_states"], embeddings=state.get("embeddings"),
+                  covariates=state.get("covariates"), reference_rate=state.get("reference_rate"),
                   settings=from_dict(cfg, "saved estimator settings"), _q=state["q"], _own_q=not copy,
                   _graph_verified=verified)
         n, k = est.n_nodes, est.n_states
@@ -623,3 +667,33 @@ def _check_embeddings(embeddings, n: int) -> np.ndarray | None:
         i = int(np.flatnonzero(~np.isfinite(e).all(axis=1))[0])
         raise DataError(f"embeddings row {i} holds a NaN or infinite value")
     return e
+
+
+def _check_covariates(covariates, reference_rate, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(``covariates`` as an n x c float64 array of finite values, ``reference_rate`` as n float64 in [0, 1] or
+    NaN); a reference rate needs covariates (its encoded feature is one of them)."""
+    if covariates is None:
+        if reference_rate is not None:
+            raise DataError("a reference rate comes with the covariates it is encoded in (core.covariates.encode)")
+        return None, None
+    x = np.asarray(covariates)
+    if x.ndim != 2 or x.shape[0] != n or x.dtype.kind not in "fiu":
+        raise DataError(f"covariates must be a numeric {n} x c array (one row per prompt), got dtype {x.dtype}, "
+                        f"shape {x.shape}")
+    x = np.array(x, dtype=np.float64)
+    if not np.isfinite(x).all():
+        i = int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
+        raise DataError(f"covariates row {i} holds a NaN or infinite value (encode missing values: "
+                        "core.covariates.encode)")
+    if reference_rate is None:
+        return x, None
+    r = np.asarray(reference_rate)
+    if r.shape != (n,) or r.dtype.kind not in "fiu":
+        raise DataError(f"reference_rate must be {n} numbers (NaN where a prompt has none), got dtype {r.dtype}, "
+                        f"shape {r.shape}")
+    r = np.array(r, dtype=np.float64)
+    bad = ~np.isnan(r) & ~((r >= 0) & (r <= 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(f"reference_rate[{i}] = {r[i]} is not a pass rate in [0, 1] (NaN: none)")
+    return x, r

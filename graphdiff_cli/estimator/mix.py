@@ -51,9 +51,10 @@ class Mix:
         self.board = {name: np.zeros(shape) for name, shape in self.shapes.items()}
 
     @classmethod
-    def of_settings(cls, settings, n_nodes: int, embeddings=None, sources=SOURCES) -> "Mix":
-        """The mix an estimator with these settings (and embeddings) makes of the source classes ``sources``."""
-        return cls(settings, n_nodes, [s(settings, n_nodes, embeddings) for s in sources])
+    def of_settings(cls, settings, n_nodes: int, inputs=None, sources=SOURCES) -> "Mix":
+        """The mix an estimator with these settings (and ``inputs``: ``sources.Inputs``) makes of the source classes
+        ``sources``."""
+        return cls(settings, n_nodes, [s(settings, n_nodes, inputs) for s in sources])
 
     def source(self, name: str):
         """The source of that name, or None."""

@@ -97,7 +97,18 @@ def _v7_to_v8(state: dict) -> dict:
             "readout_moment": np.zeros(0)}
 
 
-MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}
+def _v8_to_v9(state: dict) -> dict:
+    """Version 9 added the read-out of the covariates: none before it (its statistics and board empty, no
+    covariates), and a covariates axis of one value (weight 0: off) in the joint choice's errors, before kappa's."""
+    mix = np.asarray(state["mix_errors"], dtype=np.float64)
+    if mix.ndim == 4:
+        mix = mix[:, :, :, None, :]
+    return {**state, "mix_errors": mix, "covariate_errors": np.zeros(0), "covariate_gram": np.zeros((0, 0)),
+            "covariate_moment": np.zeros(0)}
+
+
+MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
+              8: _v8_to_v9}
 
 
 def upgrade(state: dict) -> dict:

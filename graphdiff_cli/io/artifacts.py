@@ -49,8 +49,8 @@ ENCODINGS: dict[str, tuple[int, tuple[int, ...]]] = {
     "graph": (1, (1,)),
     "clusters": (1, (1,)),
     "estimator-model": (MODEL_VERSION, (1, MODEL_VERSION)),
-    "estimator-state": (STATE_VERSION, (1, 7, STATE_VERSION)),
-    "estimator-step": (STEP_VERSION, (1, 7, STATE_VERSION, STEP_VERSION)),
+    "estimator-state": (STATE_VERSION, (1, 7, 8, STATE_VERSION)),
+    "estimator-step": (STEP_VERSION, (1, 7, 8, 9, STEP_VERSION)),
 }
 
 

@@ -27,11 +27,16 @@ an artifact holds tell which it is (``legacy_version``). From version 7 on the s
    and its ridge strength's board ``readout_errors`` (each empty without a read-out), and a read-out axis in
    ``mix_errors`` (time, weight, read-out weight, kappa). The embeddings themselves are static: the model
    artifact (and a standalone state) holds them as ``embeddings`` when the estimator has them.
+9. + the read-out of the covariates (``core.covariates``): ``covariate_gram``, ``covariate_moment`` and its
+   ridge strength's board ``covariate_errors`` (each empty without covariates), and a covariates axis in
+   ``mix_errors`` (time, weight, read-out weight, covariates weight, kappa). The covariates and reference rates
+   are static, held beside the embeddings as ``covariates`` and ``reference_rate`` when the estimator has them.
 
 The ``estimator-step`` artifact of a STATE has an encoding of its own from version 9 on (``STEP_VERSION``):
-the state of version 8, with q either whole (a snapshot) or as a *delta* of the step it was made from (its
-base): the rows of q that changed since (``q_rows``, ``q_values``), every other array whole (a step
-costs what changed). Reading it composes the base's q and the deltas (``io.estimator_store``).
+the state of version 8 (of version 9 from step encoding 10 on), with q either whole (a snapshot) or as a *delta*
+of the step it was made from (its base): the rows of q that changed since (``q_rows``, ``q_values``), every
+other array whole (a step costs what changed). Reading it composes the base's q and the deltas
+(``io.estimator_store``).
 """
 
 from __future__ import annotations
@@ -103,8 +108,9 @@ STATE_ARRAYS: tuple[StateArray, ...] = (
                "chosen alone", CHOICES, "kappa_errors_"),
     StateArray("belief_loglik", "float64", OTHER, (None,), KEPT, "0 per KAPPA_GRID value; empty unless "
                "belief_strength is auto", CHOICES, "belief_loglik_"),
-    StateArray("mix_errors", "float64", OTHER, (None, None, None, None), KEPT, "0 per (time, weight, read-out "
-               "weight, kappa) in play; empty without a joint choice", CHOICES, "mix_errors_"),
+    StateArray("mix_errors", "float64", OTHER, (None, None, None, None, None), KEPT, "0 per (time, weight, "
+               "read-out weight, covariates weight, kappa) in play; empty without a joint choice", CHOICES,
+               "mix_errors_"),
     StateArray("readout_errors", "float64", OTHER, (None,), KEPT, "0 per RIDGE_GRID value; empty unless the "
                "read-out is on with readout_ridge auto", CHOICES, "readout_errors_"),
     StateArray("time_counts", "float64", PROMPT, (None, 2, "N"), ZEROS, "0 per TIME_GRID delta; 0 x 2 x N unless "
@@ -115,6 +121,12 @@ STATE_ARRAYS: tuple[StateArray, ...] = (
                "with evidence of x x^T, x = [1, embedding]; 0 x 0 without a read-out", SPECIAL, "readout_gram_"),
     StateArray("readout_moment", "float64", OTHER, (None,), KEPT, "0, d + 1: sum of x times the prompt's "
                "forgotten rate; empty without a read-out", SPECIAL, "readout_moment_"),
+    StateArray("covariate_errors", "float64", OTHER, (None,), KEPT, "0 per RIDGE_GRID value; empty unless the "
+               "covariates' read-out is on with readout_ridge auto", CHOICES, "covariate_errors_"),
+    StateArray("covariate_gram", "float64", OTHER, (None, None), KEPT, "0, (c + 1) x (c + 1): sum over prompts "
+               "with evidence of x x^T, x = [1, covariates]; 0 x 0 without covariates", SPECIAL, "covariate_gram_"),
+    StateArray("covariate_moment", "float64", OTHER, (None,), KEPT, "0, c + 1: sum of x times the prompt's "
+               "forgotten rate; empty without covariates", SPECIAL, "covariate_moment_"),
     StateArray("dirty", "int64", OTHER, (None,), MARKED, "empty: q = A is not at a fixed point", SPECIAL, "_dirty"),
     StateArray("at_fixed_point", "bool", SCALAR, (), KEPT, "false", SPECIAL),
 )
@@ -122,10 +134,11 @@ DRIVER_ARRAYS = tuple(a for a in STATE_ARRAYS if a.owner == DRIVER)
 STATE_NAMES = tuple(a.name for a in STATE_ARRAYS)
 
 # besides the arrays: ``n_states`` (K), ``config`` (the settings), ``step``, ``graph`` and ``labels``
-VERSION = 8
-# the estimator-step artifact: 7 and 8 hold a state of that version; 9 a state of version 8 whose q may be a delta
-STEP_VERSION = 9
-STEP_LAYOUT = {1: 1, 7: 7, 8: 8, 9: 8}  # the state layout a step of each encoding version holds (1: 1-6)
+VERSION = 9
+# the estimator-step artifact: 7 and 8 hold a state of that version; 9 a state of version 8 whose q may be a delta,
+# 10 the same of version 9
+STEP_VERSION = 10
+STEP_LAYOUT = {1: 1, 7: 7, 8: 8, 9: 8, 10: 9}  # the state layout a step of each encoding version holds (1: 1-6)
 # the arrays of a delta step that stand for q: the rows changed since its base step, and their values
 Q_ROWS, Q_VALUES = "q_rows", "q_values"
 # the estimator-model artifact: 1 wrote the settings with n_states inside them, twice (stamp params and the
@@ -142,7 +155,8 @@ LAYOUTS: dict[int, frozenset] = {
     5: _V2 | {"kappa_errors", "belief_loglik"},
     6: _V2 | {"kappa_errors", "belief_loglik", "lp_field", "mix_errors", "time_counts"},
     7: _V2 | {"kappa_errors", "belief_loglik", "lp_field", "mix_errors", "time_counts"},
-    8: frozenset(STATE_NAMES),
+    8: frozenset(STATE_NAMES) - {"covariate_errors", "covariate_gram", "covariate_moment"},
+    9: frozenset(STATE_NAMES),
 }
 LEGACY = (1, 2, 3, 4, 5, 6)  # stamped format_version 1
 

@@ -39,7 +39,8 @@ import scipy.sparse as sp
 
 from ..errors import ArtifactError, InvalidArgumentError, StateError
 from .artifacts import hash_arrays, read_artifact, stamped_kind, write_artifact
-from .estimator_layout import LAYOUTS, MODEL_VERSION, Q_ROWS, Q_VALUES, STEP_LAYOUT, VERSION, legacy_version
+from .estimator_layout import (LAYOUTS, MODEL_VERSION, Q_ROWS, Q_VALUES, STEP_LAYOUT, STEP_VERSION, VERSION,
+                               legacy_version)
 from .layout import CURRENT, step_relpath, step_version
 
 KIND = "estimator-state"
@@ -49,7 +50,8 @@ STEP_KIND = "estimator-step"
 # the content hash of the step artifact a state dict was read from (``read_state`` sets it; not an array)
 SOURCE_HASH = "source_hash"
 # what a step never changes (n_states, config, step: attributes; version: the stamp's)
-_STATIC = ("version", "n_states", "config", "step", "graph", "labels", "embeddings", SOURCE_HASH)
+_STATIC = ("version", "n_states", "config", "step", "graph", "labels", "embeddings", "covariates", "reference_rate",
+           SOURCE_HASH)
 
 
 def model_hash(graph: sp.csr_matrix, labels: np.ndarray) -> str:
@@ -128,14 +130,27 @@ def write_state(state: dict, path, *, inputs: dict | None = None, extra_attrs: d
 
 
 def _embedding_arrays(state: dict) -> dict:
-    """{"embeddings": the prompts' embeddings} when the estimator has them (its read-out reads them), else {}."""
-    emb = state.get("embeddings")
-    return {} if emb is None else {"embeddings": np.asarray(emb, dtype=np.float32)}
+    """{"embeddings": the prompts' embeddings, "covariates": their encoded covariates, "reference_rate": their
+    reference pass rates}, each when the estimator has it (its read-outs read them)."""
+    out = {}
+    for name, dtype in STATIC_INPUTS.items():
+        if state.get(name) is not None:
+            out[name] = np.asarray(state[name], dtype=dtype)
+    return out
+
+
+# the static per-prompt inputs a model artifact (and a standalone state) may hold, with their dtypes
+STATIC_INPUTS = {"embeddings": np.float32, "covariates": np.float64, "reference_rate": np.float64}
 
 
 def model_embeddings(model_art):
     """The prompts' embeddings a model artifact holds (float32, N x d), or None when it holds none."""
     return model_art.array("embeddings") if "embeddings" in model_art.names else None
+
+
+def model_inputs(model_art) -> dict:
+    """{name: array} of the static inputs (``STATIC_INPUTS``) a model artifact holds, None for each it lacks."""
+    return {name: model_art.array(name) if name in model_art.names else None for name in STATIC_INPUTS}
 
 
 def _check_current(state: dict, path) -> None:
@@ -405,11 +420,12 @@ def _read_step(art, model) -> dict:
     m_art, _ids, graph, labels, config = model
     settings = {k: v for k, v in config.items() if k != "n_states"}
     return {"n_states": config["n_states"], "config": settings, "step": art.attr("step"), "graph": graph,
-            "labels": labels, "embeddings": model_embeddings(m_art), **read_step_arrays(art)}
+            "labels": labels, **model_inputs(m_art), **read_step_arrays(art)}
 
 
 def _read_step_v9(art, model) -> dict:
-    """Version 9 of a step: version 8's state, its q whole or composed from its base's and its own rows."""
+    """Versions 9 and 10 of a step: version 8's (9's) state, its q whole or composed from its base's and its own
+    rows."""
     state = _read_step(art, model)
     if art.attr("base") is not None:
         state["q"] = compose_q(art, state.pop(Q_ROWS), state.pop(Q_VALUES))
@@ -493,11 +509,13 @@ _READERS = {
     (MODEL_KIND, MODEL_VERSION): _model_config_v2,
     (KIND, 1): _read_standalone_legacy,
     (KIND, 7): _read_standalone,
+    (KIND, 8): _read_standalone,
     (KIND, VERSION): _read_standalone,
     (STEP_KIND, 1): _read_step_legacy,
     (STEP_KIND, 7): _read_step,
-    (STEP_KIND, VERSION): _read_step,
+    (STEP_KIND, 8): _read_step,
     (STEP_KIND, 9): _read_step_v9,
+    (STEP_KIND, STEP_VERSION): _read_step_v9,
 }
 
 

@@ -20,6 +20,20 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class Inputs:
+    """What an estimator knows of its prompts besides the graph, static, one row per prompt (None: not given):
+    the ``embeddings`` (N x d float32), the encoded ``covariates`` (N x c float64, ``core.covariates``) and the
+    ``reference_rate`` (N float64, NaN where a prompt has none)."""
+
+    embeddings: np.ndarray | None = None
+    covariates: np.ndarray | None = None
+    reference_rate: np.ndarray | None = None
+
+
+NO_INPUTS = Inputs()
+
+
+@dataclass(frozen=True)
 class Step:
     """One training step as the sources see it: ``obs`` (``core.meanfield.Observations``), ``p_then`` (the
     model's prediction for them before it), the forgotten counts (successes, rollouts) before (``old``) and
@@ -46,7 +60,7 @@ class Source:
     grid = np.array([0.0])        # its weight's candidates when chosen online
     start = 0.0                   # the candidate in use before any error
 
-    def __init__(self, settings, n_nodes: int, embeddings=None):
+    def __init__(self, settings, n_nodes: int, inputs: Inputs = NO_INPUTS):
         self.weight = None
 
     # -- its weight in the mix -----------------------------------------------------------------------

@@ -53,7 +53,7 @@ class Propagation(Source):
     grid = bl.PROPAGATION_GRID
     start = bl.PROPAGATION_START
 
-    def __init__(self, settings, n_nodes, embeddings=None):
+    def __init__(self, settings, n_nodes, inputs=None):
         self.weight = settings.label_propagation
         self.lp_field_: np.ndarray | None = None  # None until the first update
         self._components: np.ndarray | None = None

@@ -18,14 +18,38 @@ class Readout(Source):
     arrays = ("readout_gram", "readout_moment", "readout_errors")
     grid = ro.READOUT_GRID
     start = ro.READOUT_START
-    board = "readout_errors"  # its ridge strength's board (a read-out of other features names its own)
+    board = "readout_errors"  # its ridge strength's board (a read-out of other features names its own, and its
+    # arrays: (gram, moment, board), and what it reads: ``matrix_of``/``matrix``, ``weight_of``, ``ridge_of``, ``fill``)
 
-    def __init__(self, settings, n_nodes, embeddings=None):
-        self.weight = settings.readout if embeddings is not None else None
-        self.ridge_setting = settings.readout_ridge
-        d = embeddings.shape[1] if self.on else -1
+    def __init__(self, settings, n_nodes, inputs=None):
+        x = self.matrix_of(inputs)
+        self.weight = self.weight_of(settings) if x is not None else None
+        self.ridge_setting = self.ridge_of(settings)
+        d = x.shape[1] if self.on else -1
         self.readout_gram_, self.readout_moment_ = ro.empty_stats(d) if d >= 0 else (np.zeros((0, 0)), np.zeros(0))
         self._theta: dict[float, np.ndarray | None] = {}  # the fit per ridge strength, until the stats change
+
+    # -- what a read-out of other features changes -----------------------------------------------------
+
+    @staticmethod
+    def matrix_of(inputs):
+        """The features it reads (N x d, without the intercept) among the estimator's inputs, or None."""
+        return None if inputs is None else inputs.embeddings
+
+    @staticmethod
+    def weight_of(settings):
+        return settings.readout
+
+    @staticmethod
+    def ridge_of(settings):
+        return settings.readout_ridge
+
+    def matrix(self, est):
+        return est.embeddings
+
+    def fill(self, est, rows) -> np.ndarray | float:
+        """Its estimate before any outcome: the observed global rate."""
+        return global_rate(est.global_counts_)
 
     def boards(self):
         return {self.board: (ro.RIDGE_GRID.size,) if self.on and self.ridge_setting == "auto" else (0,)}
@@ -40,15 +64,16 @@ class Readout(Source):
     def fits(self, est, rows, ridges) -> list[np.ndarray]:
         """The read-out for ``rows`` under each ridge strength: before any outcome, the observed global rate."""
         n = est.n_nodes
-        emb = est.embeddings
+        emb = self.matrix(est)
         emb = emb if rows.size == n and np.array_equal(rows, np.arange(n)) else emb[rows]
-        fill = global_rate(est.global_counts_)
         out = []
         for ridge in ridges:
             ridge = float(ridge)
             if ridge not in self._theta:
                 self._theta[ridge] = ro.solve(self.readout_gram_, self.readout_moment_, ridge)
-            out.append(ro.predict_embeddings(self._theta[ridge], emb, fill))
+            theta = self._theta[ridge]
+            out.append(ro.predict_embeddings(theta, emb, 0.0) if theta is not None else
+                       np.broadcast_to(np.asarray(self.fill(est, rows), dtype=np.float64), (rows.size,)).copy())
         return out
 
     def estimate(self, est, rows, model):
@@ -65,7 +90,7 @@ class Readout(Source):
         the time forgetting in use switched, a sum over every prompt with evidence, a block of rows at a time."""
         if not self.on:
             return {"_theta": {}}
-        emb, rows, old, new = est.embeddings, step.obs.ids, step.old, step.new
+        emb, rows, old, new = self.matrix(est), step.obs.ids, step.old, step.new
         if not step.switched:
             x = ro.features(emb[rows])
             gram, moment = ro.changed_stats(self.readout_gram_, self.readout_moment_, x,
@@ -81,12 +106,13 @@ class Readout(Source):
         return {"readout_gram_": gram, "readout_moment_": moment, "_theta": {}}
 
     def state(self):
-        return {"readout_gram": self.readout_gram_.copy(), "readout_moment": self.readout_moment_.copy()}
+        gram, moment = self.arrays[:2]
+        return {gram: self.readout_gram_.copy(), moment: self.readout_moment_.copy()}
 
     def load(self, state, n_nodes):
-        gram, moment = (np.array(state[name], dtype=np.float64) for name in ("readout_gram", "readout_moment"))
+        gram, moment = (np.array(state[name], dtype=np.float64) for name in self.arrays[:2])
         if gram.shape != self.readout_gram_.shape or moment.shape != self.readout_moment_.shape:
-            raise DataError(f"saved readout_gram and readout_moment have shapes {gram.shape}, {moment.shape}; "
+            raise DataError(f"saved {self.arrays[0]} and {self.arrays[1]} have shapes {gram.shape}, {moment.shape}; "
                             f"expected {self.readout_gram_.shape}, {self.readout_moment_.shape} (the read-out of "
-                            "embeddings of this size)")
+                            "features of this size)")
         self.readout_gram_, self.readout_moment_ = gram, moment

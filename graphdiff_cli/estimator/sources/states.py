@@ -15,7 +15,7 @@ class States(Source):
     name = "states"
     arrays = ("q", "a", "b", "window_evidence", "state_evidence", "dirty", "at_fixed_point")
 
-    def __init__(self, settings, n_nodes, embeddings=None):
+    def __init__(self, settings, n_nodes, inputs=None):
         self.weight = 1.0  # the base of the blend, m_0: always on, never weighed
 
     def estimate(self, est, rows, model):
