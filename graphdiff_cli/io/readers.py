@@ -9,6 +9,7 @@ the file and how to fix it.
 - ``read_graph``        "graph" artifact -> ``Graph`` (ids, W, the kNN lists on demand)
 - ``read_clusters``     "clusters" artifact made from that graph -> ``Clusters`` (labels in graph order, K)
 - ``read_embeddings``   "embeddings" artifact (whole, not a shard); ``embedding_matrix`` aligns it to a graph
+- ``covariate_inputs``  the encoded covariates an embeddings artifact holds (``graphdiff embed``), in a graph's order
 - ``read_inputs``       graph + clusters (+ embeddings), what init, evaluate and the benchmarks start from
 - ``read_log``          a training log (step, id, n, s[, p_true]) with ids mapped to graph nodes
 - ``read_id_file``      an ids file (a table with an ``id`` column or one id per line)
@@ -260,6 +261,60 @@ def embedding_matrix(path, graph: Graph) -> np.ndarray:
     if not np.all(np.isfinite(x)) or (norms == 0).any():
         raise ArtifactError(f"{path}: embeddings contain zero, NaN or infinite rows")
     return x / norms[:, None]  # stored rows are unit-norm; this only removes float32 rounding
+
+
+# the arrays and attribute of an embeddings artifact that hold its prompts' covariates (``graphdiff embed``)
+COVARIATES, REFERENCE_RATE, COVARIATE_SPEC = "covariates", "reference_rate", "covariate_spec"
+
+
+@dataclass(frozen=True)
+class CovariateInputs:
+    """The prompts' covariates as ``graphdiff embed`` encoded them (``core.covariates``), in a graph's node order:
+    ``features`` (N x c float64, finite), ``reference`` (N float64, a reference pass rate in [0, 1], NaN where a
+    prompt has none; None without a reference column) and the ``spec`` that encoded them (``CovariateSpec``)."""
+
+    features: np.ndarray
+    reference: np.ndarray | None
+    spec: object  # core.covariates.CovariateSpec
+
+
+def covariate_inputs(path, graph: Graph) -> CovariateInputs | None:
+    """The covariates of the embeddings artifact ``graph`` was built from (provenance and ids checked as
+    ``embedding_matrix`` checks them), or None when it has none (made without covariates, or before embed
+    computed them)."""
+    from ..core.covariates import CovariateSpec
+    from .artifacts import has_array
+
+    art = read_embeddings(path)
+    _check_made_from(graph.art, "embeddings", art, "pass the embeddings this graph was built from")
+    _same_ids(art, [str(x) for x in art.array("ids")], graph)
+    if not has_array(art, COVARIATES):
+        return None
+    remedy = "re-run graphdiff embed on the prompts file"
+    raw_spec = art.attr(COVARIATE_SPEC)
+    if not isinstance(raw_spec, dict):
+        raise ArtifactError(f"{path}: has covariates but no {COVARIATE_SPEC} attribute; {remedy}")
+    try:
+        spec = CovariateSpec.from_dict(raw_spec)
+    except DataError as exc:
+        raise ArtifactError(f"{path}: {exc}; {remedy}") from None
+    n = len(graph.ids)
+    x = art.array(COVARIATES)
+    if x.shape != (n, spec.width) or x.dtype.kind != "f":
+        raise ArtifactError(f"{path}: covariates {x.dtype} {x.shape}, expected {n} x {spec.width} floats (its "
+                            f"spec's features); {remedy}")
+    x = np.asarray(x, dtype=np.float64)
+    if not np.isfinite(x).all():
+        raise ArtifactError(f"{path}: covariates hold NaN or infinite values; {remedy}")
+    ref = None
+    if spec.reference is not None:
+        if not has_array(art, REFERENCE_RATE):
+            raise ArtifactError(f"{path}: its covariates have a reference rate column but no {REFERENCE_RATE} array; "
+                                f"{remedy}")
+        ref = np.asarray(art.array(REFERENCE_RATE), dtype=np.float64)
+        if ref.shape != (n,) or (~np.isnan(ref) & ~((ref >= 0) & (ref <= 1))).any():
+            raise ArtifactError(f"{path}: {REFERENCE_RATE} must be {n} pass rates in [0, 1] (NaN: none); {remedy}")
+    return CovariateInputs(features=x, reference=ref, spec=spec)
 
 
 @dataclass
