@@ -95,12 +95,14 @@ def readout_embeddings(graph, embeddings, settings) -> tuple:
 
 
 def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: Progress = no_progress,
-               durable: bool = True, **flags) -> dict:
+               durable: bool = True, covariates: bool = True, **flags) -> dict:
     """A new STATE directory at step 0 from a graph and its clusters (``flags``: ``preset``, ``keep``,
     ``keep_every``, ``snapshot_every`` and
     any setting of ``graphdiff_cli.settings``; None = not given). The STATE keeps the graph's directed kNN
     lists and names the embeddings it was built from (``embeddings``, else where build-graph read them),
-    which ``graphdiff extend`` needs."""
+    which ``graphdiff extend`` needs, and the covariates embed wrote there unless ``covariates`` is False
+    (``stages.covariates.state_covariates``)."""
+    from .covariates import state_covariates
     from .prompt_set import init_model_extras
 
     from ..estimator import Estimator
@@ -115,9 +117,12 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
     inp = read_inputs(graph, clusters)
     g_hash, c_hash = inp.graph.art.content_hash, inp.clusters.art.content_hash
     progress(1, 3)
-    model_arrays, model_attrs = init_model_extras(inp.graph, embeddings)
+    cov, cov_info, cov_entry = state_covariates(inp.graph, embeddings, settings, covariates)
+    model_arrays, model_attrs = init_model_extras(inp.graph, embeddings, covariates=cov_entry)
     emb, readout = readout_embeddings(inp.graph, embeddings, settings)
-    est = Estimator(inp.w, inp.labels, n_states=inp.k, embeddings=emb, settings=settings)
+    est = Estimator(inp.w, inp.labels, n_states=inp.k, embeddings=emb, settings=settings,
+                    covariates=None if cov is None else cov.features,
+                    reference_rate=None if cov is None else cov.reference)
     progress(2, 3)
     sd = StateDir.create(out, est.state_dict(copy=False), inp.ids, keep=retention.keep,
                          keep_every=retention.keep_every, snapshot_every=retention.snapshot_every, durable=durable,
@@ -130,7 +135,7 @@ def init_state(graph, clusters, out, *, config=None, embeddings=None, progress: 
             "edges": int(inp.w.nnz // 2), "keep": retention.keep, "keep_every": retention.keep_every,
             "snapshot_every": retention.snapshot_every, "config": {"n_states": inp.k, **settings.as_dict()},
             "model_hash": sd.model()[0].content_hash, "device": str(est.device_), "readout": readout,
-            "timings": {"total_s": time.perf_counter() - t0}}
+            "covariates": cov_info, "timings": {"total_s": time.perf_counter() - t0}}
 
 
 # ------------------------------------------------------------------------------------------- update

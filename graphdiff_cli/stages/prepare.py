@@ -111,7 +111,9 @@ def _open_cache(out: Path, model: str, instruction: str | None, dim: int | None)
 def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | None = None,
                   use_instruction: bool = True, dim: int | None = None, batch_size: int = 64,
                   device: str = "auto", shard: str | None = None, id_field: str = "id",
-                  text_field: str = "prompt", messages: str = "user", progress: Progress = no_progress) -> dict:
+                  text_field: str = "prompt", messages: str = "user", covariates: Sequence[str] = (),
+                  categories: Sequence[str] = (), reference_rate: str | None = None, answer_field: str | None = None,
+                  text_statistics: bool = True, progress: Progress = no_progress) -> dict:
     """Embed a prompts file into an "embeddings" artifact, reusing unchanged rows of ``out``.
 
     phi_i = normalize(first_dim(f_emb("Instruction: {I}\\nPrompt: {x_i}"))), with I the paper's
@@ -119,11 +121,19 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     (raw text). Rows of an existing embeddings artifact at ``out`` made with the same model,
     instruction and dim are reused wherever the prompt's text hash matches; only the others go
     through the model (and with none to embed, the model is not even loaded).
+
+    The prompts' covariates (``stages.covariates``: numeric ``covariates`` and categorical ``categories`` fields,
+    a ``reference_rate`` field "FIELD[:ATTEMPTS_FIELD]", the text statistics of the ``answer_field`` and, unless
+    ``text_statistics`` is False, of the prompt) are encoded by a spec made over all the prompts and written
+    beside the embeddings; the content hash stays that of the ids and embeddings. A shard has none: the spec
+    needs every row (the merged artifact gets them from an embed of the whole file onto it, every row reused).
     """
     from ..backends.device import check_device_name
     from ..backends.embed import DEFAULT_INSTRUCTION, Encoder, format_text, text_hash
     from ..core.graph import truncate_matryoshka
-    from ..io.tables import read_prompts
+    from ..io.tables import read_file_once, read_prompts
+    from .covariates import CovariateFields, artifact_parts, embed_covariates
+    from .covariates import summary as covariate_summary
 
     t0 = time.perf_counter()
     prompts, out = Path(prompts), Path(out)
@@ -137,11 +147,26 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
         raise InvalidArgumentError("--instruction is empty; use --no-instruction to embed the raw text")
     check_device_name(device)
     shard_spec = parse_shard(shard)
+    fields = CovariateFields.of_options(covariates, categories, reference_rate, answer_field, text_statistics)
+    if shard_spec is not None:
+        if fields.explicit:
+            raise InvalidArgumentError("covariates are encoded over all the prompts, not one shard: embed the shards "
+                                       "without them, merge them (graphdiff merge-embeddings), then run graphdiff "
+                                       "embed on the whole file with --out the merged artifact and the covariate "
+                                       "options (every row's embedding is reused from it)")
+        fields = CovariateFields(text_statistics=False)
     instr = (instruction if instruction is not None else DEFAULT_INSTRUCTION) if use_instruction else None
     model_key = _model_key(model)
 
-    ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field, messages=messages)
-    prompts_hash = hash_file(prompts)
+    if fields.any:  # read once: the covariates' fields come from the rows the prompts came from
+        data, prompts_hash = read_file_once(prompts)
+        ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field, messages=messages, data=data)
+        spec, enc = embed_covariates(prompts, fields, texts, data)  # before the model: a bad value writes nothing
+        del data
+    else:
+        ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field, messages=messages)
+        prompts_hash = hash_file(prompts)
+        spec = enc = None
     total = len(ids)
     start, stop = 0, total
     if shard_spec is not None:
@@ -186,15 +211,20 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     ids_arr = ids_for_hash(ids)
     params = {"model": model_key, "instruction": instr, "dim": int(out_dim), "batch_size": int(batch_size),
               "shard": None if shard_spec is None else f"{shard_spec[0]}/{shard_spec[1]}",
-              "id_field": id_field, "text_field": text_field, "messages": messages}
+              "id_field": id_field, "text_field": text_field, "messages": messages,
+              "covariates": fields.as_dict() if spec is not None else None}
     attrs = {"native_dim": int(native_dim)}
+    cov_arrays = {}
+    if spec is not None and spec.width:
+        cov_arrays, cov_attrs = artifact_parts(spec, enc)
+        attrs.update(cov_attrs)
     if shard_spec is not None:
         attrs["shard"] = {"index": shard_spec[0], "count": shard_spec[1], "start": start, "stop": stop,
                           "total": total}
     content_hash = hash_arrays(ids_arr, emb)
     tw = time.perf_counter()
     write_artifact(out, "embeddings", {"ids": ids_arr.astype(object), "embeddings": emb,
-                                       "text_hash": np.asarray(hashes, dtype=object)},
+                                       "text_hash": np.asarray(hashes, dtype=object), **cov_arrays},
                    params=params, inputs={"prompts": prompts_hash}, content_hash=content_hash, attrs=attrs)
     t_end = time.perf_counter()
     return {
@@ -202,7 +232,7 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
         "shape": [len(ids), int(out_dim)], "model": model_key, "instruction": instr, "dim": int(out_dim),
         "native_dim": int(native_dim), "device": encoder.device if encoder is not None else None,
         "shard": attrs.get("shard"), "cached": int(reuse.size), "embedded": int(need.size),
-        "cache": cache_note, "content_hash": content_hash,
+        "cache": cache_note, "content_hash": content_hash, "covariates": covariate_summary(spec, enc),
         "prompts_per_s": (need.size / t_encode) if t_encode > 0 else None,
         "timings": {"read_s": t_read - t0, "load_model_s": t_load, "encode_s": t_encode,
                     "write_s": t_end - tw, "total_s": t_end - t0},

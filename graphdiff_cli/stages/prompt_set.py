@@ -27,12 +27,14 @@ from ..errors import ArtifactError, DataError, InvalidArgumentError, StateError,
 from ..io.artifacts import has_array
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.layout import ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET
+from .covariates import STATE_KEY as COVARIATES_KEY
 from .progress import Progress, no_progress, phase
 
 
-def init_model_extras(graph, embeddings=None) -> tuple[dict, dict]:
+def init_model_extras(graph, embeddings=None, covariates: dict | None = None) -> tuple[dict, dict]:
     """(model arrays, model attributes) that ``init`` stores for ``extend``: the graph's kNN lists (and their
-    similarities when the graph has them), ``joined`` (all 0), and where the embeddings are."""
+    similarities when the graph has them), ``joined`` (all 0), where the embeddings are, and the fields and spec
+    of the covariates the estimator keeps (``covariates``: ``stages.covariates.state_covariates``' entry)."""
     from ..io.readers import read_embeddings
 
     n = len(graph.ids)
@@ -49,6 +51,8 @@ def init_model_extras(graph, embeddings=None) -> tuple[dict, dict]:
                                          "hash": emb_hash, "rows": n},
                           "k": graph.art.attr("k"), "k_nn": graph.art.params.get("k_nn"),
                           "index": graph.art.params.get("index")}}
+    if covariates is not None:
+        attrs[PROMPT_SET][COVARIATES_KEY] = covariates
     return arrays, attrs
 
 

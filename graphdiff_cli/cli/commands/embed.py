@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -34,6 +34,19 @@ def embed(
     messages: str = typer.Option("user", "--messages", help="A chat-list prompt ([{role, content}, ...], verl's and "
                                  "TRL's conversational format) becomes: 'user' the user turns' contents, 'all' "
                                  "every turn as 'role: content' (docs/trainers.md)."),
+    covariate: List[str] = typer.Option([], "--covariate", help="A numeric field (column or dotted path) to use as "
+                                        "a covariate of the estimate; repeatable. A row without it: missing."),
+    category: List[str] = typer.Option([], "--category", help="A categorical field (e.g. data_source, a subject): "
+                                       "one indicator per value (the 50 most frequent); repeatable."),
+    reference_rate: Optional[str] = typer.Option(None, "--reference-rate", help="FIELD[:ATTEMPTS_FIELD]: a "
+                                                 "reference model's pass rate in [0, 1] (e.g. extra_info.pass_rate), "
+                                                 "optionally with the field of its number of attempts; a prompt "
+                                                 "never rolled out starts from it."),
+    answer_field: Optional[str] = typer.Option(None, "--answer-field", help="The reference answer's field, whose "
+                                               "form (integer, fraction, LaTeX, ...) becomes covariates, e.g. "
+                                               "reward_model.ground_truth in a verl parquet (default: none)."),
+    no_text_statistics: bool = typer.Option(False, "--no-text-statistics", help="Leave out the prompt's text "
+                                            "statistics (lengths, digits, LaTeX), which are covariates by default."),
 ):
     """Embed prompts (Section 3.3): L2-normalized sentence embeddings with the difficulty-aware instruction."""
     from ...stages.prepare import embed_prompts
@@ -42,7 +55,23 @@ def embed(
         res = embed_prompts(prompts, out, model=model, instruction=instruction,
                             use_instruction=not no_instruction, dim=dim, batch_size=batch_size,
                             device=device, shard=shard, id_field=id_field, text_field=text_field,
-                            messages=messages, progress=update)
+                            messages=messages, covariates=covariate, categories=category,
+                            reference_rate=reference_rate, answer_field=answer_field,
+                            text_statistics=not no_text_statistics, progress=update)
     debug(f"cache: {res['cache']}; timings: {res['timings']}")
     emit(res, f"embedded {res['embedded']} prompts, reused {res['cached']} cached -> {res['out']} "
-              f"({res['shape'][0]} x {res['shape'][1]}, {res['timings']['total_s']:.1f} s)")
+              f"({res['shape'][0]} x {res['shape'][1]}, {res['timings']['total_s']:.1f} s); "
+              + covariates_line(res["covariates"]))
+
+
+def covariates_line(cov: dict | None) -> str:
+    """The covariates in one line: their columns and what the encoding filled in."""
+    if cov is None:
+        return "no covariates"
+    kinds = {}
+    for c in cov["columns"]:
+        kinds.setdefault(c["kind"], []).append(c["name"])
+    text = len(kinds.pop("text", []))
+    parts = ([f"{text} text statistics"] if text else []) + [f"{k} {', '.join(v)}" for k, v in kinds.items()]
+    notes = f" ({'; '.join(cov['notes'])})" if cov["notes"] else ""
+    return f"covariates: {cov['width']} features from {'; '.join(parts)}{notes}"

@@ -26,6 +26,9 @@ def init(
                                               "built from, for graphdiff extend and the read-out of the "
                                               "embedding, which the STATE then keeps (default: where build-graph "
                                               "read them; checked by content hash)."),
+    no_covariates: bool = typer.Option(False, "--no-covariates", help="Leave out the prompts' covariates that "
+                                       "graphdiff embed wrote into the embeddings artifact (by default the STATE "
+                                       "keeps them and the estimate reads them: setting covariate_readout)."),
     keep: KeepOption = None,
     keep_every: KeepEveryOption = None,
     snapshot_every: SnapshotEveryOption = None,
@@ -39,13 +42,21 @@ def init(
 
     with progress("creating the state") as update:
         res = State.init(graph, clusters, out, config=config, embeddings=embeddings, progress=update, keep=keep,
-                         keep_every=keep_every, snapshot_every=snapshot_every, **settings_flags).created
+                         keep_every=keep_every, snapshot_every=snapshot_every, covariates=not no_covariates,
+                         **settings_flags).created
     emit(res, f"STATE {res['state']} at step 0: {res['n_prompts']} prompts, K = {res['states']} states, "
               f"{res['edges']} edges (keeps the last {res['keep']} states"
-              + (f" and every {res['keep_every']}th)" if res["keep_every"] else ")") + "; " + _readout_line(res["readout"]))
+              + (f" and every {res['keep_every']}th)" if res["keep_every"] else ")") + "; " + _readout_line(res["readout"]) + "; " + _covariates_line(res["covariates"]))
 
 
 def _readout_line(readout: dict) -> str:
     if readout["on"]:
         return f"read-out of the embedding on ({readout['dim']}-d, {readout['bytes'] / 2**20:.0f} MB kept in the STATE)"
     return f"read-out of the embedding off: {readout['why']}"
+
+
+def _covariates_line(cov: dict) -> str:
+    if cov["on"]:
+        ref = f", starting from the reference rate {cov['reference']}" if cov["reference"] else ""
+        return f"read-out of the covariates on ({cov['width']} features{ref})"
+    return f"covariates off: {cov['why']}"
