@@ -28,6 +28,7 @@ from ..io.artifacts import has_array
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.layout import ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET
 from .covariates import STATE_KEY as COVARIATES_KEY
+from .covariates import encode_new
 from .progress import Progress, no_progress, phase
 
 
@@ -196,6 +197,7 @@ class NewPrompts:
     t0: float
     t_read: float
     t_embed: float
+    covariates: object = None  # their core.covariates.Encoded by the STATE's spec, when the STATE keeps covariates
 
 
 def read_new_prompts(sd, prompts=None, *, embedded=None, embeddings=None, id_field: str = "id",
@@ -222,11 +224,18 @@ def read_new_prompts(sd, prompts=None, *, embedded=None, embeddings=None, id_fie
     progress(0, 4)
     source = prompts if prompts is not None else embedded
     model = _Model(sd, embeddings)
+    cov_entry, covariates = model.info.get(COVARIATES_KEY), None
     if prompts is not None:
         data, source_hash = read_file_once(prompts)  # what is parsed is what the log's hash names
         ids, texts = read_prompts(prompts, id_field=id_field, text_field=text_field, messages=messages, data=data)
         hashes = [text_hash(t) for t in texts]
+        if cov_entry is not None:  # the same fields, encoded by the spec the STATE's prompts were
+            covariates = encode_new(cov_entry, prompts, texts, data)
     else:
+        if cov_entry is not None:
+            raise InvalidArgumentError(f"this STATE reads its prompts' covariates, which are encoded from the prompts "
+                                       f"file: give the new prompts as {option('--prompts')}, not "
+                                       f"{option('--embedded')}")
         ids, hashes, x_new = _embedded(model, embedded)
         source_hash = read_artifact(embedded, "embeddings").content_hash
     _check_new(model, source, ids, hashes)
@@ -241,7 +250,7 @@ def read_new_prompts(sd, prompts=None, *, embedded=None, embeddings=None, id_fie
         phase(progress, "extending the prompt set")
     t_embed = time.perf_counter()
     progress(2, 4)
-    return NewPrompts(source, source_hash, ids, hashes, x_new, embeddings, t0, t_read, t_embed)
+    return NewPrompts(source, source_hash, ids, hashes, x_new, embeddings, t0, t_read, t_embed, covariates)
 
 
 def current_model(sd, new: NewPrompts) -> _Model:
@@ -298,8 +307,12 @@ def add_prompts(est, model: _Model, new: NewPrompts, *, root, progress: Progress
     labels = label_new_nodes(ext.graph, est.labels, ext.neighbors, ext.similarities, est.n_states)
     t_graph = time.perf_counter()
     progress(3, 4)
-    # the read-out reads every prompt's embedding: the new prompts' go with them
-    changed = est.extend(ext.graph, labels, embeddings=None if est.embeddings is None else x_new)
+    # the read-outs read every prompt's embedding and covariates: the new prompts' go with them (the model artifact
+    # written with this revision keeps them all, as it keeps the estimator's embeddings)
+    cov = new.covariates if est.covariates is not None else None
+    changed = est.extend(ext.graph, labels, embeddings=None if est.embeddings is None else x_new,
+                         covariates=None if cov is None else cov.features,
+                         reference_rate=None if cov is None else cov.reference)
     added = model.array(ADDED_EMBEDDINGS)
     added_hashes = model.text_hashes(base=False)  # the added rows' only: no second read of the base
     joined = model.array(JOINED)
@@ -318,6 +331,8 @@ def add_prompts(est, model: _Model, new: NewPrompts, *, root, progress: Progress
              "exact": info.get("index") in (None, "flat-ip"),
              "changed_lists": int(ext.changed.size), "changed_rows": int(changed.size),
              "edges": int(ext.graph.nnz // 2)}
+    if cov is not None:
+        entry["covariate_notes"] = list(cov.notes)
     return est, Extension(entry, model.ids + ids, model_arrays, {PROMPT_SET: info}, labels[n:],
                           int((np.diff(ext.graph.indptr)[n:] == 0).sum()), ts, t_graph)
 

@@ -42,7 +42,8 @@ def extend(
     emit(res, f"step {res['version']}: {res['added']} prompts added ({res['n_prompts']} now, {res['edges']} edges; "
               f"{res['changed_lists']} old kNN lists changed, {res['new_isolated']} new prompts without a mutual "
               f"neighbour) in {t['total_s']:.2f} s (embed {t['embed_s']:.2f}, graph {t['graph_s']:.2f}, write "
-              f"{t['write_s']:.2f}); undo: {res['undo']}")
+              f"{t['write_s']:.2f}); undo: {res['undo']}"
+              + (f"; covariates: {'; '.join(res['covariate_notes'])}" if res.get("covariate_notes") else ""))
 
 
 @command("retire")
