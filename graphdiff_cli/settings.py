@@ -92,15 +92,23 @@ class EstimatorSettings(BaseModel):
         "(chosen online with the other weights by prequential absolute error; off when the estimator has no "
         "embeddings); null = off."))
     readout_ridge: Strength = Field("auto", description=(
-        "lambda > 0 of the ridge read-outs (the embedding's and the covariates': their slopes' penalty, in "
-        "prompts), or 'auto' (chosen online among 1, 10, 100 by prequential absolute error, for each read-out)."))
+        "lambda > 0 of the ridge read-outs (the embedding's, the covariates' and live features': their slopes' "
+        "penalty, in prompts), or 'auto' (chosen online among 1, 10, 100 by prequential absolute error, for each read-out)."))
     covariate_readout: Optional[Union[Annotated[float, Field(ge=0, le=1)], Literal["auto"]]] = Field(None, description=(
         "Weight in [0, 1] of the ridge read-out of the prompts' covariates (text statistics, the prompt file's "
         "fields, a reference pass rate) in the graph's estimate, or 'auto' (chosen online with the other weights; "
         "off when the estimator has no covariates); null = off."))
+    live_readout: Optional[Union[Annotated[float, Field(ge=0, le=1)], Literal["auto"]]] = Field(None, description=(
+        "Weight in [0, 1] of the ridge read-out of live features (per-prompt numbers the trainer observes at a "
+        "step, e.g. the policy's next-token entropy at the prompt's end) in the graph's estimate, or 'auto' "
+        "(chosen online with the other weights); a prompt read without live features has no live estimate; "
+        "null = off."))
+    live_forgetting: float = Field(0.9, gt=0, le=1, description=(
+        "Per-step factor on the live read-out's sufficient statistics (1: never forget; 0.9: a memory of about "
+        "10 steps), so that the map from live features to success follows the policy as it trains."))
 
     @field_validator("beta", "epsilon", "gamma", "tol", "residual_tol", "prompt_forgetting", "state_forgetting",
-                     "neighbor_smoothing", mode="before")
+                     "neighbor_smoothing", "live_forgetting", mode="before")
     @classmethod
     def _number(cls, v):
         # strict mode refuses ints for floats; a YAML "2", a Python 2 or a numpy number means 2.0.
@@ -125,7 +133,8 @@ class EstimatorSettings(BaseModel):
             raise ValueError(f"must be a number > 0 or 'auto', got {v!r}")
         return v
 
-    @field_validator("time_forgetting", "label_propagation", "readout", "covariate_readout", mode="before")
+    @field_validator("time_forgetting", "label_propagation", "readout", "covariate_readout", "live_readout",
+                     mode="before")
     @classmethod
     def _unit(cls, v, info):
         # a share in (0, 1] (time_forgetting) or [0, 1] (label_propagation, readout, covariate_readout), or 'auto' (or null)
@@ -170,7 +179,7 @@ class EstimatorSettings(BaseModel):
 NAMES = tuple(EstimatorSettings.model_fields)
 # settings whose null is a value of its own (cumulative, Appendix E's belief, off); given as "none"
 NULLABLE = tuple(n for n in NAMES if n in ("window", "belief_strength", "neighbor_smoothing", "label_propagation",
-                                           "readout", "covariate_readout"))
+                                           "readout", "covariate_readout", "live_readout"))
 PRESET_HELP = ("Named settings: default (the paper's model with the measured improvements of docs/results.md) or "
                "paper (Sections 3.4-3.6 exactly); the settings given override it.")
 
@@ -181,7 +190,7 @@ PRESETS: dict[str, EstimatorSettings] = {
     "default": EstimatorSettings(schedule="residual", mixing="evidence", prior_strength="auto",
                                  belief_strength="auto", prompt_forgetting=0.85, state_prior="observed",
                                  neighbor_smoothing=4.0, label_propagation="auto", time_forgetting="auto",
-                                 readout="auto", covariate_readout="auto"),
+                                 readout="auto", covariate_readout="auto", live_readout="auto"),
     "paper": EstimatorSettings(),
 }
 DEFAULT_PRESET = "default"
@@ -205,8 +214,10 @@ def inert_settings(settings: EstimatorSettings) -> dict[str, str]:
             out["prompt_forgetting"] = out["time_forgetting"] = why
     if settings.mixing == "offset":
         out["time_forgetting"] = "offset mixing keeps per-visit offsets that a per-step decay would unbalance"
-    if settings.readout is None and settings.covariate_readout is None:
-        out["readout_ridge"] = "it shapes the read-outs of the embedding and the covariates, both off (null)"
+    if settings.readout is None and settings.covariate_readout is None and settings.live_readout is None:
+        out["readout_ridge"] = "it shapes the read-outs of the embedding, the covariates and live features, all off"
+    if settings.live_readout is None:
+        out["live_forgetting"] = "it forgets the live read-out's statistics, which is off (live_readout null)"
     if settings.schedule == "sequential":
         out["device"] = "the sequential schedule (Gauss-Seidel) runs on the CPU only (cpu or auto are fine)"
     return out
@@ -243,7 +254,7 @@ def _one_line(exc: ValidationError, where: str) -> InvalidArgumentError:
             msg = "must be a number > 0 or 'auto'"
         if loc == "time_forgetting":
             msg = "must be a number in (0, 1] or 'auto'"
-        if loc in ("label_propagation", "readout", "covariate_readout"):
+        if loc in ("label_propagation", "readout", "covariate_readout", "live_readout"):
             msg = "must be a number in [0, 1] or 'auto'"
         if loc in NULLABLE:
             msg += " or null"

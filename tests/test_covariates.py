@@ -170,11 +170,13 @@ def test_a_state_with_covariates_round_trips_and_a_version_8_state_migrates_with
     sd = old.state_dict()
     v8 = {k: v for k, v in sd.items() if k not in ("covariate_gram", "covariate_moment", "covariate_errors",
                                                    "covariates", "reference_rate")}
-    v8["mix_errors"] = sd["mix_errors"][:, :, :, 0, :]
-    v8["config"] = {k: v for k, v in sd["config"].items() if k != "covariate_readout"}
+    v8["mix_errors"] = sd["mix_errors"][:, :, :, 0, 0, :]  # before the covariates' and the live axes
+    v8["config"] = {k: v for k, v in sd["config"].items() if k not in ("covariate_readout", "live_readout",
+                                                                       "live_forgetting")}
     v8["version"] = 8
     up = MIGRATIONS[8](v8)
-    assert up["mix_errors"].shape == sd["mix_errors"].shape and up["covariate_gram"].shape == (0, 0)
+    assert up["mix_errors"].shape == sd["mix_errors"].shape[:4] + (1,) + sd["mix_errors"].shape[5:]
+    assert up["covariate_gram"].shape == (0, 0) and up["live_gram"].shape == (0, 0)
     np.testing.assert_array_equal(Estimator.from_state_dict(v8).predict(), old.predict())
 
 

@@ -113,12 +113,12 @@ def test_joint_auto_choice_equals_brute_force_over_every_fixed_choice():
             # the propagated part is scored with the field of the counts in use (one harmonic solve a step):
             # exactly the brute force for the delta in use at every step so far, close for the others
             exact = used == {i} or j == 0  # weight 0: no propagated part at all
-            assert est.mix_errors_[i, j, 0, 0, k] == pytest.approx(e, rel=1e-6 if exact else 5e-2)
+            assert est.mix_errors_[i, j, 0, 0, 0, k] == pytest.approx(e, rel=1e-6 if exact else 5e-2)
         for i, d in enumerate(bl.TIME_GRID):
             np.testing.assert_allclose(est.time_counts_[i, 0], fixed[(i, 0, 0)].successes_decayed_, rtol=1e-12)
             np.testing.assert_allclose(est.time_counts_[i, 1], fixed[(i, 0, 0)].rollouts_decayed_, rtol=1e-12)
-    sub = est.mix_errors_[:, :, 0, 0][:, :, [0, 4, 8, 11]]
-    i, j, _, _, k = np.unravel_index(int(np.argmin(est.mix_errors_)), est.mix_errors_.shape)
+    sub = est.mix_errors_[:, :, 0, 0, 0][:, :, [0, 4, 8, 11]]
+    i, j, _, _, _, k = np.unravel_index(int(np.argmin(est.mix_errors_)), est.mix_errors_.shape)
     assert est.time_forgetting_ == bl.TIME_GRID[i] and est.propagation_ == bl.PROPAGATION_GRID[j]
     assert est.kappa_ == bl.KAPPA_GRID[k] and len(set(np.round(sub.ravel(), 6))) > 1
     if k in (0, 4, 8, 11):

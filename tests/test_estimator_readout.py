@@ -86,7 +86,7 @@ def test_online_choices_match_brute_force():
     estimator had the smallest summed error of its own predictions; the ridge board is the read-out's error."""
     w, labels, x, true_p, rng = world(seed=11)
     base = dict(embeddings=x, prior_strength=3.0, time_forgetting=1.0, label_propagation=None, readout_ridge="auto",
-                **KW)
+                live_readout=None, **KW)
     auto = Estimator(w, labels, 8, readout="auto", **base)
     fixed = {r: Estimator(w, labels, 8, readout=float(r), **base) for r in ro.READOUT_GRID}
     errors = {r: 0.0 for r in ro.READOUT_GRID}
@@ -98,7 +98,7 @@ def test_online_choices_match_brute_force():
             e.update(ids, n, s)
         ridge_err += [np.abs(p - rate).sum() for p in auto.mix.source("readout").fits(auto, ids, ro.RIDGE_GRID)]
         auto.update(ids, n, s)
-    np.testing.assert_allclose(auto.mix_errors_[0, 0, :, 0, 0], [errors[r] for r in ro.READOUT_GRID], rtol=1e-9)
+    np.testing.assert_allclose(auto.mix_errors_[0, 0, :, 0, 0, 0], [errors[r] for r in ro.READOUT_GRID], rtol=1e-9)
     np.testing.assert_allclose(auto.readout_errors_, ridge_err, rtol=1e-9)
     assert auto.readout_ == min(errors, key=errors.get)
     assert auto.readout_ridge_ == ro.RIDGE_GRID[int(np.argmin(ridge_err))]
@@ -150,11 +150,12 @@ def test_save_load_and_a_version_7_state(tmp_path):
     v7 = {k: v for k, v in sd.items() if k not in ("readout_gram", "readout_moment", "readout_errors", "embeddings",
                                                     "covariate_gram", "covariate_moment", "covariate_errors",
                                                     "covariates", "reference_rate")}
-    v7["mix_errors"] = sd["mix_errors"][:, :, 0, 0, :]  # (time, propagation, kappa): before both read-outs
-    v7["config"] = {k: v for k, v in sd["config"].items() if k not in ("readout", "readout_ridge", "covariate_readout")}
+    v7["mix_errors"] = sd["mix_errors"][:, :, 0, 0, 0, :]  # (time, propagation, kappa): before the read-outs
+    v7["config"] = {k: v for k, v in sd["config"].items() if k not in ("readout", "readout_ridge", "covariate_readout",
+                                                                       "live_readout", "live_forgetting")}
     v7["version"] = 7
     up = MIGRATIONS[7](v7)
-    assert up["mix_errors"].shape == sd["mix_errors"].shape[:3] + sd["mix_errors"].shape[4:]
+    assert up["mix_errors"].shape == sd["mix_errors"].shape[:3] + sd["mix_errors"].shape[5:]
     assert up["readout_gram"].shape == (0, 0)
     np.testing.assert_array_equal(Estimator.from_state_dict(v7).predict(), old.predict())
 

@@ -178,8 +178,8 @@ def test_version_6_to_7_moves_n_states_out_and_empties_the_boards_not_in_play(wo
 
 def test_the_boards_kept_are_the_ones_in_play(world):
     joint = _run(world, steps=1)
-    assert joint.kappa_errors_.size == 0 and joint.mix_errors_.shape == (3, 5, 1, 1, 12) and joint.belief_loglik_.any()
-    alone = _run(world, steps=1, label_propagation=None, time_forgetting=1.0)
+    assert joint.kappa_errors_.size == 0 and joint.mix_errors_.shape == (3, 5, 1, 1, 5, 12) and joint.belief_loglik_.any()
+    alone = _run(world, steps=1, label_propagation=None, time_forgetting=1.0, live_readout=None)
     assert alone.kappa_errors_.any() and alone.mix_errors_.size == 0
     paper = _run(world, steps=1, preset="paper")
     assert all(b.size == 0 for b in paper.mix.board.values())

@@ -34,7 +34,8 @@ def test_the_paper_preset_is_the_field_defaults_and_default_differs_only_where_m
     assert PRESETS["paper"] == EstimatorSettings()
     diff = {k for k in NAMES if getattr(PRESETS["default"], k) != getattr(PRESETS["paper"], k)}
     assert diff == {"schedule", "mixing", "prior_strength", "belief_strength", "prompt_forgetting", "state_prior",
-                    "neighbor_smoothing", "label_propagation", "time_forgetting", "readout", "covariate_readout"}
+                    "neighbor_smoothing", "label_propagation", "time_forgetting", "readout", "covariate_readout",
+                    "live_readout"}
 
 
 def test_a_bare_estimator_gets_the_default_preset_and_keywords_override_a_preset():

@@ -27,7 +27,7 @@ class Column(Source):
     def __init__(self, settings, n_nodes, inputs=None):
         self.weight = "auto"
 
-    def estimate(self, est, rows, model):
+    def estimate(self, est, rows, model, context=None):
         return self.values[rows], None
 
 
@@ -41,7 +41,7 @@ def with_column(values):
 def test_a_source_added_later_is_weighed_by_the_scoreboard(truth, weight):
     w, labels, true_p, rng = problem()
     est = with_column(true_p if truth else 1.0 - true_p)(w, labels, 8, **KW)
-    assert est.mix_errors_.ndim == 6  # (time, propagation, read-out, covariates, column, kappa)
+    assert est.mix_errors_.ndim == 7  # (time, propagation, read-out, covariates, live, column, kappa)
     for ids, n, s in steps(rng, true_p, 15):
         est.update(ids, n, s)
     chosen = est.mix.weight(len(est.mix.sources) - 1)
@@ -58,7 +58,7 @@ def test_the_paper_preset_is_the_states_source_alone():
     w, labels, true_p, rng = problem()
     est = Estimator(w, labels, 8, preset="paper", **KW)
     assert [s.name for s in est.mix.sources] == [s.name for s in SOURCES] == ["states", "label_propagation",
-                                                                                "readout", "covariate_readout"]
+                                                                                "readout", "covariate_readout", "live_readout"]
     assert [s.name for s in est.mix.sources if s.on] == ["states"]
     assert all(b.size == 0 for b in est.mix.board.values())  # nothing chosen online
     for ids, n, s in steps(rng, true_p, 4):
@@ -77,12 +77,13 @@ def test_the_nested_blend_is_the_formula_of_the_parts():
     emb = rng.standard_normal((w.shape[0], 5))
     cov = rng.standard_normal((w.shape[0], 3))
     est = Estimator(w, labels, 8, embeddings=emb, covariates=cov, label_propagation=0.25, readout=0.4,
-                    covariate_readout=0.3, time_forgetting=1.0, prior_strength=2.0, **KW)
+                    covariate_readout=0.3, live_readout=None, time_forgetting=1.0, prior_strength=2.0, **KW)
     for ids, n, s in steps(rng, true_p, 5):
         est.update(ids, n, s)
     rows = np.arange(w.shape[0])
     model = mf.model_prediction(est.q_, est.a_, est.b_)
-    states, propagated, readout, covariates = est.mix.means(est, rows, model)
+    states, propagated, readout, covariates, live = est.mix.means(est, rows, model)
+    assert live is None  # live_readout off
     want = (1 - 0.3) * ((1 - 0.4) * ((1 - 0.25) * states + 0.25 * propagated) + 0.4 * readout) + 0.3 * covariates
     np.testing.assert_allclose(est.mix.graph_estimate(est, rows, model), want, **FLOAT64)
     assert est.mix_errors_.size == 0 and [a.tolist() for a in est.mix.axes[1:4]] == [[0.25], [0.4], [0.3]]
@@ -93,7 +94,7 @@ def test_a_source_that_is_off_is_skipped_not_blended_at_weight_zero():
         def __init__(self, settings, n_nodes, inputs=None):
             self.weight = None
 
-        def estimate(self, est, rows, model):
+        def estimate(self, est, rows, model, context=None):
             raise AssertionError("an off source is never read")
 
     w, labels, true_p, rng = problem()

@@ -6,7 +6,9 @@
     est = Estimator(graph, labels, n_states=K, embeddings=E)    # + the read-out of the embedding
     est = Estimator(graph, labels, n_states=K, covariates=X, reference_rate=r)  # + the read-out of covariates
     stats = est.update(ids, n, s)   # one training step; stats["elbo"], stats["iterations"], ...
+    est.update(ids, n, s, live=F)   # + live features the trainer observed for those prompts (len(ids) x f)
     p = est.predict(ids=None)       # p-hat for those node indices (all if None)
+    p = est.predict(ids, live=G)    # + the candidates' live features (the live read-out; without: as before)
     est.save(path); est = Estimator.load(path)
 
 Every setting, its default, range and meaning, and the presets live in ``graphdiff_cli.settings``: a
@@ -31,7 +33,7 @@ from ..errors import DataError, InvalidArgumentError
 from ..io import estimator_layout as layout
 from ..settings import EstimatorSettings, from_dict, resolve
 from .mix import Mix
-from .sources import SOURCES, Inputs, Step, global_rate
+from .sources import NO_CONTEXT, SOURCES, Context, Inputs, Step, global_rate
 from .versions import upgrade
 
 
@@ -174,6 +176,18 @@ class Estimator:
         return self._weight("covariate_readout")
 
     @property
+    def live_readout_(self) -> float | None:
+        """The live features' read-out's weight in the graph's estimate (None when it is off)."""
+        return self._weight("live_readout")
+
+    @property
+    def live_features_(self) -> int | None:
+        """f, the number of live features the live read-out was given at its first step with them (None before,
+        or when it is off)."""
+        source = self.mix.source("live_readout")
+        return None if source is None or not source.on else source.n_features
+
+    @property
     def readout_on(self) -> bool:
         """Whether the graph's estimate has the read-out of the embedding (readout set, embeddings given)."""
         return self.settings.readout is not None and self._embeddings is not None
@@ -248,15 +262,17 @@ class Estimator:
         when belief_strength is unset (the belief is then mix_by_evidence's, or Appendix E's)."""
         return self.mix.nu
 
-    def source_weights(self, ids=None) -> dict[str, np.ndarray | None]:
+    def source_weights(self, ids=None, live=None) -> dict[str, np.ndarray | None]:
         """Each source's weight in p-hat, per prompt of ``ids`` (node indices; all if None), summing to 1:
         ``states`` (the mean-field states' estimate, shifted by the neighbours' offsets under neighbor_smoothing),
         ``label_propagation`` and ``readout`` (None when off) - the parts of the graph's estimate m = (1 - r)
         ((1 - w) states + w propagated) + r readout, w and r the weights in use (one entry per source of
         ``SOURCES``) - and ``history``, the prompt's own outcomes: C_i / (kappa + C_i) of its forgotten rollouts
         C_i under evidence mixing (offset mixing: the weight of its own residuals, the same), 1 - gamma for a
-        prompt rolled out under gamma mixing, else 0."""
-        return self.mix.shares(self, self._rows(ids))
+        prompt rolled out under gamma mixing, else 0. ``live``: the prompts' live features, as ``estimates`` takes
+        them (a source's share is 0 for a prompt it abstains for)."""
+        rows = self._rows(ids)
+        return self.mix.shares(self, rows, self._context(live, rows.size))
 
     def state_occupancy(self, ids=None) -> tuple[np.ndarray, np.ndarray]:
         """(sum_i q_ik: the expected number of the prompts ``ids`` (node indices; all if None) in state k, how many
@@ -323,16 +339,20 @@ class Estimator:
 
     # -- the API -----------------------------------------------------------------------------------
 
-    def update(self, ids, n, s) -> dict:
+    def update(self, ids, n, s, live=None) -> dict:
         """Apply one training step: prompts ``ids`` (node indices) got ``n`` rollouts, ``s`` successes.
+        ``live``: len(ids) x f live features the trainer observed for those prompts at this step (a row of NaN:
+        none for that prompt; f is fixed by the first step that gives them), for the live read-out (setting
+        ``live_readout``): it is scored on them and learns from them.
 
         Returns {"step", "elbo" (one value per evaluated state), "iterations", "converged",
         "n_observed", "rollouts", "successes", "seconds"}.
         """
         t0 = time.perf_counter()
         obs = mf.make_observations(ids, n, s, self.n_nodes)
+        context = self._step_context(live, ids, n, obs)
         p_then = self._model_prediction(obs.ids)[0] if len(obs) else np.zeros(0)
-        board = self.mix.score(self, obs, p_then)
+        board = self.mix.score(self, obs, p_then, context)
         a_hist, b_hist = self._history_prior()
         if self.settings.schedule == "residual":
             # in place: q is updated where it lies, with a journal of the touched rows that undoes the
@@ -346,7 +366,7 @@ class Estimator:
                               max_iters=self.settings.max_iters, tol=self.settings.tol)
             dirty = None
         try:
-            self._commit(res, obs, p_then, board, dirty)
+            self._commit(res, obs, p_then, board, dirty, context)
         except BaseException:
             res.undo()
             raise
@@ -448,7 +468,7 @@ class Estimator:
         self._dirty = dirty
         return changed
 
-    def _commit(self, res, obs, p_then, board, dirty) -> None:
+    def _commit(self, res, obs, p_then, board, dirty, context=NO_CONTEXT) -> None:
         """Make the step's results the estimator's state (everything is computed before any assignment)."""
         successes = self.successes_.copy()
         rollouts = self.rollouts_.copy()
@@ -476,7 +496,7 @@ class Estimator:
             window_ev = np.concatenate([window_ev, np.stack(res.evidence)[None]])[-keep:] if keep else \
                 window_ev[:0]
         step = Step(obs, p_then, (self.successes_decayed_, self.rollouts_decayed_), (succ_d, roll_d),
-                    chosen != self.mix.time_index(), global_counts)
+                    chosen != self.mix.time_index(), global_counts, context)
         sources = [s.observe(self, step) for s in self.mix.sources]
         changed = None if self._q_changed is None or res.rows_touched is None else self._q_changed | res.rows_touched
         self._q, self.a_, self.b_ = res.q, res.a, res.b
@@ -517,11 +537,11 @@ class Estimator:
                  for i in range(0, rows.size, block)]
         return np.concatenate([p for p, _ in parts]), np.concatenate([u for _, u in parts])
 
-    def predict(self, ids=None) -> np.ndarray:
-        """p-hat_i (Section 3.6) for the given node indices, all prompts if None."""
-        return self.estimates(ids)["p"]
+    def predict(self, ids=None, live=None) -> np.ndarray:
+        """p-hat_i (Section 3.6) for the given node indices, all prompts if None; ``live``: as ``estimates``."""
+        return self.estimates(ids, live=live)["p"]
 
-    def estimates(self, ids=None, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
+    def estimates(self, ids=None, group_size: int = DEFAULT_GROUP_SIZE, live=None) -> dict[str, np.ndarray]:
         """Everything a scheduler needs per prompt.
 
         p (Section 3.6), difficulty = 1 - p, p_model = sum_k q_ik mu_k, uncertainty = u-hat_i of
@@ -533,10 +553,15 @@ class Estimator:
         with mean p and the mixing's variance: for "gamma" (the paper) (weight of the model in p)^2 *
         u-hat, since the prompt's own history enters p as a fixed number and the model part carries the
         uncertainty.
+
+        ``live``: len(ids) x f live features observed for these prompts at the coming step (N x f for all; a row
+        of NaN: none for that prompt), read by the live read-out; a prompt without them gets exactly what it would
+        without the live read-out.
         """
         rows = self._rows(ids)
+        context = self._context(live, rows.size)
         p_model, u = self._model_prediction(rows)
-        p_graph = self._graph_estimate(rows, p_model, u)
+        p_graph = self._graph_estimate(rows, p_model, u, context)
         p, var = self.mix.history.mix(self, rows, p_graph, u, self.kappa_)
         mean = p
         nu = self.nu_
@@ -547,9 +572,27 @@ class Estimator:
         return {"p": p, "difficulty": 1.0 - p, "p_model": p_model, "uncertainty": u, "mean": mean,
                 "variance": var, "n_seen": self.rollouts_[rows], "p_zero_variance": pzv}
 
-    def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
+    def _graph_estimate(self, rows: np.ndarray, p_model: np.ndarray, u: np.ndarray | None = None,
+                        context: Context = NO_CONTEXT) -> np.ndarray:
         """The graph's estimate m_i that the history mixes with the prompt's own outcomes (``Mix.graph_estimate``)."""
-        return self.mix.graph_estimate(self, rows, (p_model, u))
+        return self.mix.graph_estimate(self, rows, (p_model, u), context)
+
+    def _context(self, live, m: int) -> Context:
+        """The ``Context`` of a call on m prompts: ``live`` checked (``check_live``) against the number of live
+        features the live read-out was first given."""
+        if live is None:
+            return NO_CONTEXT
+        return Context(live=check_live(live, m, self.live_features_))
+
+    def _step_context(self, live, ids, n, obs) -> Context:
+        """The ``Context`` of a step: ``live`` (a row per row of ``ids``) checked, then one row per prompt of
+        ``obs.ids`` (rows with n = 0 dropped; a prompt listed twice takes its first row's features)."""
+        context = self._context(live, np.asarray(ids).size)
+        if context.live is None:
+            return context
+        keep = np.flatnonzero(np.asarray(n) > 0)
+        _, first = np.unique(np.asarray(ids)[keep], return_index=True)  # sorted as obs.ids
+        return Context(live=context.live[keep[first]])
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -697,3 +740,26 @@ def _check_covariates(covariates, reference_rate, n: int) -> tuple[np.ndarray | 
         i = int(np.flatnonzero(bad)[0])
         raise DataError(f"reference_rate[{i}] = {r[i]} is not a pass rate in [0, 1] (NaN: none)")
     return x, r
+
+
+def check_live(live, m: int, f: int | None = None) -> np.ndarray:
+    """``live`` as an m x f float64 array of live features (one row per prompt of a call): finite numbers, or a
+    whole row of NaN (none for that prompt); ``f``: the number of features fixed by the first step that gave them
+    (None: any)."""
+    x = np.asarray(live)
+    if x.ndim == 1 and m and x.size == m and f in (None, 1):
+        x = x[:, None]
+    if x.ndim != 2 or x.shape[0] != m or x.shape[1] < 1 or x.dtype.kind not in "fiu":
+        raise DataError(f"live features must be a numeric {m} x f array (one row per prompt), got dtype {x.dtype}, "
+                        f"shape {x.shape}")
+    if f is not None and x.shape[1] != f:
+        raise DataError(f"live features have {x.shape[1]} columns; this estimator's live read-out was first given "
+                        f"{f} (the number of live features is fixed by the first step that gives them)")
+    x = np.array(x, dtype=np.float64)
+    nan = np.isnan(x)
+    bad = np.isinf(x).any(axis=1) | (nan.any(axis=1) & ~nan.all(axis=1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(f"live features row {i} holds an infinite value or a NaN among numbers (a whole row of NaN: "
+                        "no features for that prompt)")
+    return x

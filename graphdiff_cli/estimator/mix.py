@@ -2,8 +2,11 @@
 
 The graph's estimate is the nested blend of the sources in order (``sources``): m_0 = the first's (the
 mean-field states), m_j = (1 - w_j) m_{j-1} + w_j source_j, a source that is off skipped (never blended at
-weight 0: that would not be the same numbers); the prompt's own history (``sources.history``) then mixes m with
-the prompt's outcomes into p-hat. With today's sources, m = (1 - r)((1 - w) states + w propagated) + r readout.
+weight 0: that would not be the same numbers), and a source that abstains for a prompt (a NaN mean: no opinion,
+as the read-out of live features for a prompt read without them) leaves m_{j-1} as it is there; the prompt's own
+history (``sources.history``) then mixes m with the prompt's outcomes into p-hat. What a call knows of its prompts
+besides the estimator's state (``sources.Context``: live features) is handed to every source's ``estimate`` and
+``score``.
 
 Every setting that may be "auto" is chosen prequentially - by what each candidate would have said about each
 step's prompts just before their outcomes arrived - and the best so far is used (docs/estimator.md,
@@ -12,10 +15,12 @@ step's prompts just before their outcomes arrived - and the best so far is used 
 - ``mix_errors``: the joint choice, made when the time forgetting or any source's weight is "auto": the summed
   absolute error of p-hat under every (time forgetting, w_1, ..., w_J, kappa) in play, one axis per blended
   source of the list (``bl.choose_mix``; an axis of one value where that choice is fixed or the source off), so
-  (time, propagation weight, read-out weight, kappa) for today's; kappa, when "auto" (and not under gamma
+  (time, propagation weight, read-out weight, covariates weight, live weight, kappa) for today's (a prompt a
+  source abstains for scores every weight of that source alike); kappa, when "auto" (and not under gamma
   mixing, where it plays no part), is chosen here too;
 - ``kappa_errors`` and ``belief_loglik``: the history's kappa chosen alone and nu (``History.boards``);
-- each source's own boards (the read-out's ridge strength: ``readout_errors``).
+- each source's own boards (the read-outs' ridge strengths: ``readout_errors``, ``covariate_errors``,
+  ``live_errors``).
 
 A board not in play is empty: no work per step, nothing saved that nothing reads.
 """
@@ -26,7 +31,7 @@ import numpy as np
 
 from ..core import belief as bl
 from ..errors import DataError
-from .sources import SOURCES, History
+from .sources import NO_CONTEXT, SOURCES, History
 
 
 class Mix:
@@ -94,42 +99,47 @@ class Mix:
 
     # -- the estimate --------------------------------------------------------------------------------
 
-    def means(self, est, rows, model, base=None) -> list:
-        """Each source's estimate for ``rows`` (None for a source that is off); ``base``: the first's, when
-        the caller has it already."""
-        first = self.sources[0].estimate(est, rows, model)[0] if base is None else base
-        return [first] + [s.estimate(est, rows, model)[0] if s.on else None for s in self.sources[1:]]
+    def means(self, est, rows, model, base=None, context=NO_CONTEXT) -> list:
+        """Each source's estimate for ``rows`` (None for a source that is off; NaN where it abstains); ``base``: the
+        first's, when the caller has it already; ``context``: what the call knows of the prompts (``Context``)."""
+        first = self.sources[0].estimate(est, rows, model, context)[0] if base is None else base
+        return [first] + [s.estimate(est, rows, model, context)[0] if s.on else None for s in self.sources[1:]]
 
     def blend(self, means) -> np.ndarray:
-        """m_0 = means[0], m_j = (1 - w_j) m_{j-1} + w_j means[j], w_j the weights in use."""
+        """m_0 = means[0], m_j = (1 - w_j) m_{j-1} + w_j means[j], w_j the weights in use (m_j = m_{j-1} where
+        means[j] is NaN: the source abstains)."""
         m = means[0]
         for j in range(1, len(means)):
             if means[j] is not None:
-                w = self.weight(j)
-                m = (1.0 - w) * m + w * means[j]
+                m = _blend(m, self.weight(j), means[j])
         return m
 
-    def graph_estimate(self, est, rows, model) -> np.ndarray:
+    def graph_estimate(self, est, rows, model, context=NO_CONTEXT) -> np.ndarray:
         """The graph's estimate m_i that the history mixes with the prompt's own outcomes."""
-        return self.blend(self.means(est, rows, model))
+        return self.blend(self.means(est, rows, model, context=context))
 
-    def shares(self, est, rows) -> dict[str, np.ndarray | None]:
-        """Each source's weight in p-hat and the history's (``Estimator.source_weights``)."""
+    def shares(self, est, rows, context=NO_CONTEXT) -> dict[str, np.ndarray | None]:
+        """Each source's weight in p-hat and the history's (``Estimator.source_weights``): 0 for the prompts a
+        source abstains for."""
         history = self.history.weight(est, rows, self.kappa)
         rest = 1.0 - history
         out = {}
         for j in range(len(self.sources) - 1, 0, -1):  # the last blended first: its share is the rest's w_j
             w = self.weight(j)
+            says = None if w is None else self.sources[j].says(est, rows, context)
+            if says is not None:
+                w = np.where(says, w, 0.0)
             out[self.sources[j].name] = None if w is None else rest * w
-            rest = rest * (1.0 - (w or 0.0))
+            rest = rest * (1.0 - (0.0 if w is None else w))
         out[self.sources[0].name] = rest
         return {**{s.name: out[s.name] for s in self.sources}, "history": history}
 
     # -- a step --------------------------------------------------------------------------------------
 
-    def score(self, est, obs, p_then) -> dict[str, np.ndarray]:
+    def score(self, est, obs, p_then, context=NO_CONTEXT) -> dict[str, np.ndarray]:
         """The boards after scoring every candidate on this step's prompts (``obs``) by what it said before
-        their outcomes (``p_then``: the model's prediction then). Nothing is changed."""
+        their outcomes (``p_then``: the model's prediction then; ``context``: what the step knew of them, a row
+        per prompt of ``obs.ids``). Nothing is changed."""
         board = dict(self.board)
         if not len(obs) or not any(b.size for b in board.values()):
             return board
@@ -142,10 +152,10 @@ class Mix:
             lead = [] if self.history.time_counts is None else [None]
             every = self.sources[0].estimates(est, obs.ids, model, lead + counts)
             base, shifted = every[0], every[len(lead):]
-        means = self.means(est, obs.ids, model, base=base)
+        means = self.means(est, obs.ids, model, base=base, context=context)
         rate = obs.s / np.maximum(obs.n, 1)
         for s in self.sources:
-            board.update(s.score(est, obs.ids, rate, board))
+            board.update(s.score(est, obs.ids, rate, board, context))
         if self.joint:
             board["mix_errors"] = board["mix_errors"] + self._candidate_errors(est, obs.ids, means, rate, counts,
                                                                                shifted)
@@ -167,8 +177,8 @@ class Mix:
             m = base[(None,) * n_blended]
             for j in range(1, n_blended + 1):
                 if means[j] is not None:
-                    w = self.axes[j].reshape((1,) * (j - 1) + (-1,) + (1,) * (n_blended - j + 1))
-                    m = (1.0 - w) * m + w * means[j]
+                    m = _blend(m, self.axes[j].reshape((1,) * (j - 1) + (-1,) + (1,) * (n_blended - j + 1)),
+                               means[j])
             m = np.broadcast_to(m, grid + (rows.size,))
             if est.settings.mixing == "evidence":  # p = (kappa m + S) / (kappa + C), every kappa at once
                 sd, rd = (est.successes_decayed_, est.rollouts_decayed_) if counts[i] is None else counts[i]
@@ -203,3 +213,13 @@ class Mix:
                                 "settings make continue from their scoreboard)")
             self.board[name] = got.copy()
         self.history.load(state, n_nodes)
+
+
+def _blend(m, w, mean):
+    """(1 - w) m + w mean, and m where ``mean`` is NaN (the source abstains for that prompt; ``w`` may be an array
+    of candidate weights that broadcasts against the prompts' last axis)."""
+    gap = np.isnan(mean)
+    if gap.all():  # no opinion on any prompt: m itself, along the candidates' axis too
+        return np.broadcast_to(m, np.broadcast_shapes(np.shape(m), np.shape(w), np.shape(mean)))
+    mixed = (1.0 - w) * m + w * mean
+    return np.where(gap, np.broadcast_to(m, mixed.shape), mixed) if gap.any() else mixed

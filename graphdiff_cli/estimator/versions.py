@@ -98,13 +98,19 @@ def _v7_to_v8(state: dict) -> dict:
 
 
 def _v8_to_v9(state: dict) -> dict:
-    """Version 9 added the read-out of the covariates: none before it (its statistics and board empty, no
-    covariates), and a covariates axis of one value (weight 0: off) in the joint choice's errors, before kappa's."""
+    """Version 9 added the read-outs of the covariates and of live features: none before it (their statistics
+    empty, no covariates), a covariates axis of one value (weight 0: off) in the joint choice's errors and a live
+    axis before kappa's, and the live ridge board at zero. A version-8 config has no live_readout (off: an axis of
+    one value); a config that names it gets every live weight's errors equal to the state's (no prompt had live
+    features, so every live weight said the same)."""
     mix = np.asarray(state["mix_errors"], dtype=np.float64)
+    live = _choices(state).shapes["live_errors"]
     if mix.ndim == 4:
-        mix = mix[:, :, :, None, :]
+        size = _choices(state).source("live_readout").candidates().size
+        mix = np.repeat(mix[:, :, :, None, None, :], size, axis=4)
     return {**state, "mix_errors": mix, "covariate_errors": np.zeros(0), "covariate_gram": np.zeros((0, 0)),
-            "covariate_moment": np.zeros(0)}
+            "covariate_moment": np.zeros(0), "live_errors": np.zeros(live), "live_gram": np.zeros((0, 0)),
+            "live_moment": np.zeros(0)}
 
 
 MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,

@@ -31,6 +31,10 @@ an artifact holds tell which it is (``legacy_version``). From version 7 on the s
    ridge strength's board ``covariate_errors`` (each empty without covariates), and a covariates axis in
    ``mix_errors`` (time, weight, read-out weight, covariates weight, kappa). The covariates and reference rates
    are static, held beside the embeddings as ``covariates`` and ``reference_rate`` when the estimator has them.
+   + the read-out of live features (``estimator.sources.live``): ``live_gram``, ``live_moment`` (forgotten per
+   step; empty until a step gives live features, and without the live read-out) and its ridge strength's board
+   ``live_errors``, and a live axis in ``mix_errors`` (..., covariates weight, live weight, kappa). Live features
+   themselves come with each call and are never saved.
 
 The ``estimator-step`` artifact of a STATE has an encoding of its own from version 9 on (``STEP_VERSION``):
 the state of version 8 (of version 9 from step encoding 10 on), with q either whole (a snapshot) or as a *delta*
@@ -108,8 +112,9 @@ STATE_ARRAYS: tuple[StateArray, ...] = (
                "chosen alone", CHOICES, "kappa_errors_"),
     StateArray("belief_loglik", "float64", OTHER, (None,), KEPT, "0 per KAPPA_GRID value; empty unless "
                "belief_strength is auto", CHOICES, "belief_loglik_"),
-    StateArray("mix_errors", "float64", OTHER, (None, None, None, None, None), KEPT, "0 per (time, weight, "
-               "read-out weight, covariates weight, kappa) in play; empty without a joint choice", CHOICES,
+    StateArray("mix_errors", "float64", OTHER, (None, None, None, None, None, None), KEPT, "0 per (time, "
+               "weight, read-out weight, covariates weight, live weight, kappa) in play; empty without a joint "
+               "choice", CHOICES,
                "mix_errors_"),
     StateArray("readout_errors", "float64", OTHER, (None,), KEPT, "0 per RIDGE_GRID value; empty unless the "
                "read-out is on with readout_ridge auto", CHOICES, "readout_errors_"),
@@ -127,6 +132,13 @@ STATE_ARRAYS: tuple[StateArray, ...] = (
                "with evidence of x x^T, x = [1, covariates]; 0 x 0 without covariates", SPECIAL, "covariate_gram_"),
     StateArray("covariate_moment", "float64", OTHER, (None,), KEPT, "0, c + 1: sum of x times the prompt's "
                "forgotten rate; empty without covariates", SPECIAL, "covariate_moment_"),
+    StateArray("live_errors", "float64", OTHER, (None,), KEPT, "0 per RIDGE_GRID value; empty unless the "
+               "live read-out is on with readout_ridge auto", CHOICES, "live_errors_"),
+    StateArray("live_gram", "float64", OTHER, (None, None), KEPT, "empty until a step gives f live features, then "
+               "(f + 1) x (f + 1): sum over (prompt, step) pairs with live features of x x^T, x = [1, live], "
+               "forgotten by live_forgetting per step; empty without the live read-out", SPECIAL, "live_gram_"),
+    StateArray("live_moment", "float64", OTHER, (None,), KEPT, "empty, then f + 1: the same sum of x times the "
+               "step's rate s / n", SPECIAL, "live_moment_"),
     StateArray("dirty", "int64", OTHER, (None,), MARKED, "empty: q = A is not at a fixed point", SPECIAL, "_dirty"),
     StateArray("at_fixed_point", "bool", SCALAR, (), KEPT, "false", SPECIAL),
 )
@@ -155,7 +167,8 @@ LAYOUTS: dict[int, frozenset] = {
     5: _V2 | {"kappa_errors", "belief_loglik"},
     6: _V2 | {"kappa_errors", "belief_loglik", "lp_field", "mix_errors", "time_counts"},
     7: _V2 | {"kappa_errors", "belief_loglik", "lp_field", "mix_errors", "time_counts"},
-    8: frozenset(STATE_NAMES) - {"covariate_errors", "covariate_gram", "covariate_moment"},
+    8: frozenset(STATE_NAMES) - {"covariate_errors", "covariate_gram", "covariate_moment", "live_errors", "live_gram",
+                                 "live_moment"},
     9: frozenset(STATE_NAMES),
 }
 LEGACY = (1, 2, 3, 4, 5, 6)  # stamped format_version 1

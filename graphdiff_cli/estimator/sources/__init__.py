@@ -7,14 +7,15 @@ new source is one class here and one entry in ``SOURCES`` (or in an ``Estimator`
 prompt's own history (``History``) is the mix's last step, not a source.
 """
 
-from .base import NO_INPUTS, Inputs, Source, Step, global_rate
+from .base import NO_CONTEXT, NO_INPUTS, Context, Inputs, Source, Step, global_rate
 from .covariates import Covariates
 from .history import History
+from .live import Live
 from .propagation import Propagation
 from .readout import Readout
 from .states import States
 
-SOURCES = (States, Propagation, Readout, Covariates)
+SOURCES = (States, Propagation, Readout, Covariates, Live)
 
-__all__ = ["NO_INPUTS", "SOURCES", "Covariates", "History", "Inputs", "Propagation", "Readout", "Source", "States",
-           "Step", "global_rate"]
+__all__ = ["NO_CONTEXT", "NO_INPUTS", "SOURCES", "Context", "Covariates", "History", "Inputs", "Live", "Propagation",
+           "Readout", "Source", "States", "Step", "global_rate"]

@@ -9,7 +9,11 @@ computes a step's new state without assigning it (``observe``, then ``commit``: 
 nothing), grows with ``extend`` (``grow``, then ``commit``), and declares its online choices: its weight's
 candidates and start (``grid``, ``start``) and any board of its own (``boards``, ``score``). It reads the
 evidence every source shares (the graph, the forgotten counts, the global counts) from the estimator it is
-handed, never writes it.
+handed, never writes it, and what one call knows of its prompts besides (``Context``: the live features the
+trainer observed for them) from that call's ``context``.
+
+A source may abstain: a NaN in its mean says "no opinion" for that prompt, and the blend keeps m_{j-1} there
+(``estimator.mix``); ``says`` tells which prompts it has an opinion on without computing the estimate.
 """
 
 from __future__ import annotations
@@ -34,11 +38,23 @@ NO_INPUTS = Inputs()
 
 
 @dataclass(frozen=True)
+class Context:
+    """What one call (a read or a step) knows of its prompts besides the estimator's state, one row per prompt of
+    the call (None: not given): ``live`` (rows x f float64), the live features the trainer observed for them at
+    that step (a row of NaN: none for that prompt)."""
+
+    live: np.ndarray | None = None
+
+
+NO_CONTEXT = Context()
+
+
+@dataclass(frozen=True)
 class Step:
     """One training step as the sources see it: ``obs`` (``core.meanfield.Observations``), ``p_then`` (the
     model's prediction for them before it), the forgotten counts (successes, rollouts) before (``old``) and
     after (``new``), ``switched`` (the time forgetting in use changed, so every prompt's counts moved) and
-    the new forgotten global counts."""
+    the new forgotten global counts; ``context``: what the step knew of its prompts (rows of ``obs.ids``)."""
 
     obs: object
     p_then: np.ndarray
@@ -46,6 +62,7 @@ class Step:
     new: tuple
     switched: bool
     global_counts: np.ndarray
+    context: Context = NO_CONTEXT
 
 
 class Source:
@@ -81,10 +98,15 @@ class Source:
 
     # -- the estimate --------------------------------------------------------------------------------
 
-    def estimate(self, est, rows: np.ndarray, model) -> tuple[np.ndarray, np.ndarray | None]:
+    def estimate(self, est, rows: np.ndarray, model, context: Context = NO_CONTEXT) -> tuple[np.ndarray,
+                                                                                            np.ndarray | None]:
         """(mean, spread or None) for the prompts ``rows``; ``model``: (p_model, u) of the mean-field states
-        for them."""
+        for them; ``context``: what the call knows of them (``Context``). A NaN mean: no opinion (abstains)."""
         raise NotImplementedError
+
+    def says(self, est, rows: np.ndarray, context: Context = NO_CONTEXT) -> np.ndarray | None:
+        """Which of ``rows`` it has an opinion on (a mask), or None: every one (a source that never abstains)."""
+        return None
 
     def estimates(self, est, rows: np.ndarray, model, counts: list) -> list[np.ndarray]:
         """The mean under each of ``counts`` ((successes, rollouts) forgotten otherwise, or None for the counts
@@ -98,8 +120,10 @@ class Source:
         """The shape of each board of its own (empty: none in play)."""
         return {}
 
-    def score(self, est, rows: np.ndarray, rate: np.ndarray, boards: dict) -> dict[str, np.ndarray]:
-        """Its boards after this step's prompts ``rows`` (observed ``rate``), scored before their outcomes."""
+    def score(self, est, rows: np.ndarray, rate: np.ndarray, boards: dict,
+              context: Context = NO_CONTEXT) -> dict[str, np.ndarray]:
+        """Its boards after this step's prompts ``rows`` (observed ``rate``; ``context``: what the step knew of
+        them), scored before their outcomes."""
         return {}
 
     # -- a step, growth, persistence -----------------------------------------------------------------

@@ -63,7 +63,7 @@ class Propagation(Source):
             self._components = components(est.graph)
         return field(est._spec, self._components, successes, rollouts, global_counts, x0=x0)
 
-    def estimate(self, est, rows, model):
+    def estimate(self, est, rows, model, context=None):
         f = self.lp_field_
         if f is None:  # before the first update: solved here, never stored (a read changes nothing)
             f = self._field(est, est.successes_decayed_, est.rollouts_decayed_, est.global_counts_)

@@ -76,10 +76,10 @@ class Readout(Source):
                        np.broadcast_to(np.asarray(self.fill(est, rows), dtype=np.float64), (rows.size,)).copy())
         return out
 
-    def estimate(self, est, rows, model):
+    def estimate(self, est, rows, model, context=None):
         return self.fits(est, rows, [self.ridge(est.mix.board)])[0], None
 
-    def score(self, est, rows, rate, boards):
+    def score(self, est, rows, rate, boards, context=None):
         if not boards[self.board].size:
             return {}
         return {self.board: boards[self.board] + [np.abs(r - rate).sum() for r in self.fits(est, rows, ro.RIDGE_GRID)]}

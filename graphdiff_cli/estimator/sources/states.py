@@ -18,7 +18,7 @@ class States(Source):
     def __init__(self, settings, n_nodes, inputs=None):
         self.weight = 1.0  # the base of the blend, m_0: always on, never weighed
 
-    def estimate(self, est, rows, model):
+    def estimate(self, est, rows, model, context=None):
         return self.estimates(est, rows, model, [None])[0], model[1]
 
     def estimates(self, est, rows, model, counts):

@@ -1,0 +1,183 @@
+"""Live features from the trainer (``estimator.sources.live``): the read-out of per-prompt numbers observed at a
+step, fitted online with its statistics forgotten per step; it abstains for a prompt read without them, so such a
+read predicts exactly as without it; its statistics are saved; bad live inputs are refused in one line."""
+
+import numpy as np
+import pytest
+
+from graphdiff_cli import Estimator
+from graphdiff_cli.core import readout as ro
+from graphdiff_cli.errors import DataError
+from graphdiff_cli.estimator.sources import Context
+from graphdiff_cli.estimator.versions import MIGRATIONS
+
+from _tolerances import FLOAT64
+from test_estimator_options import problem
+
+KW = dict(device="cpu", dtype="float64")
+
+
+def live_steps(rng, true_p, count, size=30, noise=0.3):
+    """Steps whose live features say something of each prompt's success: (entropy-like, max-prob-like)."""
+    for _ in range(count):
+        ids = rng.choice(true_p.size, size, replace=False)
+        p = true_p[ids]
+        live = np.stack([2.0 * (1.0 - p) + rng.normal(0, noise, size), p + rng.normal(0, noise, size)], axis=1)
+        yield ids, np.full(size, 8), rng.binomial(8, p), live
+
+
+def brute_live_theta(history, rho, ridge):
+    """The ridge fit on [1, live] of every (prompt, step) pair so far, step t weighted rho^(T - 1 - t), solved
+    densely (the intercept unpenalised)."""
+    xs, ys, ws = [], [], []
+    t_last = len(history) - 1
+    for t, (live, rate) in enumerate(history):
+        xs.append(np.concatenate([np.ones((live.shape[0], 1)), live], axis=1))
+        ys.append(rate)
+        ws.append(np.full(live.shape[0], rho ** (t_last - t)))
+    x, y, w = np.concatenate(xs), np.concatenate(ys), np.concatenate(ws)
+    a = (x * w[:, None]).T @ x + ridge * np.diag([0.0] + [1.0] * (x.shape[1] - 1))
+    return np.linalg.solve(a, (x * w[:, None]).T @ y)
+
+
+def test_the_live_fit_is_the_dense_ridge_solve_with_forgetting():
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, live_readout=1.0, live_forgetting=0.8, readout_ridge=10.0, **KW)
+    history = []
+    for t, (ids, n, s, live) in enumerate(live_steps(rng, true_p, 6)):
+        if t == 3:  # a step without live features: the statistics are forgotten all the same
+            est.update(ids, n, s)
+            history.append((np.zeros((0, 2)), np.zeros(0)))
+            continue
+        live[:4] = np.nan  # these prompts had no features at this step: no pair
+        est.update(ids, n, s, live=live)
+        history.append((live[4:], s[4:] / n[4:]))
+    theta = brute_live_theta(history, 0.8, 10.0)
+    src = est.mix.source("live_readout")
+    np.testing.assert_allclose(ro.solve(src.live_gram_, src.live_moment_, 10.0), theta, **FLOAT64)
+    # weight 1: the graph's estimate of a prompt with live features is the read-out of them
+    ids = np.arange(20)
+    live = rng.normal(0.5, 0.5, (20, 2))
+    live[:3] = np.nan
+    graph = est._graph_estimate(ids, *est._model_prediction(ids), Context(live=live))
+    want = np.clip(theta[0] + live[3:] @ theta[1:], 0, 1)
+    np.testing.assert_allclose(graph[3:], want, **FLOAT64)
+    plain = est._graph_estimate(ids, *est._model_prediction(ids))
+    np.testing.assert_array_equal(graph[:3], plain[:3])  # abstained: m_{j-1}, the same numbers
+    assert est.live_features_ == 2
+
+
+def test_abstention_leaves_predictions_exactly_as_without_live_features():
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, **KW)  # the default preset: live_readout auto
+    off = Estimator(w, labels, 8, live_readout=None, **KW)
+    for ids, n, s, _ in live_steps(rng, true_p, 5):
+        est.update(ids, n, s)
+        off.update(ids, n, s)
+    np.testing.assert_allclose(est.predict(), off.predict(), **FLOAT64)  # never given: as if it were off
+    for ids, n, s, live in live_steps(rng, true_p, 5):
+        est.update(ids, n, s, live=live)
+    assert est.live_readout_ is not None and est.mix_errors_.shape[4] == ro.READOUT_GRID.size
+    ids = np.arange(40)
+    live = rng.normal(0.5, 0.5, (40, 2))
+    live[::3] = np.nan
+    plain = est.estimates(ids)
+    with_nan = est.estimates(ids, live=np.full((40, 2), np.nan))
+    partial = est.estimates(ids, live=live)
+    for key in plain:
+        np.testing.assert_array_equal(with_nan[key], plain[key])  # no row given: the same computation
+        np.testing.assert_array_equal(partial[key][::3], plain[key][::3])  # the rows without features
+    assert not np.array_equal(partial["p"], plain["p"])  # the others moved
+    shares = est.source_weights(ids, live=live)
+    assert (shares["live_readout"][::3] == 0).all() and (shares["live_readout"][1::3] > 0).all()
+    np.testing.assert_allclose(sum(v for v in shares.values() if v is not None), 1.0, **FLOAT64)
+    np.testing.assert_array_equal(est.source_weights(ids)["live_readout"], np.zeros(40))
+
+
+def test_the_live_weight_and_ridge_are_scored_on_the_steps_with_live_features():
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, **KW)
+    ridge_err = np.zeros(ro.RIDGE_GRID.size)
+    for ids, n, s, live in live_steps(rng, true_p, 8, noise=0.05):
+        src = est.mix.source("live_readout")
+        if src.n_features is not None:
+            obs_order = np.argsort(ids)  # the step's prompts as the estimator aggregates them (sorted ids)
+            fits = src.fits(Context(live=live[obs_order]), ro.RIDGE_GRID)
+            ridge_err += [np.abs(f - (s / n)[obs_order]).sum() for f in fits]
+        est.update(ids, n, s, live=live)
+    np.testing.assert_allclose(est.mix.board["live_errors"], ridge_err, **FLOAT64)
+    assert est.live_readout_ > 0  # informative features: the live read-out is weighed in
+
+
+def test_a_state_with_live_statistics_round_trips_save_and_load(tmp_path):
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, **KW)
+    for ids, n, s, live in live_steps(rng, true_p, 4):
+        est.update(ids, n, s, live=live)
+    est.save(tmp_path / "est")
+    back = Estimator.load(tmp_path / "est")
+    src, got = est.mix.source("live_readout"), back.mix.source("live_readout")
+    np.testing.assert_array_equal(got.live_gram_, src.live_gram_)
+    np.testing.assert_array_equal(got.live_moment_, src.live_moment_)
+    np.testing.assert_array_equal(back.mix.board["live_errors"], est.mix.board["live_errors"])
+    live = rng.normal(0.5, 0.5, (est.n_nodes, 2))
+    np.testing.assert_array_equal(back.predict(live=live), est.predict(live=live))
+    ids, n, s, live = next(live_steps(rng, true_p, 1))
+    est.update(ids, n, s, live=live)
+    back.update(ids, n, s, live=live)
+    np.testing.assert_allclose(back.predict(ids, live=live), est.predict(ids, live=live), **FLOAT64)
+    with pytest.raises(DataError, match="live features have 3 columns"):
+        back.update(ids, n, s, live=np.ones((ids.size, 3)))  # f stays as the saved statistics say
+
+
+def test_a_version_8_state_gets_the_live_arrays_empty_and_a_live_axis():
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, **KW)
+    for ids, n, s, _ in live_steps(rng, true_p, 3):
+        est.update(ids, n, s)
+    sd = est.state_dict()
+    v8 = {k: v for k, v in sd.items() if k not in ("covariate_gram", "covariate_moment", "covariate_errors",
+                                                   "live_gram", "live_moment", "live_errors", "covariates",
+                                                   "reference_rate")}
+    v8["mix_errors"] = sd["mix_errors"][:, :, :, 0, 0, :]
+    v8["config"] = {k: v for k, v in sd["config"].items() if k not in ("covariate_readout", "live_readout",
+                                                                       "live_forgetting")}
+    v8["version"] = 8
+    up = MIGRATIONS[8](v8)
+    assert up["live_gram"].shape == (0, 0) and up["live_moment"].shape == (0,) and up["live_errors"].shape == (0,)
+    assert up["mix_errors"].shape == sd["mix_errors"].shape[:4] + (1,) + sd["mix_errors"].shape[5:]
+    back = Estimator.from_state_dict(v8)
+    assert back.live_readout_ is None
+    np.testing.assert_allclose(back.predict(), est.predict(), **FLOAT64)
+
+
+@pytest.mark.parametrize("live, match", [
+    (np.ones((29, 2)), "numeric 30 x f array"),
+    (np.ones((30, 2, 1)), "numeric 30 x f array"),
+    (np.array([["a", "b"]] * 30), "numeric 30 x f array"),
+    (np.where(np.eye(30, 2) > 0, np.inf, 0.0), "row 0 holds an infinite value"),
+    (np.where(np.eye(30, 2) > 0, np.nan, 0.0), "row 0 holds an infinite value or a NaN among numbers"),
+])
+def test_bad_live_inputs_are_refused_in_one_line(live, match):
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, **KW)
+    ids, n, s, _ = next(live_steps(rng, true_p, 1))
+    before = est.state_dict()
+    with pytest.raises(DataError, match=match) as err:
+        est.update(ids, n, s, live=live)
+    assert "\n" not in str(err.value) and est.step_ == 0
+    np.testing.assert_array_equal(est.state_dict()["successes"], before["successes"])
+    with pytest.raises(DataError, match=match):
+        est.predict(ids, live=live)
+
+
+def test_the_number_of_live_features_is_fixed_by_the_first_step_that_gives_them():
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, **KW)
+    (ids, n, s, live), (ids2, n2, s2, _) = live_steps(rng, true_p, 2)
+    est.update(ids, n, s, live=live)
+    with pytest.raises(DataError, match="have 1 columns; this estimator's live read-out was first given 2") as err:
+        est.update(ids2, n2, s2, live=live[:, :1])
+    assert "\n" not in str(err.value) and est.step_ == 1
+    with pytest.raises(DataError, match="first given 2"):
+        est.predict(ids2, live=np.ones((30, 3)))
