@@ -9,6 +9,10 @@
         st.update(t, rows)                                             # or an outcomes file
     st.rollback(10)                                                    # the trainer resumed from step 10
 
+Live features (``io.live``: numbers the trainer observes per prompt at a step, such as the policy's next-token
+entropy at the prompt's end) go with a step's rows (``st.update(t, rows, live=F)``, or a ``live`` column of the
+outcomes file) and with a read (``st.select(ids, 128, live=G)``, ``predict``, ``allocate``, ``estimates``).
+
 Every command of the step handoff (``init``, ``update``, ``predict``, ``select``, ``allocate``, ``extend``,
 ``retire``, ``rollback``, ``status``, ``verify``, ``watch``) is a method here and the CLI command of the
 same name is one call of it. The object is resident: it keeps the estimator of the version it last read
@@ -41,6 +45,22 @@ from .stages import decide, handoff, prompt_set
 from .stages.progress import Progress, no_progress
 
 __all__ = ["State", "Transaction"]
+
+
+def _with_live(rows: list, live) -> list:
+    """Outcome rows (dicts) with their ``live`` column set from ``live`` (one row of features per outcome row;
+    a row of NaN: none)."""
+    x = np.asarray(live)
+    if x.ndim != 2 or x.shape[0] != len(rows) or x.dtype.kind not in "fiu":
+        raise DataError(f"live features must be a numeric {len(rows)} x f array (one row per outcome row), got dtype "
+                        f"{x.dtype}, shape {x.shape}")
+    out = []
+    for row, features in zip(rows, x.astype(np.float64)):
+        if not isinstance(row, dict):
+            raise InvalidArgumentError(f"outcomes must be a file or a list of row dicts ('id', 'n', 's'), got a list "
+                                       f"holding a {type(row).__name__}")
+        out.append(row if np.isnan(features).all() else {**row, "live": features.tolist()})
+    return out
 
 
 def _plain(x):
@@ -248,13 +268,20 @@ class State:
 
     def update(self, step: int, outcomes, *, success_threshold: float | None = None,
                lock_timeout: float = DEFAULT_LOCK_TIMEOUT, id_field: str = "id",
-               progress: Progress = no_progress) -> dict:
+               progress: Progress = no_progress, live=None) -> dict:
         """Apply training step ``step`` (= current + 1). ``outcomes``: a JSONL/CSV/Parquet file of rows
         ``id, n, s`` (or ``id, reward``), or those rows as dicts, written first to ``outcomes_dir`` so the
         log names a file as for every step. A step applied twice, a gap or a bad row changes nothing.
         ``success_threshold``: None (only 0/1 rewards accepted) or the reward from which a rollout succeeds;
         the result's ``warnings`` says when a chosen threshold put every reward of the step on one side.
-        ``id_field``: the file's column holding the prompt id (a dotted path reads a nested field)."""
+        ``id_field``: the file's column holding the prompt id (a dotted path reads a nested field). Live features
+        observed at the step (``io.live``) come in the rows' ``live`` column, or, with rows as dicts, as ``live``:
+        one row of features per outcome row (a row of NaN: none), written into the rows' ``live`` column."""
+        if live is not None:
+            if isinstance(outcomes, (str, Path)):
+                raise InvalidArgumentError("live features of an outcomes file go in its rows' 'live' column "
+                                           "(io.live); live= is for rows given as dicts")
+            outcomes = _with_live(list(outcomes), live)
         if isinstance(outcomes, (str, Path)):
             return self._update(step, outcomes, success_threshold=success_threshold, lock_timeout=lock_timeout,
                                 id_field=id_field, progress=progress)
@@ -380,47 +407,70 @@ class State:
             if m and m.group(2) == tag and int(m.group(1)) <= current and int(m.group(1)) not in keep:
                 f.unlink(missing_ok=True)
 
-    def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
+    def estimates(self, ids: Iterable[str] | None = None, *, group_size: int = DEFAULT_GROUP_SIZE,
+                  live=None) -> dict:
         """Every estimate of the prompts ``ids`` (all candidates, retired ones left out, when None) at the
         current version: {"id": [...], "p", "difficulty", "p_model", "uncertainty", "mean", "variance",
-        "n_seen", "p_zero_variance": arrays}."""
+        "n_seen", "p_zero_variance": arrays}. ``live``: the prompts' live features (``io.live``: a file, a mapping
+        {id: features}, or with ``ids`` a list an array of one row per id)."""
+        from .io.live import as_mapping
+
         group_size = check_group_size(group_size, "group_size")
+        ids = None if ids is None else list(ids)
+        live = as_mapping(live, ids)
         est = self.estimator()
-        return handoff.estimates(est, self.resident_index, self.retired, ids, group_size=group_size)
+        return handoff.estimates(est, self.resident_index, self.retired, ids, group_size=group_size, live=live)
 
     def predict(self, out, *, ids_file=None, fmt: str | None = None, group_size: int = DEFAULT_GROUP_SIZE,
-                id_field: str = "id", progress: Progress = no_progress) -> dict:
+                id_field: str = "id", progress: Progress = no_progress, live=None) -> dict:
         """Write every candidate's (or ``ids_file``'s, its ids read from ``id_field``) estimates at the current
-        version to ``out``, atomically."""
+        version to ``out``, atomically. ``live``: live features of candidates (``io.live``: a file or a mapping
+        {id: features})."""
+        from .io.live import as_mapping
+
         t0 = time.perf_counter()
         group_size, id_field, fmt = handoff.check_predict(out, fmt, group_size, id_field)
+        live = as_mapping(live)
         progress(0, 3)
         t_import = handoff.import_torch()
         t1 = time.perf_counter()
         est = self.estimator()
         return handoff.predict(est, self.resident_index, self.retired, out, root=self.path, ids_file=ids_file,
                                fmt=fmt, group_size=group_size, id_field=id_field, progress=progress, t0=t0,
-                               t_import=t_import, t1=t1)
+                               t_import=t_import, t1=t1, live=live)
 
     def select(self, candidates, batch_size: int, strategy: str = decide.DEFAULT_SELECT_STRATEGY, out=None, *,
-               progress: Progress = no_progress, **kwargs) -> dict:
+               progress: Progress = no_progress, live=None, **kwargs) -> dict:
         """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) by ``strategy``;
         written to ``out`` when given. The chosen ids are ``["ids"]``, best first. ``kwargs``: ``seed``,
-        ``target``, ``explore``, ``group_size``, ``fmt``, ``id_field`` (``stages.decide.check_select``)."""
+        ``target``, ``explore``, ``group_size``, ``fmt``, ``id_field`` (``stages.decide.check_select``).
+        ``live``: the candidates' live features (``io.live``: a file, a mapping {id: features}, or with
+        ``candidates`` a list an array of one row per candidate); a candidate without them gets no live estimate."""
+        from .io.live import as_mapping
+
         t0 = time.perf_counter()
         options = decide.check_select(batch_size, strategy, out, **kwargs)  # before the estimator is read
+        if not isinstance(candidates, (str, Path)):
+            candidates = list(candidates)
+        options["live"] = as_mapping(live, candidates)
         progress(0, 3)
         est = self.estimator()
         return decide.select(est, self.resident_index, self.retired, candidates, root=self.path, progress=progress,
                              t0=t0, **options)
 
     def allocate(self, ids, budget: int, strategy: str = "variance", out=None, *, progress: Progress = no_progress,
-                 **kwargs) -> dict:
+                 live=None, **kwargs) -> dict:
         """Split ``budget`` rollouts over the prompts ``ids`` (an ids file or a list); written to ``out`` when
         given. The counts are ``["counts_by_id"]``. ``kwargs``: ``min_count``, ``max_count``, ``vip_gamma``,
-        ``fmt``, ``id_field`` (``stages.decide.check_allocate``)."""
+        ``fmt``, ``id_field`` (``stages.decide.check_allocate``). ``live``: the prompts' live features, as
+        ``select`` takes them."""
+        from .io.live import as_mapping
+
         t0 = time.perf_counter()
         options = decide.check_allocate(budget, strategy, out, **kwargs)  # before the estimator is read
+        if not isinstance(ids, (str, Path)):
+            ids = list(ids)
+        options["live"] = as_mapping(live, ids)
         progress(0, 3)
         est = self.estimator()
         return decide.allocate(est, self.resident_index, self.retired, ids, root=self.path, progress=progress,

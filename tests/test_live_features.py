@@ -181,3 +181,97 @@ def test_the_number_of_live_features_is_fixed_by_the_first_step_that_gives_them(
     assert "\n" not in str(err.value) and est.step_ == 1
     with pytest.raises(DataError, match="first given 2"):
         est.predict(ids2, live=np.ones((30, 3)))
+
+
+# ------------------------------------------------------------------------------ the STATE and the CLI
+
+
+@pytest.fixture
+def state(tmp_path):
+    from graphdiff_cli import State
+
+    from _handoff_fixtures import make_inputs
+
+    graph, clusters, ids = make_inputs(tmp_path)
+    st = State.init(graph, clusters, tmp_path / "STATE", device="cpu", durable=False)
+    return st, ids
+
+
+def test_a_step_s_rows_carry_live_features_and_a_read_takes_them(state, tmp_path):
+    import json
+    import subprocess
+
+    from _handoff_fixtures import GRAPHDIFF
+
+    st, ids = state
+    rng = np.random.default_rng(0)
+    for t in range(1, 4):
+        batch = ids[(t - 1) * 12:t * 12]
+        rows = [{"id": pid, "n": 8, "s": int(rng.integers(0, 9))} for pid in batch]
+        live = np.array([[r["s"] / 8 + rng.normal(0, 0.05), 1 - r["s"] / 8] for r in rows])
+        live[0] = np.nan  # no features for the first row
+        st.update(t, rows, live=live)
+    est = st.estimator()
+    assert est.live_features_ == 2 and est.mix.source("live_readout").live_gram_[0, 0] > 0
+    logged = [json.loads(line) for line in open(st.dir.log_entry((3, 0))["outcomes"])]
+    assert "live" not in logged[0] and len(logged[1]["live"]) == 2  # the record of the step holds them
+    # a file of live features for a read: the same as the arrays, and a candidate without a row abstains
+    cand = ids[36:48]
+    feats = rng.normal(0.5, 0.3, (12, 2))
+    path = tmp_path / "live.jsonl"
+    path.write_text("".join(json.dumps({"id": pid, "live": f.tolist()}) + "\n" for pid, f in zip(cand[:6], feats)))
+    by_file = st.estimates(cand, live=path)
+    feats[6:] = np.nan
+    by_array = st.estimates(cand, live=feats)
+    plain = st.estimates(cand)
+    np.testing.assert_array_equal(by_file["p"], by_array["p"])
+    np.testing.assert_array_equal(by_file["p"][6:], plain["p"][6:])
+    assert not np.array_equal(by_file["p"][:6], plain["p"][:6])
+    sel = st.select(cand, 4, "target", live=path)
+    cli = subprocess.run([str(GRAPHDIFF), "select", "--state", str(st.path), "--candidates",
+                          str(_ids_file(tmp_path, cand)), "-B", "4", "--strategy", "target", "-o",
+                          str(tmp_path / "sel.txt"), "--live-features", str(path)], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert (tmp_path / "sel.txt").read_text().split() == sel["ids"]
+    res = st.predict(tmp_path / "pred.jsonl", ids_file=_ids_file(tmp_path, cand), live=path)
+    got = [json.loads(line)["p"] for line in open(res["out"])]
+    np.testing.assert_array_equal(got, by_file["p"])  # written as JSON: the same float64
+    alloc = st.allocate(cand, 48, "variance", live=path)
+    assert sum(alloc["counts_by_id"].values()) == 48
+
+
+def _ids_file(tmp_path, ids):
+    path = tmp_path / "cand.txt"
+    path.write_text("\n".join(ids) + "\n")
+    return path
+
+
+def test_bad_live_features_of_a_read_or_a_step_are_refused_in_one_line(state, tmp_path):
+    import json
+    import subprocess
+
+    from graphdiff_cli.errors import GraphdiffError
+
+    from _handoff_fixtures import GRAPHDIFF
+
+    st, ids = state
+    stray = tmp_path / "stray.jsonl"
+    stray.write_text(json.dumps({"id": ids[40], "live": [0.1, 0.2]}) + "\n")
+    cli = subprocess.run([str(GRAPHDIFF), "predict", "--state", str(st.path), "--ids", str(_ids_file(tmp_path, ids[:5])),
+                          "-o", str(tmp_path / "p.jsonl"), "--live-features", str(stray)], capture_output=True,
+                         text=True)
+    assert cli.returncode != 0 and "not among the 5 candidates" in cli.stderr
+    assert len([line for line in cli.stderr.splitlines() if line.strip()]) == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": ids[0], "live": [0.1, "x"]}) + "\n")
+    with pytest.raises(GraphdiffError, match="live holds 'x'"):
+        st.estimates(ids[:5], live=bad)
+    rows = [{"id": ids[0], "n": 4, "s": 1, "live": [0.1, 0.2]}, {"id": ids[1], "n": 4, "s": 2, "live": [0.3]}]
+    with pytest.raises(GraphdiffError, match="outcome row 2: 1 live features, 2 for line 1") as err:
+        st.update(1, rows)
+    assert "\n" not in str(err.value) and st.step == 0
+    with pytest.raises(GraphdiffError, match="one row per outcome row"):
+        st.update(1, rows[:1], live=np.ones((2, 2)))
+    st.update(1, rows[:1])
+    with pytest.raises(GraphdiffError, match="first given 2"):
+        st.estimates(ids[:3], live=np.ones((3, 1)))

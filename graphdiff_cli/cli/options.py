@@ -54,5 +54,9 @@ SnapshotEveryOption = Annotated[Optional[int], typer.Option("--snapshot-every", 
                                                            "every multiple of this (and of --keep-every), else only "
                                                            "its rows that changed; 1: always whole (default "
                                                            f"{DEFAULT_SNAPSHOT_EVERY}).")]
+LiveFeaturesOption = Annotated[Optional[Path], typer.Option(  # noqa: UP007 - typer reads Optional
+    "--live-features", help="Live features of the candidates observed at this step (rows id, live: a list of "
+    "numbers; CSV: separated by spaces), for the live read-out; a candidate without a row gets no live estimate, "
+    "an id that is not a candidate is refused.")]
 IdFieldOption = Annotated[str, typer.Option("--id-field", help="Column holding the prompt id; a dotted path reads "
                                              "a nested field (extra_info.index in a verl parquet).")]

@@ -10,7 +10,10 @@ Two row schemas, fixed by the file's first row (CSV: its header):
   at or above it) is read, with a one-line warning in ``Outcomes.warnings``.
 
 Rows of one prompt are summed (a prompt rolled out in two groups; in the counts schema that is said in
-``Outcomes.warnings``, since it is also what a file written twice over looks like). Extra columns are ignored. The file
+``Outcomes.warnings``, since it is also what a file written twice over looks like). Extra columns are ignored, but
+one: an optional ``live`` column holds the prompt's live features observed at that step (``io.live``: a list of
+numbers; in CSV, numbers separated by spaces; a prompt's first row with them counts), read by the estimator's live
+read-out; they are not part of the step's content hash (the same counts with other features are the same step). The file
 is JSONL, CSV or Parquet (``io.tables.read_rows``; a UTF-8 byte order mark is dropped). Types: in JSONL
 and Parquet counts and rewards are numbers (``"n": "8"`` is refused: a producer that writes numbers as
 strings has a bug worth seeing); in CSV, text by nature, "8" and "8.0" are 8. Everything is checked
@@ -30,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, InvalidArgumentError, option
+from .live import LIVE_COLUMN, live_value, stack
 from .tables import as_float, as_int, check_id_field, detect_format, field_value, id_field_hint, open_hashed, read_file_once, read_rows, row_id
 
 COUNT_COLUMNS = ("id", "n", "s")
@@ -50,6 +54,7 @@ class Outcomes:
     n_rows: int
     warnings: tuple[str, ...] = ()  # one line each: rewards all on one side of a chosen threshold
     hash: str = ""  # content hash of the bytes parsed (the file is read once)
+    live: np.ndarray | None = None  # float64, ids x f: each id's live features (a row of NaN: none); None: no column
 
     @property
     def content_hash(self) -> str:
@@ -185,7 +190,7 @@ def read_outcomes(path, success_threshold: float | None = DEFAULT_SUCCESS_THRESH
     if fmt == "parquet":  # random access: read whole (decoded one record batch at a time)
         data, digest = read_file_once(path)
         return _parse(path, fmt, read_rows(path, fmt, data), threshold, id_field, index, lambda: digest)
-    read = {id_field, id_field.split(".")[0], *COUNT_COLUMNS[1:], *ROLLOUT_COLUMNS[1:]}
+    read = {id_field, id_field.split(".")[0], *COUNT_COLUMNS[1:], *ROLLOUT_COLUMNS[1:], LIVE_COLUMN}
     with open_hashed(path) as (stream, digest):
         return _parse(path, fmt, read_rows(path, fmt, stream=stream, columns=read), threshold, id_field, index, digest)
 
@@ -201,6 +206,7 @@ def _parse(path: Path, fmt: str, rows, threshold: float | None, id_field: str, i
     n_rows = 0
     repeated: dict[str, tuple[int, int]] = {}  # counts rows of an id seen before: (its first line, this line)
     low, high = math.inf, -math.inf
+    live: list = []  # per id: its first row's live features, or None
     for line_no, row in rows:
         if schema is None:
             schema = _schema_of(path, 1 if fmt == "csv" else line_no, row, id_field)
@@ -216,8 +222,10 @@ def _parse(path: Path, fmt: str, rows, threshold: float | None, id_field: str, i
             raise
         except (TypeError, ValueError, OverflowError) as exc:  # a cell the shared parsers do not foresee
             raise DataError(f"{path}:{line_no}: unreadable value ({exc.__class__.__name__}: {exc})") from None
+        features = live_value(row.get(LIVE_COLUMN), f"{path}:{line_no}", strict=fmt != "csv")
         j = pos.get(pid)
         if j is None:
+            live.append(features)
             if index is not None:
                 index.nodes([pid], where=lambda _j: f"{path}:{line_no}")  # unknown: refused at its line
             pos[pid] = len(ids)
@@ -226,6 +234,8 @@ def _parse(path: Path, fmt: str, rows, threshold: float | None, id_field: str, i
             n_acc.append(n)
             s_acc.append(s)
         else:
+            if live[j] is None:
+                live[j] = features
             n_acc[j] += n
             s_acc[j] += s
             if schema == "counts":
@@ -246,4 +256,5 @@ def _parse(path: Path, fmt: str, rows, threshold: float | None, id_field: str, i
                         f"{again}); their n and s are summed, as for a prompt rolled out in several groups")
     return Outcomes(path=path, schema=schema, ids=ids, n=np.asarray(n_acc, dtype=np.int64),
                     s=np.asarray(s_acc, dtype=np.int64), lines=lines, n_rows=n_rows,
-                    warnings=tuple(w for w in warnings if w), hash=digest())
+                    warnings=tuple(w for w in warnings if w), hash=digest(),
+                    live=stack(live, lambda j, short=False: f"line {lines[j]}" if short else f"{path}:{lines[j]}"))

@@ -98,17 +98,20 @@ def check_select(batch_size: int, strategy: str, out=None, *, seed: int = 0, tar
 
 def select(est, index, retired: np.ndarray, candidates, *, root, batch_size: int, strategy: str, out, seed: int,
            target: float, explore: float, group_size: int, fmt: str | None, id_field: str,
-           progress: Progress = no_progress, t0: float) -> dict:
+           progress: Progress = no_progress, t0: float, live: dict | None = None) -> dict:
     """Choose ``batch_size`` prompts of ``candidates`` (an ids file or a list of ids) by ``strategy`` with the
     estimator ``est`` (``index``: the ``IdIndex`` of its version, ``retired`` its retired node indices; the
     options checked by ``check_select``); written to ``out`` when given (the result's ``ids`` are the choice,
-    best first). ``id_field``: where a table of candidates holds the id (a column or a dotted path)."""
+    best first). ``id_field``: where a table of candidates holds the id (a column or a dotted path); ``live``:
+    {id: live features} of candidates (``io.live``; a candidate without them gets no live estimate)."""
+    from ..io.live import live_matrix
+
     ids, rows, skipped, where = _candidates(index, retired, candidates, id_field)
     if batch_size > rows.size:
         raise InvalidArgumentError(f"{option('--batch-size')} {batch_size} is larger than the pool of {rows.size} "
                                    f"candidates in {where}" + (f" ({skipped} more are retired)" if skipped else ""))
     progress(1, 3)
-    m = est.estimates(rows, group_size=group_size)
+    m = est.estimates(rows, group_size=group_size, live=live_matrix(live, ids))
     sel = dec.select(strategy, batch_size, p=m["mean"], variance=m["variance"],
                      p_zero_variance=m["p_zero_variance"], target=target, explore=explore, seed=seed)
     progress(2, 3)
@@ -160,15 +163,18 @@ def check_allocate(budget: int, strategy: str, out=None, *, min_count: int = 2, 
 
 def allocate(est, index, retired: np.ndarray, ids, *, root, budget: int, strategy: str, out, min_count: int,
              max_count: int, vip_gamma: float, fmt: str | None, id_field: str, progress: Progress = no_progress,
-             t0: float) -> dict:
+             t0: float, live: dict | None = None) -> dict:
     """Split ``budget`` rollouts over the prompts ``ids`` (an ids file or a list of ids) by ``strategy`` with the
     estimator ``est`` (``index``: the ``IdIndex`` of its version, ``retired`` its retired node indices; the
     options checked by ``check_allocate``); id, n per prompt written to ``out`` when given (the result's
-    ``counts_by_id``). ``id_field``: where a table of ids holds the id (a column or a dotted path)."""
+    ``counts_by_id``). ``id_field``: where a table of ids holds the id (a column or a dotted path); ``live``: as
+    ``select``'s."""
+    from ..io.live import live_matrix
+
     ids, rows, skipped, _where = _candidates(index, retired, ids, id_field)
     dec.check_budget(rows.size, budget, min_count, max_count)
     progress(1, 3)
-    m = est.estimates(rows)
+    m = est.estimates(rows, live=live_matrix(live, ids))
     p = np.asarray(m["p"], dtype=np.float64)
     n = dec.allocate(strategy, p, budget, min_count, max_count, vip_gamma=vip_gamma)
     progress(2, 3)

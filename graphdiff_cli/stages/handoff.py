@@ -281,7 +281,7 @@ def apply_step(est, nodes: np.ndarray, parsed, *, root, step: int, outcomes, suc
     if est.step_ != step - 1:
         raise ArtifactError(f"{root}: CURRENT says step {step - 1} but its state holds step {est.step_}")
     t = time.perf_counter()
-    stats = est.update(nodes, parsed.n, parsed.s)
+    stats = est.update(nodes, parsed.n, parsed.s, live=parsed.live)  # live: the outcomes' live column, if any
     elbo = stats["elbo"]
     entry = {"outcomes": str(Path(outcomes).resolve()), "outcomes_hash": parsed.hash,
              "outcomes_content": parsed.content_hash, "schema": parsed.schema, "rows": parsed.n_rows, "prompts": len(parsed.ids),
@@ -323,11 +323,14 @@ def candidate_rows(index, retired: np.ndarray, ids=None, *, ids_file=None,
     return ([index.ids[r] for r in rows] if retired.size else list(index.ids)), rows
 
 
-def estimates(est, index, retired: np.ndarray, ids=None, *, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
+def estimates(est, index, retired: np.ndarray, ids=None, *, group_size: int = DEFAULT_GROUP_SIZE,
+              live: dict | None = None) -> dict:
     """Every estimate (``PREDICT_COLUMNS``) of the prompts ``ids`` (every candidate when None) by the estimator
-    ``est`` of the version whose prompts ``index`` holds, as arrays."""
+    ``est`` of the version whose prompts ``index`` holds, as arrays; ``live``: {id: live features} (``io.live``)."""
+    from ..io.live import live_matrix
+
     ids, rows = candidate_rows(index, retired, ids)
-    res = est.estimates(rows, group_size=group_size)
+    res = est.estimates(rows, group_size=group_size, live=live_matrix(live, ids))
     return {"id": ids, **{c: np.asarray(res[c]) for c in PREDICT_COLUMNS[1:]}}
 
 
@@ -342,15 +345,18 @@ def check_predict(out, fmt: str | None, group_size: int, id_field: str) -> tuple
 
 
 def predict(est, index, retired: np.ndarray, out, *, root, ids_file=None, fmt: str, group_size: int,
-            id_field: str = "id", progress: Progress = no_progress, t0: float, t_import: float, t1: float) -> dict:
+            id_field: str = "id", progress: Progress = no_progress, t0: float, t_import: float, t1: float,
+            live: dict | None = None) -> dict:
     """Write every candidate's (or ``ids_file``'s) estimates by the estimator ``est`` (of the version whose
-    prompts ``index`` holds, read since ``t1``; ``check_predict`` checked the rest) to ``out``, atomically."""
+    prompts ``index`` holds, read since ``t1``; ``check_predict`` checked the rest) to ``out``, atomically;
+    ``live``: {id: live features} (``io.live``)."""
+    from ..io.live import live_matrix
     from ..io.tables import write_rows
 
     ids, rows = candidate_rows(index, retired, ids_file=ids_file, id_field=id_field)
     t_load = time.perf_counter()
     progress(1, 3)
-    res = est.estimates(rows, group_size=group_size)
+    res = est.estimates(rows, group_size=group_size, live=live_matrix(live, ids))
     t_infer = time.perf_counter()
     progress(2, 3)
     cols = {"id": list(ids), **{c: np.asarray(res[c]).tolist() for c in PREDICT_COLUMNS[1:]}}

@@ -9,7 +9,7 @@ import typer
 
 from ..common import command, emit, progress, warn
 from ...core.decisions import ALLOCATE_RULES
-from ..options import IdFieldOption, StateOption, complete_from, rules_help
+from ..options import IdFieldOption, LiveFeaturesOption, StateOption, complete_from, rules_help
 
 
 @command("allocate")
@@ -29,13 +29,15 @@ def allocate(
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
     id_field: IdFieldOption = "id",
+    live_features: LiveFeaturesOption = None,
 ):
     """Write per-prompt rollout counts that sum to --budget, each within [--min, --max]."""
     from ...state import State
 
     with progress("allocating") as bar:
         res = State.open(state).allocate(ids, budget, strategy, out, min_count=min_count, max_count=max_count,
-                                         vip_gamma=vip_gamma, fmt=fmt, id_field=id_field, progress=bar)
+                                         vip_gamma=vip_gamma, fmt=fmt, id_field=id_field, progress=bar,
+                                         live=live_features)
     expected = res["expected_signal_groups"]
     for line in res["warnings"]:
         warn(line)

@@ -9,7 +9,7 @@ import typer
 
 from ...stages.handoff import PREDICT_COLUMNS
 from ..common import command, emit, progress
-from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, StateOption
+from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, LiveFeaturesOption, StateOption
 
 
 # The help lists the columns from the constant predict writes them by, so the two cannot drift.
@@ -24,10 +24,11 @@ def predict(
                                       "extension of --out)."),
     group_size: GroupSizeOption = DEFAULT_GROUP_SIZE,
     id_field: IdFieldOption = "id",
+    live_features: LiveFeaturesOption = None,
 ):
     from ...state import State
 
     with progress("predicting") as bar:
         res = State.open(state).predict(out, ids_file=ids, fmt=fmt, group_size=group_size, id_field=id_field,
-                                        progress=bar)
+                                        progress=bar, live=live_features)
     emit(res, f"step {res['step']}: {res['rows']} predictions (mean p {res['p_mean']:.3f}) -> {res['out']}")

@@ -9,7 +9,8 @@ import typer
 
 from ...core.decisions import DEFAULT_SELECT_STRATEGY, SELECT_RULES
 from ..common import command, emit, progress, warn
-from ..options import DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, StateOption, complete_from, rules_help
+from ..options import (DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, LiveFeaturesOption, StateOption,
+                       complete_from, rules_help)
 
 # the default's reason beside its help line
 _STRATEGY_HELP = rules_help(SELECT_RULES, {DEFAULT_SELECT_STRATEGY: "the default: the highest effective-group rate "
@@ -35,6 +36,7 @@ def select(
     fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, csv or parquet (default: from the "
                                       "extension of --out)."),
     id_field: IdFieldOption = "id",
+    live_features: LiveFeaturesOption = None,
 ):
     """Choose --batch-size prompts of --candidates by --strategy and write them to --out."""
     from ...state import State
@@ -42,7 +44,7 @@ def select(
     with progress("selecting") as bar:
         res = State.open(state).select(candidates, batch_size, strategy, out, seed=seed, target=target,
                                        explore=explore, group_size=group_size, fmt=fmt, id_field=id_field,
-                                       progress=bar)
+                                       progress=bar, live=live_features)
     for line in res["warnings"]:
         warn(line)
     emit(res, f"step {res['step']}: chose {res['batch_size']} of {res['pool']} by {strategy} "
