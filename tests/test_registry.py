@@ -26,12 +26,13 @@ runner = CliRunner()
 
 def test_the_registry_lists_the_methods_in_report_order():
     assert methods.METHOD_KEYS == ("graphdiff", "history", "discounted", "mopps", "greso", "vip", "dots", "ridge",
-                                   "labelprop", "sbr", "sbs")
+                                   "covariates", "reference", "labelprop", "sbr", "sbs")
     assert methods.ORACLE_KEYS == ("sbr", "sbs")
     assert methods.EMBEDDING_METHODS == ("vip", "dots", "ridge")
+    assert methods.COVARIATE_METHODS == ("covariates", "reference")
     assert methods.COUNTERFACTUAL_METHODS == methods.METHOD_KEYS[:-2]
     assert list(methods.DEFAULT_CONFIG["evaluate"]) == ["discounted", "mopps", "greso", "vip", "dots", "ridge",
-                                                        "oracles"]
+                                                        "covariates", "reference", "oracles"]
     assert dec.SELECT_STRATEGIES == ("target", "thompson", "skip-zero-variance", "uniform")
     assert dec.ALLOCATE_STRATEGIES == ("uniform", "variance", "vip")
 

@@ -16,6 +16,12 @@ published ones (see docs / shared notes "peers"):
                        on them (Sun et al.'s adaptive difficulty prediction).
 * ``RidgeReadout``     ridge read-out of the embedding fitted online on every outcome so far, blended with a
                        seen prompt's own outcomes by evidence mixing (``core.readout``, the estimator's own).
+* ``CovariateReadout``  the same ridge read-out on the prompts' encoded covariates (``core.covariates``: text
+                       statistics, the prompt file's fields, a reference pass rate) instead of the embedding:
+                       graphdiff's covariates source (``estimator.sources.covariates``) alone.
+* ``ReferencePrior``   BOTS's interpolation prior (Trinity-RFT): each prompt's Beta takes its own outcomes as
+                       explicit evidence and, every step, the reference pass rate rescaled to the policy as
+                       implicit evidence.
 * ``LabelPropagation`` harmonic function (Zhu et al. 2003) on the mutual-kNN graph W.
 * ``SampleBeforeRL`` / ``SampleBeforeStep`` (oracles, see ``OracleEstimator``).
 
@@ -50,7 +56,8 @@ from .registry import register
 
 __all__ = [
     "OnlineEstimator", "OracleEstimator", "Peer", "belief", "has_belief", "point_estimate", "aggregate_counts",
-    "HistoryMean", "DiscountedHistory", "MoPPS", "GRESO", "VIP", "DOTS", "RidgeReadout", "LabelPropagation",
+    "HistoryMean", "DiscountedHistory", "MoPPS", "GRESO", "VIP", "DOTS", "RidgeReadout", "CovariateReadout",
+    "ReferencePrior", "LabelPropagation",
     "harmonic_solution", "SampleBeforeRL", "SampleBeforeStep",
 ]
 
@@ -741,6 +748,157 @@ class RidgeReadout(Peer):
         self.gram_, self.moment_ = readout.changed_stats(self.gram_, self.moment_, self.x[ids], old, new)
         self._global.add(n, s)
         self._theta = {}
+
+
+def _check_covariates(covariates, reference, who: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(covariates as a finite N x c float64 array, reference as N float64 in [0, 1] or NaN, or None)."""
+    x = np.asarray(covariates, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise DataError(f"{who} needs a 2-D array of encoded covariates (one row per prompt), got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise DataError(f"{who}: the covariates contain NaN or infinite values (encode them: core.covariates)")
+    if reference is None:
+        return x, None
+    r = np.asarray(reference, dtype=np.float64)
+    if r.shape != (x.shape[0],) or (~np.isnan(r) & ~((r >= 0) & (r <= 1))).any():
+        raise DataError(f"{who}: the reference rate must be {x.shape[0]} pass rates in [0, 1] (NaN: none)")
+    return x, r
+
+
+@register("covariates", help="the ridge read-out of the prompts' covariates (graphdiff's covariates source, alone)",
+          covariates=True, settings={})
+class CovariateReadout(RidgeReadout):
+    """The ridge read-out of the prompts' encoded covariates alone (no graph, no embedding), fitted online:
+    graphdiff's covariates source (``estimator.sources.covariates``) as a peer, as ``ridge`` is its read-out
+    of the embedding.
+
+    Everything is ``RidgeReadout``'s (one row per prompt with evidence, x_i = [1, c_i], target S_i / C_i,
+    weight 1; both strengths chosen online; a seen prompt's own outcomes blended in by evidence mixing), on the
+    covariates c_i that ``core.covariates.encode`` made (text statistics of the prompt and its answer, the
+    prompt file's fields, a reference pass rate) instead of the embedding; and, as graphdiff's source does,
+    before any outcome a prompt with a reference pass rate starts from it (the others from the global rate so
+    far, 0.5 before any).
+    """
+
+    def __init__(self, covariates: np.ndarray, reference: np.ndarray | None = None, name: str = "covariates"):
+        x, r = _check_covariates(covariates, reference, "the covariates' read-out")
+        super().__init__(x, name=name)
+        self.reference = r
+
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        return [(cls(inputs.covariates, inputs.reference),
+                 {"method": "ridge read-out of the prompts' covariates, evidence mixing (strengths chosen online)",
+                  "covariates": int(inputs.covariates.shape[1]), "reference_rate": inputs.reference is not None})]
+
+    def _readout(self, ids: np.ndarray, ridge: float) -> np.ndarray:
+        from ..core import readout
+
+        if ridge not in self._theta:
+            self._theta[ridge] = readout.solve(self.gram_, self.moment_, ridge)
+        theta = self._theta[ridge]
+        if theta is not None or self.reference is None:
+            return readout.predict(theta, self.x[ids], self._global.value)
+        r = self.reference[ids]
+        return np.where(np.isnan(r), self._global.value, r)
+
+
+# BOTS's settings as examples/bots/bots.yaml runs them (m = its repeat_times 16, lamb 0.1, rho 0.1) and its
+# estimator's default discount of the capability coefficient (0.9)
+BOTS_SETTINGS = {"m": 16, "lamb": 0.1, "rho": 0.1, "discount": 0.9}
+
+
+@register("reference", help="BOTS's prior from the reference pass rate, fused with each prompt's outcomes",
+          covariates=True, settings=BOTS_SETTINGS)
+class ReferencePrior(Peer):
+    """BOTS's interpolation estimator (Shen et al. 2025, "BOTS: A Unified Framework for Bayesian Online Task
+    Selection in LLM Reinforcement Finetuning"; Trinity-RFT, ``trinity/buffer/selector/diff_estimator.py``,
+    ``InterpolationBetaPREstimator``, run by ``examples/bots/bots.yaml``) on one reference pass-rate column.
+
+    Each prompt has a Beta(alpha_i, beta_i), from (1, 1). After every step, for every prompt (BOTS's
+    ``_update``)::
+
+        alpha_i <- (1 - lamb) alpha_i + lamb + (1 - rho) s_bar_i + rho m p_tilde_i
+        beta_i  <- (1 - lamb) beta_i  + lamb + (1 - rho) f_bar_i + rho m (1 - p_tilde_i)
+
+    with explicit evidence s_bar_i = m r_i, f_bar_i = m (1 - r_i) for the step's prompts (r_i = s_i / n_i, their
+    observed rate; 0 for the others) and implicit evidence p_tilde_i: the observed rate for the step's prompts,
+    and for every other prompt the estimate interpolated from the reference columns, clip(a_i + c (b_i - a_i),
+    0, 1), where c, the policy's capability, is (mean r - mean a) / (mean b - mean a + 1e-6) over the step's
+    prompts, smoothed as c <- discount c + (1 - discount) c_step (the first step's taken as it is). BOTS
+    interpolates between two reference models' rates (a: Qwen2.5-7B's, b: Qwen3-30B's); with one column the
+    weaker anchor is a model that solves nothing (a = 0, b = the reference rate), so p_tilde_i =
+    clip(c ref_i, 0, 1). A prompt without a reference rate gets the global rate observed so far as its
+    p_tilde, and takes no part in c (nor does a step without such prompts change c); before any c, every
+    unselected prompt's p_tilde is that global rate. p = alpha / (alpha + beta); BOTS's adaptive rho is off
+    (bots.yaml does not set it). Its settings (``BOTS_SETTINGS``) are bots.yaml's, not tuned on any log.
+    """
+
+    def __init__(self, reference: np.ndarray, m: float = 16, lamb: float = 0.1, rho: float = 0.1,
+                 discount: float = 0.9, name: str = "reference"):
+        r = np.asarray(reference, dtype=np.float64)
+        if r.ndim != 1 or r.size < 1 or (~np.isnan(r) & ~((r >= 0) & (r <= 1))).any():
+            raise DataError("the reference prior needs one reference pass rate in [0, 1] per prompt (NaN: none)")
+        for key, v, lo_open in (("m", m, True), ("lamb", lamb, False), ("rho", rho, False),
+                                ("discount", discount, False)):
+            ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and np.isfinite(v)
+            if not ok or (v <= 0 if lo_open else v < 0) or (key != "m" and v > 1):
+                raise InvalidArgumentError(f"the reference prior's {key} must be a number "
+                                           f"{'> 0' if key == 'm' else 'in [0, 1]'}, got {v!r}")
+        self.name = name
+        self.reference = r
+        self.n_nodes = r.size
+        self.m, self.lamb, self.rho, self.discount = float(m), float(lamb), float(rho), float(discount)
+        self.alpha_ = np.ones(self.n_nodes)
+        self.beta_ = np.ones(self.n_nodes)
+        self.capability_: float | None = None
+        self._global = _GlobalMean()
+
+    @classmethod
+    def build(cls, inputs, settings) -> list:
+        if inputs.reference is None:
+            raise InvalidArgumentError("method reference needs a reference pass rate among the prompts' covariates "
+                                       "(a reference column when they were encoded)")
+        v = settings
+        return [(cls(inputs.reference, m=v["m"], lamb=v["lamb"], rho=v["rho"], discount=v["discount"]),
+                 {"method": "BOTS's interpolation prior from the reference pass rate", **v})]
+
+    def implicit(self) -> np.ndarray:
+        """p_tilde of every prompt from the reference rate at the current capability (before a step's own)."""
+        g = self._global.value
+        if self.capability_ is None:
+            return np.full(self.n_nodes, g)
+        return np.where(np.isnan(self.reference), g, np.clip(self.capability_ * self.reference, 0.0, 1.0))
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        return self.alpha_[ids] / (self.alpha_[ids] + self.beta_[ids])
+
+    def estimates(self, ids, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
+        """p = the Beta's mean, its variance, and the Beta-Binomial P(s in {0, g})."""
+        ids = _check_ids(ids, self.n_nodes)
+        a, b = self.alpha_[ids], self.beta_[ids]
+        mean, var = B.mean_variance(a, b)
+        return {"p": mean, "variance": var, "p_zero_variance": B.zero_variance(a, b, int(group_size))}
+
+    def update(self, ids, n, s) -> None:
+        ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
+        if ids.size == 0:
+            return
+        rate = s / n
+        self._global.add(n, s)
+        has = ~np.isnan(self.reference[ids])
+        if has.any():
+            c = float(rate[has].mean() / (self.reference[ids][has].mean() + 1e-6))
+            self.capability_ = c if self.capability_ is None else \
+                self.discount * self.capability_ + (1.0 - self.discount) * c
+        p_tilde = self.implicit()
+        p_tilde[ids] = rate
+        s_bar, f_bar = np.zeros(self.n_nodes), np.zeros(self.n_nodes)
+        s_bar[ids], f_bar[ids] = self.m * rate, self.m * (1.0 - rate)
+        keep, rho, m = 1.0 - self.lamb, self.rho, self.m
+        self.alpha_ = keep * self.alpha_ + self.lamb + (1.0 - rho) * s_bar + rho * m * p_tilde
+        self.beta_ = keep * self.beta_ + self.lamb + (1.0 - rho) * f_bar + rho * m * (1.0 - p_tilde)
 
 
 # ----------------------------------------------------------------------------------------------------

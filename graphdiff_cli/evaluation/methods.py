@@ -5,7 +5,9 @@ graphdiff's ``registry.GraphdiffMethod``, the peers' in ``baselines``); everythi
 - ``METHOD_KEYS``: graphdiff, the peers (history, discounted history, MoPPS, GRESO, the embedding peers
   VIP, DOTS and the ridge read-out, label propagation) and the two oracles, in report order;
   ``parse_methods`` reads ``--methods``. ``EMBEDDING_METHODS`` need prompt embeddings: without them
-  ``build_methods`` refuses them and ``method_factories`` leaves them out. ``COUNTERFACTUAL_METHODS`` can
+  ``build_methods`` refuses them and ``method_factories`` leaves them out; ``COVARIATE_METHODS`` (the
+  covariates' read-out alone, the reference pass rate's prior) need the prompts' covariates, likewise.
+  ``COUNTERFACTUAL_METHODS`` can
   drive decisions (no oracles). Each is read from the registry when asked for, so a method registered
   later is among them.
 - ``load_config``: the ``estimator`` section (graphdiff's settings, read by ``settings.config_layer`` as
@@ -22,16 +24,17 @@ from pathlib import Path
 from ..errors import InvalidArgumentError
 from . import baselines as _peers  # noqa: F401  (the peers register themselves on import)
 from .baselines import DISCOUNTED
-from .registry import (METHODS, GraphdiffMethod, Inputs, counterfactual_keys, default_settings, embedding_keys,
-                       method_keys, methods_help, oracle_keys)
+from .registry import (METHODS, GraphdiffMethod, Inputs, counterfactual_keys, covariate_keys, default_settings,
+                       embedding_keys, method_keys, methods_help, oracle_keys)
 
-__all__ = ["METHOD_KEYS", "ORACLE_KEYS", "EMBEDDING_METHODS", "COUNTERFACTUAL_METHODS", "DEFAULT_CONFIG", "DISCOUNTED",
-           "METHODS", "GraphdiffMethod", "Inputs", "method_keys", "oracle_keys", "embedding_keys",
+__all__ = ["METHOD_KEYS", "ORACLE_KEYS", "EMBEDDING_METHODS", "COVARIATE_METHODS", "COUNTERFACTUAL_METHODS", "DEFAULT_CONFIG", "DISCOUNTED",
+           "METHODS", "GraphdiffMethod", "Inputs", "method_keys", "oracle_keys", "embedding_keys", "covariate_keys",
            "counterfactual_keys", "default_settings", "methods_help", "load_config", "with_device", "parse_methods",
            "tune_discounted", "build_methods", "method_factories"]
 
 # the registry's views, computed when read (a method registered after this import is among them)
 _VIEWS = {"METHOD_KEYS": method_keys, "ORACLE_KEYS": oracle_keys, "EMBEDDING_METHODS": embedding_keys,
+          "COVARIATE_METHODS": covariate_keys,
           "COUNTERFACTUAL_METHODS": counterfactual_keys, "DEFAULT_CONFIG": lambda: {"evaluate": default_settings()}}
 
 
@@ -149,12 +152,15 @@ def tune_discounted(log: dict, n_nodes: int, lambdas, ms) -> tuple[dict, list[di
     return {"lam": best["lam"], "m": best["m"], "mae": best["mae"]}, rows
 
 
-def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> tuple[list, dict]:
+def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None, covariates=None,
+                  reference=None) -> tuple[list, dict]:
     """Instantiate the requested methods (``registry.METHODS[key].build``); returns (estimators, {name:
-    description of its settings}). ``tuned``: discounted history's (lambda, m) (None: ``DISCOUNTED``)."""
+    description of its settings}). ``tuned``: discounted history's (lambda, m) (None: ``DISCOUNTED``);
+    ``covariates``, ``reference``: the prompts' encoded covariates and reference pass rate (None: not given)."""
     ev = cfg["evaluate"]
     inputs = Inputs(w, labels, k, embeddings, n_nodes, estimator=cfg["estimator"],
-                    preset=cfg.get("estimator_preset", "default"), tuned=tuned)
+                    preset=cfg.get("estimator_preset", "default"), tuned=tuned, covariates=covariates,
+                    reference=None if covariates is None else reference)
     methods, described = [], {}
     for key in keys:
         spec = METHODS.get(key)
@@ -162,24 +168,30 @@ def build_methods(keys, cfg, w, labels, k, embeddings, n_nodes, tuned=None) -> t
             raise InvalidArgumentError(f"unknown method {key!r}; choose from {', '.join(method_keys())}")
         if spec.embeddings and embeddings is None:
             raise InvalidArgumentError(f"method {key} needs prompt embeddings: pass --embeddings EMBED.zarr")
+        if spec.covariates and covariates is None:
+            raise InvalidArgumentError(f"method {key} needs the prompts' covariates: pass --covariates with an "
+                                       "embeddings artifact that holds them (graphdiff embed with covariates)")
         for m, desc in spec.build(inputs, None if spec.settings is None else ev[spec.section]):
             methods.append(m)
             described[m.name] = desc
     return methods, described
 
 
-def method_factories(keys, cfg, w, labels, k, embeddings, n_nodes) -> dict:
+def method_factories(keys, cfg, w, labels, k, embeddings, n_nodes, covariates=None, reference=None) -> dict:
     """{method name: zero-argument factory of a fresh estimator} for the given method keys (the embedding
-    methods are left out without embeddings; discounted history at ``DISCOUNTED``, not tuned on the log)."""
+    methods are left out without embeddings, the covariate methods without covariates; discounted history at
+    ``DISCOUNTED``, not tuned on the log)."""
     factories = {}
     for key in keys:
         if key not in counterfactual_keys():
             raise InvalidArgumentError(f"method {key!r} cannot drive decisions; choose from "
                                        f"{', '.join(counterfactual_keys())}")
-        if METHODS[key].embeddings and embeddings is None:
+        if (METHODS[key].embeddings and embeddings is None) or (METHODS[key].covariates and covariates is None):
             continue
-        built, _ = build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)
+        extra = {"covariates": covariates, "reference": reference}
+        built, _ = build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED, **extra)
         for idx, m in enumerate(built):
             factories[m.name] = (lambda key=key, idx=idx:
-                                 build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED)[0][idx])
+                                 build_methods([key], cfg, w, labels, k, embeddings, n_nodes, tuned=DISCOUNTED,
+                                               **extra)[0][idx])
     return factories

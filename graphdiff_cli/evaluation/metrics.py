@@ -16,6 +16,9 @@ observed rate r = s / n. Rows of one step form its batch. Definitions:
   last bin): sum_b (rows_b / rows) |mean p_b - mean r_b|. ``reliability`` gives the per-bin data.
 * AUROC of a zero-variance score: how well the score ranks groups that came out all-correct or
   all-wrong (s in {0, n}) above the others; Mann-Whitney with average ranks for ties.
+* zero-variance ECE: the ECE above of the same score read as a probability, P(all-same group), against
+  the observed outcome (1 where the group came out all-correct or all-wrong, else 0): whether the
+  probability a decision reads (``p_zero_variance``) is calibrated, not only whether it ranks.
 
 Everything is computed per phase (``PHASES``: early / middle / last third of the steps, and full) and
 per split (all rows, prompts seen before the step, prompts never seen before).
@@ -31,10 +34,11 @@ from ..errors import InvalidArgumentError
 N_BINS = 10
 PHASES = ("early", "middle", "last", "full")
 SPLITS = ("all", "seen", "unseen")
-METRICS = ("mae", "batch_r", "within_r", "within_spearman", "brier", "ece", "auroc")
+METRICS = ("mae", "batch_r", "within_r", "within_spearman", "brier", "ece", "auroc", "zero_variance_ece")
 # direction of "better" for each metric (used to bold the best value of a column)
 HIGHER_IS_BETTER = {"mae": False, "batch_r": True, "within_r": True, "within_spearman": True,
-                    "brier": False, "ece": False, "auroc": True, "seconds_per_step": False}
+                    "brier": False, "ece": False, "auroc": True, "zero_variance_ece": False,
+                    "seconds_per_step": False}
 
 
 def _f(x) -> np.ndarray:
@@ -241,6 +245,11 @@ def zero_variance_outcome(n, s) -> np.ndarray:
     return (s == 0) | (s == n)
 
 
+def zero_variance_ece(score, n, s, n_bins: int = N_BINS) -> float:
+    """ECE of P(all-same group) ``score`` against the outcome: 1 where s = 0 or s = n, else 0 (``ece``)."""
+    return ece(score, zero_variance_outcome(n, s).astype(np.float64), n_bins)
+
+
 def phase_of_steps(step) -> dict[str, np.ndarray]:
     """Boolean row masks per phase: the distinct steps, in order, split into thirds (np.array_split
     sizes: the first phases get the extra steps), plus "full"."""
@@ -271,6 +280,7 @@ def score_rows(step, p, n, s, zero_var=None) -> dict:
         "brier": brier(p, n, s),
         "ece": ece(p, r),
         "auroc": auroc(zero_var, zero_variance_outcome(n, s)) if zero_var is not None else float("nan"),
+        "zero_variance_ece": zero_variance_ece(zero_var, n, s) if zero_var is not None else float("nan"),
     })
     return out
 

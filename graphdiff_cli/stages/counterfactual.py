@@ -25,7 +25,7 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
                        strategies=("target", "thompson", "skip-zero-variance"), allocation=("uniform", "variance", "vip"),
                        budget_per_prompt: int = 8, min_count: int = 2, max_count: int = 32,
                        explore: float | None = None, skip_unavailable: bool = False, predictions=None,
-                       progress: Progress = no_progress) -> dict:
+                       covariates=None, reference=None, progress: Progress = no_progress) -> dict:
     """Both replays on a log already read (``read_log``) with the graph's arrays; the result dict.
 
     A log that cannot give one of the replays (selection: no round holds a pool) raises its ``DataError``;
@@ -33,6 +33,8 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
     ``selection_skipped`` / ``allocation_skipped`` (both unavailable: the first error is raised).
     ``predictions``: {name: per-row predictions} of estimators already replayed on this log as built here
     (``evaluation.counterfactual.allocation_replay`` then reuses them instead of a second pass).
+    ``covariates``, ``reference``: the prompts' encoded covariates and reference pass rate (None: not given; the
+    covariate methods are then left out).
     """
     from ..core import decisions as dec
     from ..evaluation.counterfactual import OUT_OF_REACH, allocation_replay, selection_replay
@@ -42,7 +44,7 @@ def run_counterfactual(lg: dict, cfg: dict, w, labels, k: int, emb, n_nodes: int
     explore = dec.TARGET_EXPLORE if explore is None else dec.check_explore(explore)
     target_explore = (explore, 0.0) if explore > 0 else (0.0,)
     keys = list(methods) if methods else list(COUNTERFACTUAL_METHODS)
-    factories = method_factories(keys, cfg, w, labels, k, emb, n_nodes)
+    factories = method_factories(keys, cfg, w, labels, k, emb, n_nodes, covariates, reference)
     res: dict = {"note": OUT_OF_REACH, "methods": list(factories)}
     errors: list[DataError] = []
 

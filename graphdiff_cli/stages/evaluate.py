@@ -1,7 +1,9 @@
 """Stage behind ``graphdiff evaluate``: is graphdiff better than what I use now, on my own log?
 
 Read a training log (rows step, id, n, s; string ids matched to the graph's ``ids``), the graph,
-clusters and (for VIP, DOTS and the ridge read-out) embeddings artifacts (``io.readers``); replay the log through graphdiff and the
+clusters and (for VIP, DOTS and the ridge read-out) embeddings artifacts, and the prompts' covariates an
+embeddings artifact holds (for graphdiff and the covariate peers: the covariates' read-out alone, the
+reference pass rate's prior) (``io.readers``); replay the log through graphdiff and the
 peers' estimators (``methods``) with no look-ahead (``evaluation.replay``); score them (``evaluation.metrics``);
 optionally replay decisions (``stages.counterfactual``); write a report folder (report.md,
 metrics.json, plots) atomically (``io.staging``).
@@ -149,8 +151,13 @@ def _headline(res, metrics: dict, decisions: dict | None, counterfactual: bool |
 
 def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods=None, device: str | None = None,
              counterfactual: bool | None = None, pool_factor: float = 2.0, seed: int = 0, explore: float | None = None,
-             progress: Progress = no_progress) -> dict:
+             covariates=None, progress: Progress = no_progress) -> dict:
     """Replay ``log`` through the chosen methods and write the report folder ``out`` atomically.
+
+    ``covariates``: an embeddings artifact holding the prompts' covariates (``graphdiff embed`` with
+    covariates); None: ``embeddings``'s, when it holds them. graphdiff and the covariate methods are given
+    them; without any, the covariate methods are refused when named in ``methods`` and otherwise left out, the
+    report saying why.
 
     ``counterfactual``: also replay selection and allocation driven by each (non-oracle) method
     (``stages.counterfactual``), with the log's median batch size as B and a pool of ``pool_factor`` x B;
@@ -162,9 +169,9 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     """
     from ..evaluation.metrics import evaluate_replay
     from ..evaluation.replay import replay
-    from ..io.readers import embedding_matrix, read_clusters, read_graph, read_log
-    from ..evaluation.methods import (COUNTERFACTUAL_METHODS, EMBEDDING_METHODS, build_methods, load_config, parse_methods,
-                           tune_discounted, with_device)
+    from ..io.readers import covariate_inputs, embedding_matrix, read_clusters, read_graph, read_log
+    from ..evaluation.methods import (COUNTERFACTUAL_METHODS, COVARIATE_METHODS, EMBEDDING_METHODS, build_methods,
+                                      load_config, parse_methods, tune_discounted, with_device)
     from .report import to_jsonable, write_report
 
     t0 = time.perf_counter()
@@ -179,8 +186,8 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
         check_int(seed, "--seed", 0)  # numpy seeds are >= 0
         if explore is not None:
             check_explore(explore)  # before the replays, not after them
+    named = {k.strip().lower() for m in (methods or []) for k in str(m).split(",")}
     if embeddings is None:
-        named = {k.strip().lower() for m in (methods or []) for k in str(m).split(",")}
         for key in EMBEDDING_METHODS:
             if key in keys:
                 if key in named:  # asked for by name, not through "all"
@@ -193,6 +200,30 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     cl = read_clusters(clusters, g)
     w, labels, k = g.w, cl.labels, cl.k
     emb = embedding_matrix(embeddings, g) if embeddings is not None else None
+    cov = None
+    if covariates is not None or embeddings is not None:
+        cov = covariate_inputs(covariates if covariates is not None else embeddings, g)
+        if cov is None and covariates is not None:
+            raise InvalidArgumentError(f"--covariates {covariates} holds no covariates (graphdiff embed computes "
+                                       "them from the prompts file)")
+    skipped = {}
+    if cov is None:
+        why = ("no covariates: " + ("--embeddings holds none" if embeddings is not None else "no --covariates") +
+               " (graphdiff embed computes them from the prompts file)")
+        for key in COVARIATE_METHODS:
+            if key in keys:
+                if key in named:  # asked for by name, not through "all"
+                    raise InvalidArgumentError(f"method {key} needs the prompts' covariates: {why}")
+                keys.remove(key)
+                skipped[key] = why
+    elif cov.reference is None and "reference" in keys:
+        why = "the covariates have no reference pass rate column"
+        if "reference" in named:
+            raise InvalidArgumentError(f"method reference needs a reference pass rate: {why}")
+        keys.remove("reference")
+        skipped["reference"] = why
+    features = None if cov is None else cov.features
+    reference = None if cov is None else cov.reference
     lg = read_log(log, g.index)
     n_nodes = len(g.ids)
 
@@ -200,7 +231,8 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     if "discounted" in keys:
         ev = cfg["evaluate"]["discounted"]
         tuned, grid = tune_discounted(lg, n_nodes, ev["lambdas"], ev["m"])
-    ests, described = build_methods(keys, cfg, w, labels, k, emb, n_nodes, tuned)
+    ests, described = build_methods(keys, cfg, w, labels, k, emb, n_nodes, tuned, covariates=features,
+                                    reference=reference)
     phase(progress, f"replaying the log ({len(ests)} methods, steps)")
     progress(0, None)
     res = replay(lg["step"], lg["id"], lg["n"], lg["s"], ests, n_nodes=n_nodes, progress=progress)
@@ -229,7 +261,8 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
             decisions = run_counterfactual(lg, cfg, w, labels, k, emb, n_nodes, methods=cf_methods,
                                            batch_size=int(np.median(sizes)), pool_factor=pool_factor, seed=seed,
                                            explore=explore, skip_unavailable=counterfactual is None,
-                                           predictions=reused, progress=progress)
+                                           predictions=reused, covariates=features, reference=reference,
+                                           progress=progress)
         except DataError as exc:
             if counterfactual:  # asked for by name: the log cannot give it
                 raise
@@ -237,6 +270,10 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     run = {
         "command": "evaluate", "log": str(log), "graph": str(graph), "clusters": str(clusters),
         "embeddings": None if embeddings is None else str(embeddings), "config": None if config is None else str(config),
+        "covariates": None if cov is None else {"path": str(covariates if covariates is not None else embeddings),
+                                                "features": int(cov.features.shape[1]),
+                                                "reference_rate": cov.reference is not None},
+        "skipped": skipped,
         "out": str(out), "n_prompts": n_nodes, "n_states": k, "rows": int(res.step.size), "steps": n_steps,
         "prompts_in_log": int(np.unique(res.ids).size), "batch_size": {"min": int(sizes.min()), "max": int(sizes.max())},
         "seen_rows": int(res.seen.sum()), "methods": res.methods, "oracles": [m for m in res.methods if res.oracle[m]],
@@ -244,7 +281,7 @@ def evaluate(log, graph, clusters, out, *, embeddings=None, config=None, methods
     }
     summary_rows = {name: {key: m["phases"]["full"]["all"][key]
                            for key in ("mae", "batch_r", "within_r", "within_spearman", "brier", "ece", "auroc",
-                                       "seconds_per_step")}
+                                       "zero_variance_ece", "seconds_per_step")}
                     for name, m in metrics["methods"].items()}
     document = {"run": run, "settings": described, "metrics": metrics, "verdict": _verdict(metrics),
                 "headline": _headline(res, metrics, decisions, counterfactual),

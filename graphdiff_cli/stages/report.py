@@ -27,6 +27,8 @@ METRIC_TITLES = {
     "brier": "Brier score over rollouts (lower is better)",
     "ece": f"Expected calibration error, {N_BINS} equal-width bins (lower is better)",
     "auroc": "AUROC of the zero-variance score for all-correct / all-wrong groups (higher is better)",
+    "zero_variance_ece": (f"Calibration of P(all-same group): ECE of the zero-variance score against the "
+                          f"all-correct / all-wrong outcome, {N_BINS} equal-width bins (lower is better)"),
 }
 PLOTS = ("answer.png", "batch_mean.png", "mae_over_steps.png", "reliability.png")
 HTML_STYLE = """body{font:15px/1.5 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -323,6 +325,10 @@ def render_markdown(doc: dict) -> str:
             f"{bs}), {run['prompts_in_log']:,} of "
             f"{run['n_prompts']:,} graph prompts observed, {run['seen_rows']:,} rows on prompts seen at an "
             f"earlier step. Graph `{run['graph']}`, clusters `{run['clusters']}` (K = {run['n_states']}).", ""]
+    skipped = run.get("skipped") or {}
+    if skipped:
+        out += ["Not compared on this log: " + "; ".join(f"{name} ({why})" for name, why in skipped.items()) + ".",
+                ""]
     out += ["Every method predicts a step's batch before that step's outcomes are revealed, then all are "
             "updated. Phases split the distinct steps into thirds: " + ", ".join(
                 f"{PHASE_TITLES[p].lower()} = steps {ph[p][0]}–{ph[p][1]}" for p in PHASES[:3]) + ".", ""]
@@ -377,7 +383,7 @@ def render_markdown(doc: dict) -> str:
             "each method's own predict + update wall time per step on this machine.", "",
             _table(header, rows, bold, eligible, digits), ""]
 
-    for key in ("within_r", "within_spearman", "brier", "ece", "auroc"):
+    for key in ("within_r", "within_spearman", "brier", "ece", "auroc", "zero_variance_ece"):
         header = ["Method"] + [PHASE_TITLES[p] for p in PHASES]
         rows = [[lab] + [methods[n]["phases"][p]["all"][key] for p in PHASES] for n, lab in zip(names, labels)]
         bold = {c: HIGHER_IS_BETTER[key] for c in range(1, len(header))}
@@ -387,7 +393,7 @@ def render_markdown(doc: dict) -> str:
             out += [f"Batches whose observed rates are all equal are skipped for every method ({wb} of "
                     f"{run['steps']} batches scored over the full log); a method whose predictions within a "
                     "batch are all equal scores 0 there.", ""]
-        if key == "auroc":
+        if key in ("auroc", "zero_variance_ece"):
             srcs = ", ".join(f"{n}: {methods[n]['zero_variance_source']}" for n in names)
             out += ["Zero-variance score: the method's own P(s ∈ {0, n}) where it has one (native), else "
                     f"p^n + (1 − p)^n of its prediction (plug-in). Sources — {srcs}.", ""]

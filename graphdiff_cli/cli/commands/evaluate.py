@@ -7,12 +7,13 @@ from typing import List, Optional
 
 import typer
 
-from ...evaluation.methods import embedding_keys, methods_help
+from ...evaluation.methods import covariate_keys, embedding_keys, methods_help
 from ..common import command, emit, progress
 
 # the registered methods (each registers itself: evaluation.registry), as --methods and --embeddings list them
 _METHODS_HELP = methods_help()
 _EMBEDDING_HELP = ", ".join(embedding_keys())
+_COVARIATE_HELP = ", ".join(covariate_keys())
 
 
 @command("evaluate")
@@ -25,6 +26,11 @@ def evaluate(
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Embeddings artifact; needed by the "
                                               f"embedding peers ({_EMBEDDING_HELP}), which are skipped without "
                                               "it unless named in --methods (then refused)."),
+    covariates: Optional[Path] = typer.Option(None, "--covariates", help="Embeddings artifact holding the "
+                                              "prompts' covariates (graphdiff embed with covariates); default: "
+                                              "--embeddings, when it holds them. graphdiff reads them, and so do "
+                                              f"the covariate peers ({_COVARIATE_HELP}), which are skipped without "
+                                              "them unless named in --methods (then refused)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON config shaped like the Snakemake "
                                           "config (that file works): section 'estimator' (graphdiff's settings, "
                                           "read as init --config reads it) and 'evaluate.settings' (baseline "
@@ -51,7 +57,7 @@ def evaluate(
     with progress("replaying the log") as update:
         res = run_evaluate(log, graph, clusters, out, embeddings=embeddings, config=config, methods=methods,
                            device=device, counterfactual=counterfactual, pool_factor=pool_factor, seed=seed,
-                           explore=explore, progress=update)
+                           explore=explore, covariates=covariates, progress=update)
     lines = [f"{res['rows']:,} rows over {res['steps']:,} steps, {len(res['methods'])} methods -> {res['out']}"]
     for name, m in res["summary"].items():
         mae = "–" if m["mae"] is None else f"{m['mae']:.3f}"
