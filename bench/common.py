@@ -67,6 +67,72 @@ def round0_steps(step: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.array([t for t in np.unique(step) if t not in bad and t < min(bad, default=np.inf)])
 
 
+# --- what a prompt file says of the One-Shot run's prompts: their text and answer, a reference model's pass rate ---
+
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def oneshot_prompts(run: Path, data: Path = SHARED_DATA) -> dict[str, tuple[str, str]]:
+    """{run id: (problem, answer)} of the One-Shot run's prompts: the run's data/prompts.jsonl ids are the row
+    indices of ``data``/oneshot_rlvr/prompts.jsonl (``index``, ``problem``, ``answer``); a prompt whose text is
+    not that row's problem exits with one line."""
+    shared = {}
+    with open(data / "oneshot_rlvr" / "prompts.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            shared[str(row["index"])] = (row["problem"], row.get("answer"))
+    out = {}
+    with open(run_file(run, "data/prompts.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            got = shared.get(str(row["id"]))
+            if got is None or got[0] != row["prompt"]:
+                raise SystemExit(f"{run}: prompt {row['id']!r} is not row {row['id']} of {data}/oneshot_rlvr")
+            out[str(row["id"])] = got
+    return out
+
+
+def reference_rates(run: Path, data: Path = SHARED_DATA):
+    """{run id: (s, n)} of Qwen2.5-Math-7B over 128 attempts (``data``/deepscaler_difficulty) for the run's prompts
+    whose text, stripped of leading and trailing whitespace, is a DeepScaleR problem's, and the join counts
+    (exact, stripped, whitespace-collapsed matches)."""
+    import re
+
+    squash = lambda t: re.sub(r"\s+", " ", t).strip()  # noqa: E731
+    exact, stripped, squashed = {}, {}, {}
+    with open(data / "deepscaler_difficulty" / "problems.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            sn = (int(row["s"]), int(row["n"]))
+            exact[row["problem"]] = stripped[row["problem"].strip()] = squashed[squash(row["problem"])] = sn
+    out, counts = {}, {"prompts": 0, "exact": 0, "stripped": 0, "whitespace_collapsed": 0}
+    with open(run_file(run, "data/prompts.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            text = row["prompt"]
+            counts["prompts"] += 1
+            counts["exact"] += text in exact
+            counts["whitespace_collapsed"] += squash(text) in squashed
+            if text.strip() in stripped:
+                counts["stripped"] += 1
+                out[str(row["id"])] = stripped[text.strip()]
+    return out, counts
+
+
+def step_scores(step, p, r, sel):
+    """Within-batch Pearson r and MAE of predictions ``p`` against rates ``r`` on the rows ``sel`` (steps
+    non-decreasing), each with its circular block bootstrap interval over steps (``ratio_bootstrap``: each step's
+    r over scored steps; each step's summed error over its rows)."""
+    from graphdiff_cli.evaluation.metrics import ratio_bootstrap, within_batch_scores
+
+    st, pp, rr = step[sel], p[sel], r[sel]
+    pr, _, ok = within_batch_scores(st, pp, rr)
+    first = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
+    err = np.add.reduceat(np.abs(pp - rr), first)
+    rows = np.diff(np.r_[first, st.size]).astype(np.float64)
+    return ratio_bootstrap(np.where(ok, pr, 0.0), ok.astype(np.float64)), ratio_bootstrap(err, rows)
+
+
 # --- graph and clusters artifacts, real or planted ---
 
 def read_artifacts(graph: Path, clusters: Path):
