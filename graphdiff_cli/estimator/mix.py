@@ -176,16 +176,18 @@ class Mix:
             # every candidate blend at once: G_1 x ... x G_J x rows
             m = base[(None,) * n_blended]
             for j in range(1, n_blended + 1):
-                if means[j] is not None:
+                # a source off, or abstaining for every prompt (live features not given), leaves its axis of one
+                # value: every candidate weight of it scores alike, computed once and broadcast below
+                if means[j] is not None and not np.isnan(means[j]).all():
                     m = _blend(m, self.axes[j].reshape((1,) * (j - 1) + (-1,) + (1,) * (n_blended - j + 1)),
                                means[j])
-            m = np.broadcast_to(m, grid + (rows.size,))
             if est.settings.mixing == "evidence":  # p = (kappa m + S) / (kappa + C), every kappa at once
                 sd, rd = (est.successes_decayed_, est.rollouts_decayed_) if counts[i] is None else counts[i]
                 k = kappas[:, None]
                 p = (k * m[..., None, :] + sd[rows]) / (k + rd[rows])
-                out[i] = np.abs(p - rate).sum(axis=-1)
+                out[i] = np.broadcast_to(np.abs(p - rate).sum(axis=-1), grid + (kappas.size,))
                 continue
+            m = np.broadcast_to(m, grid + (rows.size,))
             for idx in np.ndindex(grid):
                 out[(i, *idx)] = [np.abs(self.history.mix(est, rows, m[idx], no_u, k, counts[i])[0] - rate).sum()
                                   for k in kappas]
