@@ -42,3 +42,9 @@ def assert_same_neighbours(nbr, ref_nbr, ref_sim, tol: float) -> None:
         for b in np.unique(block):
             run = block == b
             assert sorted(nbr[i, run].tolist()) == sorted(ref_nbr[i, run].tolist()), (i, nbr[i], ref_nbr[i])
+
+
+# a float32 network's outputs for the same input computed in another batch (left padding, another kernel's order
+# of the same sums): a few float32 ulp (1.2e-7) per operation through its layers, so probabilities and entropies
+# (of order 1 to log V) agree to ~1e-6; a wrong position or a softmax over the wrong axis moves them by 1e-2 or more
+FLOAT32_NETWORK = {"rtol": 1e-5, "atol": 1e-5}

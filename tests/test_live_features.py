@@ -275,3 +275,71 @@ def test_bad_live_features_of_a_read_or_a_step_are_refused_in_one_line(state, tm
     st.update(1, rows[:1])
     with pytest.raises(GraphdiffError, match="first given 2"):
         st.estimates(ids[:3], live=np.ones((3, 1)))
+
+
+# ------------------------------------------------------------------------------ the TRL hook
+
+
+def test_the_trl_hook_computes_the_next_token_entropy_and_max_probability_of_the_policy():
+    pytest.importorskip("trl", reason="trl is not installed (pip install graphdiff[trl])")
+    import torch
+
+    from graphdiff_cli.integrations.trl import next_token_features
+
+    from _tolerances import FLOAT32_NETWORK
+    from test_trl_integration import _tiny_lm, _tokenizer
+
+    tok = _tokenizer()
+    model = _tiny_lm(tok)
+    model.train()  # the hook reads the policy in eval mode and gives its mode back
+    prompts = ["Problem p001 add the numbers", "Problem p002 add", "the numbers 3 plus 4 is so answer p031"]
+    got = next_token_features(model, tok, prompts)
+    assert model.training and got.shape == (3, 2) and tok.padding_side == "right"
+    model.eval()
+    for text, (entropy, top) in zip(prompts, got):
+        ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            p = torch.softmax(model(input_ids=ids).logits[0, -1].double(), dim=-1).numpy()
+        np.testing.assert_allclose(entropy, -(p * np.log(p)).sum(), **FLOAT32_NETWORK)  # alone, unpadded
+        np.testing.assert_allclose(top, p.max(), **FLOAT32_NETWORK)
+    assert got[:, 0].max() > got[:, 0].min()  # the prompts differ
+
+
+@pytest.mark.slow
+def test_live_features_in_a_grpo_run_reach_the_update_and_the_log(tmp_path):
+    pytest.importorskip("trl", reason="trl is not installed (pip install graphdiff[trl])")
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from graphdiff_cli import State
+    from graphdiff_cli.integrations.trl import GraphdiffTRL
+
+    from _handoff_fixtures import make_inputs
+    from test_trl_integration import N_GEN, N_PROMPTS, _rule, _tiny_lm, _tokenizer
+
+    graph, clusters, ids = make_inputs(tmp_path, n=N_PROMPTS, k_states=4, prefix="p")
+    state = tmp_path / "STATE"
+    State.init(graph, clusters, state, device="cpu", durable=False)
+    ds = Dataset.from_list([{"prompt": f"Problem {pid} add the numbers", "id": pid} for pid in ids])
+
+    def correctness(prompts, completions, id, **kwargs):
+        return [_rule(c, 0.5) for c in completions]
+
+    gd = GraphdiffTRL(state, strategy="target", pool_factor=2.0, seed=3, durable=False, live_features=True)
+    tok = _tokenizer()
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4 * N_GEN, num_generations=N_GEN,
+                      max_completion_length=4, max_steps=2, learning_rate=1e-3, beta=0.0, logging_steps=1,
+                      report_to=[], save_strategy="no", use_cpu=True, seed=0, dataloader_num_workers=0,
+                      disable_tqdm=True)
+    trainer = GRPOTrainer(model=_tiny_lm(tok), processing_class=tok, args=args, train_dataset=ds,
+                          reward_funcs=[gd.reward(correctness)])
+    gd.attach(trainer)
+    trainer.train()
+    assert [e["step"] for e in gd.applied] == [1, 2]
+    for entry in gd.applied:
+        assert entry["live"].shape == (len(entry["ids"]), 2) and np.isfinite(entry["live"]).all()
+        assert entry["metrics"]["graphdiff/live_seconds"] > 0 and 0 < entry["metrics"]["graphdiff/live_share"] <= 1
+    est = State.open(state).estimator()
+    assert est.live_features_ == 2 and est.mix.source("live_readout").live_gram_[0, 0] > 0
+    logged = [m for m in trainer.state.log_history if "graphdiff/live_seconds" in m]
+    assert logged  # the cost reached the trainer's log

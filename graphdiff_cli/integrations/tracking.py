@@ -58,22 +58,24 @@ class Target:
     def step(self) -> int:
         raise NotImplementedError
 
-    def apply(self, trainer_step: int, ids: list[str], n: np.ndarray, s: np.ndarray) -> dict:
-        """Apply trainer step ``trainer_step``'s outcomes; it must be the estimator's step + 1."""
+    def apply(self, trainer_step: int, ids: list[str], n: np.ndarray, s: np.ndarray, live=None) -> dict:
+        """Apply trainer step ``trainer_step``'s outcomes; it must be the estimator's step + 1. ``live``: the
+        prompts' live features observed at that step (one row per id, a row of NaN: none; ``io.live``)."""
         cur = self.step
         if trainer_step != cur + 1:
             raise StateError(f"trainer step {trainer_step} cannot follow estimator step {cur}: the estimator "
                              f"must be at step {trainer_step - 1} (on resume, roll the STATE back to the "
                              "checkpoint's step: graphdiff rollback --to STEP)")
         nodes = self.nodes(ids, "outcomes")
-        return self._apply(trainer_step, list(ids), nodes, np.asarray(n, np.int64), np.asarray(s, np.int64))
+        return self._apply(trainer_step, list(ids), nodes, np.asarray(n, np.int64), np.asarray(s, np.int64), live)
 
     def retired(self) -> np.ndarray:
         """Node indices of the prompts out of the candidate set (``graphdiff retire``); none by default."""
         return np.zeros(0, np.int64)
 
-    def estimates(self, nodes: np.ndarray, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
-        return self._estimates(np.asarray(nodes, dtype=np.int64), int(group_size))
+    def estimates(self, nodes: np.ndarray, group_size: int = DEFAULT_GROUP_SIZE, live=None) -> dict[str, np.ndarray]:
+        """The estimates of ``nodes``; ``live``: their live features (one row per node, a row of NaN: none)."""
+        return self._estimates(np.asarray(nodes, dtype=np.int64), int(group_size), live)
 
     def estimator(self):
         """The ``Estimator`` of the current step (read from the STATE when it moved)."""
@@ -96,14 +98,14 @@ class InMemoryTarget(Target):
     def step(self) -> int:
         return int(self._estimator.step_)
 
-    def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
-        return self._estimator.update(nodes, n, s)
+    def _apply(self, trainer_step, ids, nodes, n, s, live=None) -> dict:
+        return self._estimator.update(nodes, n, s, live=live)
 
     def estimator(self):
         return self._estimator
 
-    def _estimates(self, nodes, group_size):
-        return self._estimator.estimates(nodes, group_size=group_size)
+    def _estimates(self, nodes, group_size, live=None):
+        return self._estimator.estimates(nodes, group_size=group_size, live=live)
 
 
 class StateTarget(Target):
@@ -138,9 +140,9 @@ class StateTarget(Target):
         """Take prompts out of the candidate set (``graphdiff retire``), or put them back."""
         return self.state.retire(ids, restore=restore, **kwargs)
 
-    def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
+    def _apply(self, trainer_step, ids, nodes, n, s, live=None) -> dict:
         rows = [{"id": pid, "n": int(a), "s": int(b)} for pid, a, b in zip(ids, n, s)]
-        return self.state.update(trainer_step, rows)
+        return self.state.update(trainer_step, rows, live=live)  # live: the rows' live column (io.live)
 
     def retired(self) -> np.ndarray:
         self.state.estimator()
@@ -149,8 +151,8 @@ class StateTarget(Target):
     def estimator(self):
         return self.state.estimator()
 
-    def _estimates(self, nodes, group_size):
-        return self.state.estimator().estimates(nodes, group_size=group_size)
+    def _estimates(self, nodes, group_size, live=None):
+        return self.state.estimator().estimates(nodes, group_size=group_size, live=live)
 
 
 def resume_mismatch(at: int, want: int, who: str) -> str:
@@ -262,7 +264,8 @@ class BatchChooser:
 
     ``row_nodes[r]`` is dataset row r's node index in the target. The pool is drawn uniformly without
     replacement from all rows (the whole pool when it is smaller); the same seed, epoch and batch
-    number give the same pool, and the same estimates give the same choice.
+    number give the same pool, and the same estimates give the same choice. ``live``: None, or a function of
+    the pool's dataset rows giving their live features (one row each), read with the estimates.
     """
 
     def __init__(self, target: Target, row_nodes: np.ndarray, batch_size: int, strategy: str = "target",
@@ -278,6 +281,7 @@ class BatchChooser:
         self.target_p, self.group_size = dec.check_target(target_p), int(group_size)
         self.explore = dec.check_explore(explore)
         self.decisions: list[Decision] = []
+        self.live = None
 
     def choose(self, epoch: int, batch: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, epoch, batch])
@@ -289,7 +293,8 @@ class BatchChooser:
                                        "the data set that are not retired")
         m = min(rows.size, max(self.batch_size, int(round(self.pool_factor * self.batch_size))))
         pool = rows[rng.choice(rows.size, size=m, replace=False)]
-        est = self.target.estimates(self.row_nodes[pool], self.group_size)
+        live = None if self.live is None else self.live(pool)
+        est = self.target.estimates(self.row_nodes[pool], self.group_size, live)
         sel = dec.select(self.strategy, self.batch_size, p=est["mean"], variance=est["variance"],
                          p_zero_variance=est["p_zero_variance"], target=self.target_p,
                          explore=self.explore, seed=[self.seed, epoch, batch, 1])
@@ -314,7 +319,7 @@ def settings_in_use(est) -> dict[str, float]:
     out = {}
     for key, attr in (("kappa", "kappa_"), ("nu", "nu_"), ("propagation", "propagation_"),
                       ("time_forgetting", "time_forgetting_"), ("readout", "readout_"),
-                      ("readout_ridge", "readout_ridge_")):
+                      ("readout_ridge", "readout_ridge_"), ("live_readout", "live_readout_")):
         value = getattr(est, attr, None)
         if value is not None:
             out[key] = float(value)

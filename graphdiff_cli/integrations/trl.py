@@ -28,6 +28,14 @@
   each prompt ``num_generations`` times and the batch ``num_iterations x steps_per_generation`` times,
   exactly as ``RepeatSampler`` lays it out. ``gd.attach(trainer)`` installs both.
 
+* ``GraphdiffTRL(..., live_features=True)`` gives the estimator live features of the prompts (its live read-out,
+  ``estimator.sources.live``): when the sampler draws a pool, one batched forward pass of the policy over the
+  pool's prompts (left-padded, the chat template applied to conversational ones as TRL does, no gradient, eval
+  mode) gives each prompt's next-token entropy and largest probability at its last position
+  (``next_token_features``); they go with the selection of that batch, and, for the prompts rolled out, with the
+  step's update. A callable instead of True computes other features: ``fn(prompts)`` (the data set's prompt
+  values) -> an array of one row per prompt. Their cost is reported per step: ``graphdiff/live_seconds``
+  (the forward passes since the last step) and ``graphdiff/live_share`` (of the step's wall time).
 * ``GraphdiffTRL(..., dynamic_sampling=True)`` (or ``"uniform"``) gives the trainer DAPO's dynamic sampling:
   ``attach`` also wraps TRL's own ``_generate_and_score_completions`` so that each step's batch holds B
   groups with 0 < s < n, refilled by further generation rounds (at most ``max_generation_rounds``) drawn
@@ -74,8 +82,19 @@ class GraphdiffTRL:
                  strategy: str | None = None, pool_factor: float = 4.0, target_p: float = 0.5, seed: int = 0,
                  explore: float = dec.TARGET_EXPLORE, group_size: int | None = None, outcomes_dir=None,
                  durable: bool = True, dynamic_sampling=None, max_generation_rounds: int = ds.DEFAULT_MAX_ROUNDS,
-                 prefilter_explore: float = ds.DEFAULT_EXPLORE):
+                 prefilter_explore: float = ds.DEFAULT_EXPLORE, live_features=None):
         self.dynamic_sampling = ds.check_mode(dynamic_sampling)
+        if live_features is not None and live_features is not False and live_features is not True \
+                and not callable(live_features):
+            raise InvalidArgumentError(f"live_features must be True (the policy's next-token entropy and largest "
+                                       f"probability) or a function of the prompts, got {live_features!r}")
+        if live_features not in (None, False) and self.dynamic_sampling is not None:
+            raise InvalidArgumentError("live_features does not reach dynamic sampling's draws yet: leave one of "
+                                       "live_features and dynamic_sampling off")
+        self.live_features = None if live_features in (None, False) else live_features
+        self._live: dict[str, np.ndarray] = {}  # id -> its live features, from the last pool it was in
+        self._live_seconds = 0.0  # the forward passes since the last step
+        self._step_t0: float | None = None  # when the last step ended (or training began)
         if self.dynamic_sampling is not None and strategy is not None:
             raise InvalidArgumentError(f"strategy={strategy!r} chooses batches without dynamic sampling; with "
                                        f"dynamic_sampling={dynamic_sampling!r} the pre-filter ('prefilter') or a "
@@ -139,16 +158,66 @@ class GraphdiffTRL:
         ids, n, s = count_outcomes(rows, self.success_threshold)
         metrics = StepMetrics()
         metrics.before(self.target, ids, n)
+        live = self._step_live(ids)
         stats = None
         if dist is None or not isinstance(self.target, StateTarget) or dist.get_rank() == 0:
-            stats = self.target.apply(step, ids, n, s)
+            stats = self.target.apply(step, ids, n, s, live=live)
         if dist is not None and isinstance(self.target, StateTarget):
             dist.barrier()
         entry = {"step": step, "ids": ids, "n": n, "s": s, "rows": len(rows), "stats": stats,
-                 "metrics": metrics.after(self.target, n, s)}
+                 "metrics": {**metrics.after(self.target, n, s), **self._live_cost()}, "live": live}
         self.applied.append(entry)
         self._log(entry["metrics"])
         return entry
+
+    # -- live features -----------------------------------------------------------------------------
+
+    def pool_live(self, dataset, rows) -> np.ndarray:
+        """The live features of the data set's rows ``rows`` (one row each), kept by id for the step's update."""
+        import time
+
+        t0 = time.perf_counter()
+        items = [dataset[int(r)] for r in rows]
+        prompts = [item["prompt"] for item in items]
+        if self.live_features is True:
+            trainer = self._trainer
+            if trainer is None:
+                raise InvalidArgumentError("live_features=True reads the trainer's policy: gd.attach(trainer) first")
+            model = trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
+            x = next_token_features(model, trainer.processing_class, prompts)
+        else:
+            x = np.asarray(self.live_features(prompts), dtype=np.float64)
+            if x.ndim != 2 or x.shape[0] != len(prompts):
+                raise DataError(f"live_features returned shape {x.shape} for {len(prompts)} prompts; expected one "
+                                "row of features per prompt")
+        for item, row in zip(items, x):
+            self._live[str(item[self.id_column])] = row
+        self._live_seconds += time.perf_counter() - t0
+        return x
+
+    def _step_live(self, ids: list[str]) -> np.ndarray | None:
+        """The step's prompts' live features as last computed (a row of NaN for one never in a pool)."""
+        if self.live_features is None or not ids:
+            return None
+        rows = [self._live.get(pid) for pid in ids]
+        f = next((r.size for r in rows if r is not None), None)
+        if f is None:
+            return None
+        return np.stack([np.full(f, np.nan) if r is None else r for r in rows])
+
+    def _live_cost(self) -> dict[str, float]:
+        """``graphdiff/live_seconds`` and ``graphdiff/live_share`` of the step that just ended."""
+        import time
+
+        now = time.perf_counter()
+        if self.live_features is None:
+            return {}
+        seconds, self._live_seconds = self._live_seconds, 0.0
+        out = {METRIC_PREFIX + "live_seconds": seconds}
+        if self._step_t0 is not None and now > self._step_t0:
+            out[METRIC_PREFIX + "live_share"] = min(1.0, seconds / (now - self._step_t0))
+        self._step_t0 = now
+        return out
 
     def _log(self, metrics: dict[str, float]) -> None:
         """Hand a step's ``graphdiff/...`` scalars to the trainer's logger: GRPOTrainer averages its own
@@ -211,7 +280,10 @@ class GraphdiffTRL:
             """Applies each optimiser step's recorded rewards to the graphdiff estimator, once."""
 
             def on_train_begin(self, args, state, control, **kwargs):
+                import time
+
                 owner.check_resume(int(state.global_step))
+                owner._step_t0 = time.perf_counter()
 
             def on_step_end(self, args, state, control, **kwargs):
                 owner.apply_step(int(state.global_step))
@@ -255,6 +327,10 @@ class GraphdiffTRL:
                                pool_factor=self.pool_factor, seed=self.seed, target_p=self.target_p,
                                explore=self.explore, group_size=self.group_size or g)
         self.chooser = chooser
+        if self.live_features is not None:
+            if self.live_features is True and "prompt" not in getattr(dataset, "column_names", []):
+                raise DataError("live_features=True needs the data set's 'prompt' column (the policy reads it)")
+            chooser.live = functools.partial(self.pool_live, dataset)
         n_batches = len(dataset) // b
 
         class GraphdiffRepeatSampler(Sampler):
@@ -444,6 +520,48 @@ class GraphdiffTRL:
     def _ds_row(self, row: int) -> dict:
         item = self._ds_dataset[int(row)]
         return dict(item)
+
+
+# -- live features ------------------------------------------------------------------------------------
+
+
+def next_token_features(model, tokenizer, prompts) -> np.ndarray:
+    """(entropy, largest probability) of the policy's next-token distribution at each prompt's last position,
+    float64, one row per prompt, from one batched forward pass without gradient, in eval mode (the model's mode
+    is restored). Prompts are tokenized as TRL's GRPOTrainer tokenizes them: conversational ones (a list of
+    messages) through the chat template with the generation prompt, no special tokens added, padded on the left;
+    position ids follow the attention mask, so a padded row sees what it would alone."""
+    import torch
+
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+             if isinstance(p, (list, tuple)) else str(p) for p in prompts]
+    side, pad = tokenizer.padding_side, tokenizer.pad_token
+    tokenizer.padding_side = "left"
+    if pad is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    try:
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = side
+        if pad is None:
+            tokenizer.pad_token = pad
+    device = next(model.parameters()).device
+    ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            try:
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+            except TypeError:  # a model without logits_to_keep: every position's logits, the last kept
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    finally:
+        model.train(training)
+    logp = torch.log_softmax(logits[:, -1].double(), dim=-1)
+    p = logp.exp()
+    entropy = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1)  # 0 log 0 = 0
+    return torch.stack([entropy, p.max(-1).values], dim=1).cpu().numpy()
 
 
 # -- merging generation rounds -------------------------------------------------------------------------
