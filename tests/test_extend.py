@@ -313,7 +313,7 @@ def test_the_readout_lives_in_the_state_and_grows_with_extend(split_state, tmp_p
     root, old_rows, new_rows = split_state
     s = tmp_path / "R"
     res = json.loads(_gd("init", "--graph", root / "old_g.zarr", "--clusters", root / "old_c.zarr", "--out", s,
-                         "--readout", "1", "--readout-ridge", "10", "--json").stdout)
+                         "--readout", "1", "--readout-ridge", "10", "--no-covariates", "--json").stdout)
     assert res["readout"]["on"] and res["readout"]["dim"] == 384 and res["readout"]["bytes"] == 32 * 384 * 4
     want = embedding_matrix(root / "old_emb.zarr", read_graph(root / "old_g.zarr")).astype(np.float32)
     np.testing.assert_array_equal(State.open(s).estimator().embeddings, want)

@@ -107,7 +107,9 @@ def test_embed_artifact_schema(embedded):
     assert list(th) == [text_hash(r["prompt"]) for r in PROMPT_ROWS]
     assert art.params == {"model": "bundled", "instruction": DEFAULT_INSTRUCTION, "dim": 384, "batch_size": 16,
                           "shard": None, "id_field": "id", "text_field": "prompt",
-                          "messages": "user"}
+                          "messages": "user",
+                          "covariates": {"numeric": [], "categorical": [], "reference": None, "attempts": None,
+                                         "answer": None, "text_statistics": True}}
     assert art.inputs == {"prompts": hash_file(prompts)}
     assert art.content_hash == hash_arrays(ids_str(ids), emb) == res["content_hash"]
     assert art.attr("shard") is None
@@ -382,7 +384,8 @@ def test_shards_merge_equal_unsharded(small, tmp_path):
     assert list(m.array("text_hash")) == list(full.array("text_hash"))
     # other batch compositions round differently in the last float bits, nothing more
     np.testing.assert_allclose(m.array("embeddings"), full.array("embeddings"), atol=1e-6)
-    assert m.params == full.params and m.inputs == full.inputs and m.attr("shard") is None
+    # the covariates are made over every row: the shards and so the merged artifact have none
+    assert m.params == {**full.params, "covariates": None} and m.inputs == full.inputs and m.attr("shard") is None
     assert m.content_hash == hash_arrays(ids_str(m.array("ids")), m.array("embeddings"))
 
     # refusals: missing, duplicated, not a shard, different prompts file; nothing written

@@ -213,3 +213,59 @@ def encode_new(entry: dict, path, texts: list[str], data: bytes | None = None):
         return encode(spec, raw, len(texts))
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
+
+
+def encode_embedded(entry: dict, path):
+    """The ``Encoded`` covariates of new prompts given as their embeddings artifact ``path`` (``extend
+    --embedded``), by the spec a STATE keeps: the artifact's own covariates (made by embed with the same fields,
+    encoded by a spec of their own) are decoded to the values they were made from (``decoded``) and encoded
+    again by the STATE's spec."""
+    from ..core.covariates import CovariateSpec, encode
+    from ..io.readers import read_embeddings
+
+    art = read_embeddings(path)
+    fields = art.params.get("covariates")
+    if fields != entry.get("fields") or COVARIATES not in art.names:
+        said = "none" if fields is None else CovariateFields.from_dict(fields).as_dict()
+        raise DataError(f"{path}: its covariates ({said}) are not the ones the STATE's prompts were embedded with "
+                        f"({entry.get('fields')}); embed the new prompts with the same covariate options, or give "
+                        f"them as {option('--prompts')}")
+    own = CovariateSpec.from_dict(art.attr(COVARIATE_SPEC) or {})
+    x = np.asarray(art.array(COVARIATES), dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != own.width:
+        raise DataError(f"{path}: covariates of shape {x.shape} do not fit its spec's {own.width} features; re-run "
+                        "graphdiff embed")
+    ref = np.asarray(art.array(REFERENCE_RATE), dtype=np.float64) if REFERENCE_RATE in art.names else None
+    try:
+        return encode(CovariateSpec.from_dict(entry["spec"]), decoded(own, x, ref), x.shape[0])
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def decoded(spec, features: np.ndarray, reference: np.ndarray | None) -> dict:
+    """{column: ``core.covariates.Raw``}: the values ``features`` were encoded from by ``spec`` (a centred and
+    scaled value scaled back, to float rounding; None where its missing indicator is set; a category from its
+    indicator, None for the baseline: a value not kept or none), the reference rates as given (already smoothed
+    by their attempts), the answer's statistics None where ``answer_missing`` says it is."""
+    from ..core.covariates import ANSWER_STATISTICS, Raw
+
+    raw, j, n = {}, 0, features.shape[0]
+    for col in spec.columns:
+        width = len(col.features())
+        block, j = features[:, j:j + width], j + width
+        if col.kind == "categorical":
+            on = block.argmax(axis=1) if width else np.zeros(n, np.int64)
+            has = block.max(axis=1) > 0.5 if width else np.zeros(n, bool)
+            raw[col.name] = Raw("categorical", [col.categories[k] if h else None for k, h in zip(on, has)])
+        elif col.kind == "reference":
+            raw[col.name] = Raw("reference", [None if np.isnan(r) else float(r) for r in reference])
+        else:
+            missing = block[:, 1] > 0.5 if col.missing else np.zeros(n, bool)
+            values = block[:, 0] * col.scale + col.center
+            raw[col.name] = Raw(col.kind, [None if m else float(v) for v, m in zip(values, missing)])
+    if "answer_missing" in raw:
+        gone = [v is not None and v > 0.5 for v in raw["answer_missing"].values]
+        for name in ANSWER_STATISTICS:
+            if name in raw:
+                raw[name] = Raw("text", [None if g else v for v, g in zip(raw[name].values, gone)])
+    return raw

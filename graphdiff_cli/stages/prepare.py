@@ -308,6 +308,7 @@ def merge_embeddings(shards: Sequence, out, progress: Progress = no_progress) ->
     params.update(batch_size=first.params.get("batch_size"), shard=None)
     params = {k: params[k] for k in ("model", "instruction", "dim", "batch_size", "shard", "id_field",
                                      "text_field", "messages")}
+    params["covariates"] = None  # a shard has none: embed the whole file onto the merged artifact to add them
     content_hash = hash_arrays(ids_arr, emb)
     write_artifact(out, "embeddings", {"ids": ids_arr.astype(object), "embeddings": emb,
                                        "text_hash": np.asarray(hashes, dtype=object)},

@@ -28,7 +28,7 @@ from ..io.artifacts import has_array
 from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.layout import ADDED_EMBEDDINGS, ADDED_TEXT_HASH, JOINED, KNN_INDICES, KNN_SIMILARITIES, PROMPT_SET
 from .covariates import STATE_KEY as COVARIATES_KEY
-from .covariates import encode_new
+from .covariates import encode_embedded, encode_new
 from .progress import Progress, no_progress, phase
 
 
@@ -232,11 +232,9 @@ def read_new_prompts(sd, prompts=None, *, embedded=None, embeddings=None, id_fie
         if cov_entry is not None:  # the same fields, encoded by the spec the STATE's prompts were
             covariates = encode_new(cov_entry, prompts, texts, data)
     else:
-        if cov_entry is not None:
-            raise InvalidArgumentError(f"this STATE reads its prompts' covariates, which are encoded from the prompts "
-                                       f"file: give the new prompts as {option('--prompts')}, not "
-                                       f"{option('--embedded')}")
         ids, hashes, x_new = _embedded(model, embedded)
+        if cov_entry is not None:  # the artifact's covariates, encoded again by the STATE's spec
+            covariates = encode_embedded(cov_entry, embedded)
         source_hash = read_artifact(embedded, "embeddings").content_hash
     _check_new(model, source, ids, hashes)
     t_read = time.perf_counter()
