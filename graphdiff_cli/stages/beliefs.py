@@ -21,7 +21,8 @@ from .handoff import active_rows
 QUANTILES = {"min": 0.0, "p05": 0.05, "p25": 0.25, "median": 0.5, "p75": 0.75, "p95": 0.95, "max": 1.0}
 # each online choice: its setting and the estimator's accessor of the value in use
 CHOICES = {"prior_strength": "kappa_", "belief_strength": "nu_", "label_propagation": "propagation_",
-           "time_forgetting": "time_forgetting_", "readout": "readout_", "readout_ridge": "readout_ridge_"}
+           "time_forgetting": "time_forgetting_", "readout": "readout_", "readout_ridge": "readout_ridge_",
+           "live_readout": "live_readout_"}  # the live read-out's weight (its share in p here is 0: no live features)
 
 
 def _distribution(x: np.ndarray) -> dict:

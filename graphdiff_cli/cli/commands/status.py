@@ -63,7 +63,7 @@ def _estimator_lines(e: dict) -> list[str]:
                                                              "seen)" if src["history_seen"] is not None else ""))
     names = {"prior_strength": "prior strength kappa", "belief_strength": "belief strength nu",
              "label_propagation": "label propagation weight", "time_forgetting": "time forgetting",
-             "readout": "read-out weight", "readout_ridge": "read-out ridge"}
+             "readout": "read-out weight", "readout_ridge": "read-out ridge", "live_readout": "live read-out weight"}
     choices = []
     for name, c in e["online_choices"].items():
         if c["value"] is None:  # off: unset, or the read-out of a STATE without embeddings
