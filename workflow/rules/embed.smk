@@ -1,6 +1,9 @@
 # Embedding stage (Section 3.3): prompts file -> embeddings artifact. With embed_shards = N > 1 the
 # prompts are embedded by N independent jobs (graphdiff embed --shard I/N, I = 0..N-1) and joined by
-# graphdiff merge-embeddings, so a large prompt set spreads over N GPUs of a cluster.
+# graphdiff merge-embeddings, so a large prompt set spreads over N GPUs of a cluster. The prompts' covariates
+# (embed.covariates, categories, reference_rate, answer_field, text_statistics) are encoded over all the prompts:
+# sharded, they are computed after the merge by graphdiff embed on the whole file onto the merged artifact
+# (every row's embedding reused from it: the model is not loaded).
 
 SHARDS = config["embed_shards"]
 _E = config["embed"]
@@ -19,6 +22,15 @@ EMBED_ARGS = " ".join(
     + (["--no-instruction"] if _E["no_instruction"] else [])
     + ([f"--dim {_E['dim']}"] if _E["dim"] else [])
 )
+COVARIATE_ARGS = " ".join(
+    [f"--covariate {shlex.quote(f)}" for f in _E["covariates"]]
+    + [f"--category {shlex.quote(f)}" for f in _E["categories"]]
+    + ([f"--reference-rate {shlex.quote(_E['reference_rate'])}"] if _E["reference_rate"] else [])
+    + ([f"--answer-field {shlex.quote(_E['answer_field'])}"] if _E["answer_field"] else [])
+    + ([] if _E["text_statistics"] else ["--no-text-statistics"])
+)
+ANY_COVARIATES = bool(_E["covariates"] or _E["categories"] or _E["reference_rate"] or _E["answer_field"]
+                      or _E["text_statistics"])
 
 
 if SHARDS == 1:
@@ -32,7 +44,7 @@ if SHARDS == 1:
             f"{LOGS}/embed.log",
         params:
             gd=GD,
-            args=EMBED_ARGS,
+            args=f"{EMBED_ARGS} {COVARIATE_ARGS}",
         conda:
             ENV
         threads: THREADS["embed"]
@@ -64,17 +76,23 @@ else:
 
     rule merge_embeddings:
         input:
-            expand(f"{ART}/embeddings/shard-{{i}}-of-{SHARDS}.zarr", i=range(SHARDS)),
+            shards=expand(f"{ART}/embeddings/shard-{{i}}-of-{SHARDS}.zarr", i=range(SHARDS)),
+            prompts=prompts_file(),
         output:
             directory(EMBEDDINGS),
         log:
             f"{LOGS}/merge_embeddings.log",
         params:
             gd=GD,
+            # the covariates over all the prompts, onto the merged artifact (every embedding reused)
+            covariates=lambda wildcards, input, output: (
+                f"&& {GD} embed {shlex.quote(str(input.prompts))} --out {shlex.quote(str(output[0]))} {EMBED_ARGS} "
+                f"{COVARIATE_ARGS}" if ANY_COVARIATES else ""
+            ),
         conda:
             ENV
         threads: 1
         resources:
             **cpu_resources("embed"),
         shell:
-            "{params.gd} merge-embeddings {input:q} --out {output:q} 2> {log:q}"
+            "({params.gd} merge-embeddings {input.shards:q} --out {output:q} {params.covariates}) 2> {log:q}"
