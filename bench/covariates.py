@@ -206,7 +206,7 @@ def deepscaler(args) -> None:
         for seed in seeds:
             plan = reveal(rate, frac, seed=seed, rollouts=args.rollouts, batch=args.batch)
             methods, _ = build_methods(keys, *base, tuned=DISCOUNTED, covariates=cov.features)
-            if "graphdiff" in keys:
+            if "graphdiff" in keys and args.plain:
                 plain, _ = build_methods(["graphdiff"], *base, tuned=DISCOUNTED)
                 plain[0].name = "graphdiff without covariates"
                 methods.append(plain[0])
@@ -271,6 +271,8 @@ def main() -> None:
     b.add_argument("--seeds", default="0,1,2")
     b.add_argument("--rollouts", type=int, default=8)
     b.add_argument("--batch", type=int, default=256)
+    b.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
+                   help="also graphdiff without covariates (--no-plain: not)")
     b.add_argument("--out", default=None, help="also write the figures here (JSON)")
     args = ap.parse_args()
     oneshot(args) if args.command == "oneshot" else deepscaler(args)
