@@ -104,9 +104,10 @@ def _v8_to_v9(state: dict) -> dict:
     one value); a config that names it gets every live weight's errors equal to the state's (no prompt had live
     features, so every live weight said the same)."""
     mix = np.asarray(state["mix_errors"], dtype=np.float64)
-    live = _choices(state).shapes["live_errors"]
+    choices = _choices(state)
+    live = choices.shapes["live_errors"]
     if mix.ndim == 4:
-        size = _choices(state).source("live_readout").candidates().size
+        size = choices.source("live_readout").candidates().size
         mix = np.repeat(mix[:, :, :, None, None, :], size, axis=4)
     return {**state, "mix_errors": mix, "covariate_errors": np.zeros(0), "covariate_gram": np.zeros((0, 0)),
             "covariate_moment": np.zeros(0), "live_errors": np.zeros(live), "live_gram": np.zeros((0, 0)),
