@@ -82,6 +82,14 @@ class LockedError(StateError):
     kind = "locked"
 
 
+DISTRIBUTION = "graphdiff-rl"  # graphdiff's name on the package index (its import package is graphdiff_cli)
+
+
+def install_extra(extra: str) -> str:
+    """The command that installs an optional part of graphdiff (an extra of pyproject.toml), as messages name it."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
 class RewardWarning(UserWarning):
     """A step's rewards all fell on one side of a chosen success threshold (trainer integrations warn with it;
     the CLI and ``State.update`` put the same line in the result's ``warnings``)."""

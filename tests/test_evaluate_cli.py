@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -145,6 +146,21 @@ def test_methods_subset_and_embedding_peers_need_embeddings(world, tmp_path):
         assert not (tmp_path / f"r2{key}").exists()
     res = _eval(world, tmp_path / "r3", "--methods", "oracle")
     assert res.exit_code == 2 and "unknown method" in res.output
+
+
+def test_without_matplotlib_the_report_has_no_plots_and_says_why(world, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plots extra were not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    out = tmp_path / "r"
+    res = _eval(world, out, "--methods", "history,graphdiff", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["files"] == ["report.md", "report.html", "metrics.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "report.html", "report.md"]
+    md = (out / "report.md").read_text()
+    why = "matplotlib is not installed (pip install 'graphdiff-rl[plots]' installs it)"
+    assert f"## Plots\n\nNot drawn: {why}." in md and ".png" not in md
+    assert f"The plot of this answer is not drawn: {why}." in md  # where the headline's plot would be
+    assert ".png" not in (out / "report.html").read_text()
 
 
 def test_embedding_peers_in_the_report_and_the_decisions_replay(world, tmp_path):

@@ -3,7 +3,8 @@ laid out like the paper's Table 2), report.html (the same page with the plots in
 (graphdiff and the best baseline highlighted) and metrics.json with every figure.
 
 ``write_report(folder, document)`` fills an existing (staging) folder; the evaluate stage renames it
-into place. Plots use matplotlib's object API (``Figure``, Agg canvas): no pyplot global state.
+into place. Plots use matplotlib's object API (``Figure``, Agg canvas): no pyplot global state. matplotlib is
+optional (the ``plots`` extra): without it the report is written without its plots and says why.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import install_extra
 from ..evaluation.metrics import HIGHER_IS_BETTER, N_BINS, PHASES
 
 HIGHLIGHT = {"graphdiff": ("tab:red", 2.4), "best": ("tab:blue", 1.8)}  # colour, line width
@@ -244,7 +246,8 @@ def _not_measured(h: dict, question: str) -> str:
         "it (see Decisions), or neither graphdiff nor a rival estimator was among the methods.")
 
 
-def _headline_markdown(h: dict | None, run: dict, metrics: dict | None = None) -> list[str]:
+def _headline_markdown(h: dict | None, run: dict, metrics: dict | None = None,
+                       plots_missing: str | None = None) -> list[str]:
     """One sentence per question, each with its interval and every verdict computed; then the cost, and the
     one plot."""
     if not h:
@@ -300,7 +303,9 @@ def _headline_markdown(h: dict | None, run: dict, metrics: dict | None = None) -
     cost = _cost_line(h, metrics) if metrics else None
     if cost:
         out.append(cost)
-    if e and metrics:
+    if e and metrics and plots_missing:
+        out += ["", f"The plot of this answer is not drawn: {plots_missing}."]
+    elif e and metrics:
         out += ["", f"![Sample-level MAE over training: graphdiff vs {e['baseline']}, moving average with its 95% "
                     f"band](answer.png)"]
     out += ["", f"Intervals: {h['method']} of whole steps (pools), blocks of consecutive units so that neighbouring "
@@ -311,7 +316,8 @@ def _headline_markdown(h: dict | None, run: dict, metrics: dict | None = None) -
     return out
 
 
-def render_markdown(doc: dict) -> str:
+def render_markdown(doc: dict, plots_missing: str | None = None) -> str:
+    """report.md's text; ``plots_missing``: why the plots were not drawn (None: they were, beside it)."""
     run, metrics = doc["run"], doc["metrics"]
     methods = metrics["methods"]
     names = list(methods)
@@ -337,7 +343,7 @@ def render_markdown(doc: dict) -> str:
             "the batch's own outcome, probed " + ("by a binomial resample of n rollouts" if any(
                 "resample" == doc["settings"].get(n, {}).get("probe") for n in names) else "exactly") +
             "); they are references, never bold.", ""]
-    out[4:4] = _headline_markdown(doc.get("headline"), run, metrics)  # after the title and the log line
+    out[4:4] = _headline_markdown(doc.get("headline"), run, metrics, plots_missing)  # after the title and log line
 
     verdict = doc.get("verdict") or []
     if verdict:
@@ -439,8 +445,11 @@ def render_markdown(doc: dict) -> str:
         out.append("")
 
     out += _counterfactual_markdown(doc.get("counterfactual"))
-    out += ["## Plots", "", "![Batch-mean predicted vs observed](batch_mean.png)", "",
-            "![MAE over steps](mae_over_steps.png)", "", "![Reliability diagram](reliability.png)", ""]
+    if plots_missing:
+        out += ["## Plots", "", f"Not drawn: {plots_missing}.", ""]
+    else:
+        out += ["## Plots", "", "![Batch-mean predicted vs observed](batch_mean.png)", "",
+                "![MAE over steps](mae_over_steps.png)", "", "![Reliability diagram](reliability.png)", ""]
     out += ["## Settings", "", "```json", json.dumps(to_jsonable(doc["settings"]), indent=2), "```", ""]
     return "\n".join(out)
 
@@ -541,6 +550,17 @@ def _answer_plot(folder: Path, doc: dict, steps: np.ndarray, styles: dict) -> No
     fig.savefig(folder / "answer.png", dpi=110)
 
 
+def plots_missing() -> str | None:
+    """Why the report's plots cannot be drawn here (matplotlib, the ``plots`` extra, not installed), else None."""
+    try:
+        import matplotlib.figure  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "matplotlib":
+            raise
+        return f"matplotlib is not installed ({install_extra('plots')} installs it)"
+    return None
+
+
 def _plots(folder: Path, doc: dict) -> None:
     from matplotlib.figure import Figure
 
@@ -623,13 +643,16 @@ def render_html(markdown: str, folder: Path) -> str:
 
 
 def write_report(folder, doc: dict) -> list[str]:
-    """Write report.md, metrics.json and the plots into ``folder``; returns the file names."""
+    """Write report.md, metrics.json and the plots into ``folder`` (without matplotlib no plots, and report.md
+    says so); returns the file names."""
     # plain writes: the whole folder is the unit of atomicity (a staging folder renamed into place)
     folder = Path(folder)
-    _plots(folder, doc)
+    missing = plots_missing()
+    if missing is None:
+        _plots(folder, doc)
     (folder / "metrics.json").write_text(json.dumps(to_jsonable(doc), indent=1, allow_nan=False) + "\n",
                                          encoding="utf-8")
-    markdown = render_markdown(to_jsonable(doc))
+    markdown = render_markdown(to_jsonable(doc), missing)
     (folder / "report.md").write_text(markdown, encoding="utf-8")
     (folder / "report.html").write_text(render_html(markdown, folder), encoding="utf-8")
-    return ["report.md", "report.html", "metrics.json", *PLOTS]
+    return ["report.md", "report.html", "metrics.json", *(PLOTS if missing is None else ())]
