@@ -14,6 +14,11 @@ load() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
 echo "demo: [1/2] set-up of .venv/ (scripts/setup.sh; load average $(load))" >&2
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"   # the rules call `graphdiff`
+if [ ! -x .venv/bin/snakemake ]; then
+    echo "demo: snakemake is not installed in .venv: the workflow needs the workflow extra" \
+         "(GRAPHDIFF_EXTRAS=test,workflow bash scripts/setup.sh, or pip install 'graphdiff-rl[workflow]')" >&2
+    exit 1
+fi
 # the run name of configs/default.yaml (`--config run=NAME` among the extra arguments changes it)
 run=$(.venv/bin/python -c 'import yaml; print(yaml.safe_load(open("configs/default.yaml"))["run"])')
 for arg in "$@"; do
