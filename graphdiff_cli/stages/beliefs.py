@@ -2,10 +2,10 @@
 candidates, the states' rates and sizes, each source's weight in p, and the online choices in use.
 
 p-hat mixes the graph's estimate m with the prompt's own outcomes (docs/estimator.md); m itself is the
-mean-field states' estimate, label propagation's and the ridge read-out of the embedding, each with a weight
-(the last two when on). The summary reads them through the Estimator's public accessors (``estimates``,
+mean-field states' estimate, label propagation's, the ridge read-outs of the embedding, of the covariates and of
+live features, each with a weight (all but the states' when on). The summary reads them through the Estimator's public accessors (``estimates``,
 ``a_``/``b_``, ``state_occupancy``, ``source_weights``, ``kappa_``, ``nu_``, ``propagation_``,
-``time_forgetting_``, ``readout_``, ``readout_ridge_``) over the candidates (retired prompts left out). Reads
+``time_forgetting_``, ``readout_``, ``readout_ridge_``, ``covariate_readout_``, ``live_readout_``) over the candidates (retired prompts left out). Reads
 only; no typer or rich here.
 """
 
@@ -22,6 +22,7 @@ QUANTILES = {"min": 0.0, "p05": 0.05, "p25": 0.25, "median": 0.5, "p75": 0.75, "
 # each online choice: its setting and the estimator's accessor of the value in use
 CHOICES = {"prior_strength": "kappa_", "belief_strength": "nu_", "label_propagation": "propagation_",
            "time_forgetting": "time_forgetting_", "readout": "readout_", "readout_ridge": "readout_ridge_",
+           "covariate_readout": "covariate_readout_",
            "live_readout": "live_readout_"}  # the live read-out's weight (its share in p here is 0: no live features)
 
 

@@ -55,15 +55,15 @@ def _estimator_lines(e: dict) -> list[str]:
 
     src = e["sources"]
     parts = [f"states {_num(src['states'])}"]
-    if src["label_propagation"] is not None:
-        parts.append(f"label propagation {_num(src['label_propagation'])}")
-    if src["readout"] is not None:
-        parts.append(f"read-out of the embedding {_num(src['readout'])}")
+    for name, label in SOURCE_LABELS.items():
+        if src.get(name) is not None:
+            parts.append(f"{label} {_num(src[name])}")
     parts.append(f"own outcomes {_num(src['history'])}" + (f" ({_num(src['history_seen'])} over the {e['seen']} "
                                                              "seen)" if src["history_seen"] is not None else ""))
     names = {"prior_strength": "prior strength kappa", "belief_strength": "belief strength nu",
              "label_propagation": "label propagation weight", "time_forgetting": "time forgetting",
-             "readout": "read-out weight", "readout_ridge": "read-out ridge", "live_readout": "live read-out weight"}
+             "readout": "read-out weight", "readout_ridge": "read-out ridge",
+             "covariate_readout": "covariates' read-out weight", "live_readout": "live read-out weight"}
     choices = []
     for name, c in e["online_choices"].items():
         if c["value"] is None:  # off: unset, or the read-out of a STATE without embeddings
@@ -94,6 +94,9 @@ def _estimator_lines(e: dict) -> list[str]:
 
 
 STATES_SHOWN = 12  # states listed in the text (--json has all)
+# the blended sources' names in the text, in the mix's order (the states are the base; own outcomes come last)
+SOURCE_LABELS = {"label_propagation": "label propagation", "readout": "read-out of the embedding",
+                 "covariate_readout": "read-out of the covariates", "live_readout": "read-out of live features"}
 
 
 @command("status")
