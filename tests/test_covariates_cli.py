@@ -138,15 +138,32 @@ def test_bad_values_are_refused_in_one_line_and_nothing_is_written(tmp_path):
     rows[4]["rate"] = 57
     prompts = write_jsonl(tmp_path / "p.jsonl", rows)
     out = tmp_path / "emb.zarr"
-    _refused(gd("embed", prompts, "--out", out, "--covariate", "level", ok=False), out, "'level'", "'hard'",
-             "not a number")
-    _refused(gd("embed", prompts, "--out", out, "--reference-rate", "rate", ok=False), out, "'rate'", "57",
-             "not a pass rate in [0, 1]")
+    _refused(gd("embed", prompts, "--out", out, "--covariate", "level", ok=False), out, "p.jsonl:3:", "'level'",
+             "'hard'", "not a number")
+    _refused(gd("embed", prompts, "--out", out, "--reference-rate", "rate", ok=False), out, "p.jsonl:5:", "'rate'",
+             "57", "not a pass rate in [0, 1]")
     _refused(gd("embed", prompts, "--out", out, "--covariate", "level", "--category", "level", ok=False), out,
              "'level' is named twice")
     _refused(gd("embed", prompts, "--out", out, "--reference-rate", "rate:", ok=False), out, "--reference-rate")
     _refused(gd("embed", prompts, "--out", out, "--shard", "0/2", "--category", "topic", ok=False), out,
              "not one shard", "merge-embeddings")
+
+
+def test_a_csv_empty_cell_is_a_missing_value(tmp_path):
+    import csv
+
+    prompts = tmp_path / "p.csv"
+    with open(prompts, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["id", "prompt", "level", "topic"])
+        w.writeheader()
+        for k, r in enumerate(PROMPT_ROWS[:6]):
+            w.writerow({"id": r["id"], "prompt": r["prompt"], "level": "" if k == 1 else r["level"],
+                        "topic": "" if k == 2 else r["topic"]})
+    res = gd_json("embed", prompts, "--out", tmp_path / "e.zarr", "--device", "cpu", "--covariate", "level",
+                  "--category", "topic", "--no-text-statistics")
+    assert res["covariates"]["notes"] == ["level: 1 prompt(s) without a value (the mean)",
+                                          "topic: 1 prompt(s) without a value (no indicator: the baseline)"]
+    assert res["covariates"]["features"][:2] == ["level", "level missing"]
 
 
 def test_a_shard_has_no_covariates_and_the_merged_artifact_gets_them_from_the_whole_file(tmp_path):

@@ -16,6 +16,7 @@ A field is a column or a dotted path into nested fields (``extra_info.pass_rate`
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -101,20 +102,32 @@ def _field(name, flag: str) -> str:
     return name
 
 
-def read_fields(path, fields: CovariateFields, data: bytes | None = None) -> dict[str, list]:
-    """{field: one value per row of the prompts file ``path`` (None where the row lacks it)}, in file order (the
-    order ``io.tables.read_prompts`` gives the prompts). ``data``: the file's bytes, already read."""
+def read_fields(path, fields: CovariateFields, data: bytes | None = None) -> tuple[dict[str, list], list[int]]:
+    """{field: one value per row of the prompts file ``path`` (None where the row lacks it, or holds empty text:
+    a CSV's empty cell)}, in file order (the order ``io.tables.read_prompts`` gives the prompts). ``data``: the
+    file's bytes, already read. With them, each row's line in the file (``io.tables.read_rows``)."""
     from ..io.tables import field_value, read_rows
 
     paths = fields.paths()
     out: dict[str, list] = {f: [] for f in paths}
+    lines: list[int] = []
     if not paths:
-        return out
-    for _line, row in read_rows(path, data=data):
+        return out, lines
+    for line, row in read_rows(path, data=data):
+        lines.append(line)
         for f in paths:
             found, value = field_value(row, f)
-            out[f].append(value if found else None)
-    return out
+            out[f].append(None if not found or (isinstance(value, str) and not value.strip()) else value)
+    return out, lines
+
+
+def _at_line(exc: DataError, path, lines: list[int]) -> DataError:
+    """``core.covariates``' one-line refusal, its row (an index among the prompts) named by its line in ``path``."""
+    msg = str(exc)
+    m = re.search(r"\brow (\d+)\b", msg)
+    if m is None or int(m.group(1)) >= len(lines):
+        return DataError(f"{path}: {msg}")
+    return DataError(f"{path}:{lines[int(m.group(1))]}: {msg[:m.start()]}this row{msg[m.end():]}")
 
 
 def raw_columns(fields: CovariateFields, texts: list[str], values: dict[str, list]) -> dict:
@@ -144,12 +157,13 @@ def embed_covariates(path, fields: CovariateFields, texts: list[str], data: byte
 
     if not fields.any:
         return None, None
-    raw = raw_columns(fields, texts, read_fields(path, fields, data))
+    values, lines = read_fields(path, fields, data)
+    raw = raw_columns(fields, texts, values)
     try:
         spec = make_spec(raw)
         return spec, encode(spec, raw, len(texts))
     except DataError as exc:
-        raise DataError(f"{path}: {exc}") from None
+        raise _at_line(exc, path, lines) from None
 
 
 def artifact_parts(spec, enc) -> tuple[dict, dict]:
@@ -208,11 +222,12 @@ def encode_new(entry: dict, path, texts: list[str], data: bytes | None = None):
                         "with graphdiff init")
     fields = CovariateFields.from_dict(entry["fields"])
     spec = CovariateSpec.from_dict(entry["spec"])
-    raw = raw_columns(fields, texts, read_fields(path, fields, data))
+    values, lines = read_fields(path, fields, data)
+    raw = raw_columns(fields, texts, values)
     try:
         return encode(spec, raw, len(texts))
     except DataError as exc:
-        raise DataError(f"{path}: {exc}") from None
+        raise _at_line(exc, path, lines) from None
 
 
 def encode_embedded(entry: dict, path):
