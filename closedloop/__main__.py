@@ -153,6 +153,18 @@ def _device(name: str) -> str:
     return "cpu"
 
 
+def _rollout_budget(a) -> int:
+    """--rollout-budget, or the rollouts of the finished run named by --rollout-budget-from (its summary.json)."""
+    if a.rollout_budget_from:
+        path = Path(a.rollout_budget_from) / "summary.json"
+        if not path.is_file():
+            raise InvalidArgumentError(f"--rollout-budget-from: {path} does not exist (that run has not finished)")
+        return int(json.loads(path.read_text(encoding="utf-8"))["rollouts"])
+    if a.rollout_budget < 0:
+        raise InvalidArgumentError(f"--rollout-budget must be >= 0, got {a.rollout_budget}")
+    return int(a.rollout_budget)
+
+
 def cmd_run(a) -> None:
     from .loop import RunConfig, run
 
@@ -164,7 +176,8 @@ def cmd_run(a) -> None:
                     group_size=a.group_size, pool_factor=a.pool_factor, max_rounds=a.max_rounds,
                     oracle_samples=a.oracle_samples,
                     alloc_group=a.group_size // 2, learning_rate=a.lr, eval_every=a.eval_every,
-                    eval_samples=a.eval_samples, threads=a.threads, device=_device(a.device))
+                    eval_samples=a.eval_samples, threads=a.threads, device=_device(a.device),
+                    rollout_budget=_rollout_budget(a))
     factory = None
     if a.state:
         from graphdiff_cli.estimator import Estimator
@@ -254,6 +267,12 @@ def main(argv=None) -> None:
     r.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
                    help="where the policy runs (training, rollouts, evaluation, the oracle's measurement); auto: "
                         "cuda when a GPU is visible, else cpu")
+    budget = r.add_mutually_exclusive_group()
+    budget.add_argument("--rollout-budget", type=int, default=0,
+                        help="the uncensored regime: stop at the first step whose cumulative rollouts reach this "
+                             "many (--steps is then the step cap, stated beforehand); 0: run --steps")
+    budget.add_argument("--rollout-budget-from", default=None, metavar="RUN",
+                        help="... this many: the rollouts of a finished run's folder (e.g. runs/ds/s0)")
     r.set_defaults(fn=cmd_run)
 
     rp = sub.add_parser("report", help="aggregate runs: table, sign test, plots")

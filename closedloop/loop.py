@@ -67,6 +67,9 @@ class RunConfig:
     eval_samples: int = 4            # also the held-out mean pass rate over this many samples at temperature 1
     threads: int = 1
     device: str = "cpu"              # where the policy trains, generates, is evaluated and measured ("cuda": a GPU)
+    rollout_budget: int = 0          # > 0: stop at the first step whose cumulative rollouts reach it (the
+                                     # uncensored regime: a pre-filter arm runs until it has used DS's rollouts,
+                                     # ``steps`` then being the step cap stated beforehand); 0: run ``steps``
     extra: dict = field(default_factory=dict)
 
     def trainer_group(self) -> int:
@@ -75,6 +78,19 @@ class RunConfig:
     def rollouts_per_step(self) -> int:
         """Rollouts the trainer trains on per step (dynamic sampling generates more: every round is counted)."""
         return self.batch_prompts * self.group_size
+
+
+def with_covariates(estimator, covariates):
+    """A fresh graphdiff ``Estimator`` (step 0) as it is - its graph, states, embeddings and settings - with the
+    prompts' encoded covariates (N x c) added, which its covariates' read-out (setting ``covariate_readout``)
+    then reads."""
+    from graphdiff_cli.estimator import Estimator
+
+    if estimator.step_ != 0:
+        raise InvalidArgumentError(f"covariates are added to a fresh estimator, not one at step {estimator.step_}")
+    state = estimator.state_dict()
+    return Estimator(state["graph"], state["labels"], state["n_states"], embeddings=state["embeddings"],
+                     covariates=covariates, settings=estimator.settings)
 
 
 def _by_cell(rows: list[dict], values) -> dict[str, float]:
@@ -141,9 +157,26 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
         estimator = graphdiff_factory()
         belief = sch.graphdiff_belief(estimator)
         target = estimator
+    elif belief_kind in sch.LIVE_ESTIMATORS:
+        from graphdiff_cli.integrations.trl import next_token_features
+
+        def features(nodes):
+            """The current policy's next-token entropy and largest probability at each candidate prompt's end:
+            one batched forward pass (no gradient) over the candidates read."""
+            tr = live["trainer"]
+            return next_token_features(tr.accelerator.unwrap_model(tr.model), tok,
+                                       [train_rows[int(i)]["prompt"] for i in nodes])
+
+        if belief_kind == "graphdiff-live" and graphdiff_factory is None:
+            raise InvalidArgumentError(f"scheduler {cfg.scheduler} needs a graphdiff estimator")
+        belief = sch.make_belief(belief_kind, len(ids), features=features,
+                                 covariates=sch.cell_covariates(train_rows),
+                                 graphdiff_factory=lambda x: with_covariates(graphdiff_factory(), x))
+        target = sch.BeliefTarget(belief, ids)
     else:
         belief = sch.make_belief(belief_kind, len(ids), oracle=oracle)
         target = sch.BeliefTarget(belief, ids)
+    live_cost = belief.cost if isinstance(belief, sch.LiveBelief) else None
     if kind == "ds":  # the product's TRL dynamic sampling, whatever estimator feeds its pre-filter
         gd = GraphdiffTRL(target, ids=ids, group_size=cfg.group_size, dynamic_sampling=rule,
                           max_generation_rounds=cfg.max_rounds, seed=cfg.seed)
@@ -173,8 +206,11 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
         def __iter__(self):
             for t in range(1, cfg.steps + 1):
                 t0 = time.perf_counter()
+                live0 = live_cost()["seconds"] if live_cost else 0.0
                 plan = scheduler.plan(t)
                 el = time.perf_counter() - t0
+                if live_cost:
+                    plan.info["live_seconds"] = live_cost()["seconds"] - live0
                 rows = [int(nd) for nd, u in zip(plan.nodes, plan.units) for _ in range(int(u) * g)]
                 if len(rows) != per_step:
                     raise RuntimeError(f"plan of step {t} has {len(rows)} rollouts, expected {per_step}")
@@ -207,7 +243,7 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     outcomes_path = out_dir / "outcomes.jsonl"
     metrics_f = metrics_path.open("w", encoding="utf-8")
     outcomes_f = outcomes_path.open("w", encoding="utf-8")
-    state = {"cum": 0, "t_begin": None, "oracle_prev": {}}
+    state = {"cum": 0, "t_begin": None, "oracle_prev": {}, "live_prev": 0.0, "budget_reached": False}
     eval_seconds = []
 
     def evaluate(step) -> dict:
@@ -283,7 +319,23 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
             if oracle is not None:
                 row["oracle"] = {k: oracle_cost[k] - state["oracle_prev"].get(k, 0) for k in oracle_cost}
                 state["oracle_prev"] = dict(oracle_cost)
-            if step % cfg.eval_every == 0 or step == cfg.steps:
+            if live_cost:
+                # the forward passes for the live features: the DS pre-filter's inside the step (since the last
+                # step ended), a plan's before it (the plan made for this step); the arm's time of the step is
+                # the trainer step plus the plan made outside it
+                if kind == "ds":
+                    now = live_cost()["seconds"]
+                    live_s, state["live_prev"] = now - state["live_prev"], now
+                else:
+                    live_s = float(plan.get("live_seconds", 0.0))
+                arm_s = step_seconds + float(plan.get("plan_seconds", 0.0))
+                row["live_seconds"] = live_s
+                row["live_share"] = live_s / arm_s if arm_s > 0 else 0.0
+            stop = cfg.rollout_budget > 0 and state["cum"] >= cfg.rollout_budget
+            if stop:
+                state["budget_reached"] = True
+                control.should_training_stop = True
+            if step % cfg.eval_every == 0 or step == cfg.steps or stop:
                 row.update(evaluate(step))
                 log(f"[{cfg.scheduler} seed {cfg.seed}] step {step} held-out accuracy {row['heldout_acc']:.4f} "
                     f"sampled {row.get('heldout_sampled', float('nan')):.4f} "
@@ -318,6 +370,14 @@ def run(cfg: RunConfig, train_rows: list[dict], test_rows: list[dict], policy_di
     if kind == "ds":
         summary["ds_round_cap_hits"] = int(sum(r.cap_hit for r in gd.ds_log))
         summary["ds_rounds"] = int(sum(r.rounds for r in gd.ds_log))
+    if cfg.rollout_budget > 0:
+        summary["rollout_budget"] = {"budget": cfg.rollout_budget, "reached": state["budget_reached"],
+                                     "step_cap": cfg.steps}
+    if live_cost:
+        c = live_cost()
+        summary["live"] = {**c, "share_of_wall": c["seconds"] / wall if wall else None,
+                           "mean_step_share": float(np.mean([r["live_share"] for r in steps])) if steps else None,
+                           "statistics": belief.live_statistics()}
     if oracle is not None:
         summary["oracle"] = {**oracle_cost, "samples_per_candidate": cfg.oracle_samples,
                              "share_of_wall": oracle_cost["seconds"] / wall if wall else None}

@@ -61,7 +61,22 @@ SCHEDULERS = {
     "oracle-thompson": ("select", "thompson", "oracle"),
     "oracle-skip": ("select", "skip-zero-variance", "oracle"),
     "oracle-alloc": ("allocate", "variance", "oracle"),
+    # what a user would give graphdiff: the task's (skill, level) as covariates and the policy's live
+    # confidence at each candidate read (``LiveBelief``); their peers: HIVE (GRESO's history + the same live
+    # check) and the covariates-only estimator (``CellLive``: cell mean + live features, no graph)
+    "gd-live-ds": ("ds", "prefilter", "graphdiff-live"),
+    "gd-live-thompson": ("select", "thompson", "graphdiff-live"),
+    "gd-live-skip": ("select", "skip-zero-variance", "graphdiff-live"),
+    "hive-ds": ("ds", "prefilter", "hive"),
+    "cells-live-ds": ("ds", "prefilter", "cells-live"),
+    "cells-live-thompson": ("select", "thompson", "cells-live"),
+    "cells-live-skip": ("select", "skip-zero-variance", "cells-live"),
 }
+# the published grid's 14 arms (configs/closedloop.yaml, docs/results.md): the arms above them read covariates
+# and live features and are run beside these, never instead of them
+PUBLISHED = tuple(list(SCHEDULERS)[:14])
+# estimators fed the policy's live features of the candidates they read (one batched forward pass per read)
+LIVE_ESTIMATORS = ("graphdiff-live", "hive", "cells-live")
 # (comparison, native scheduler, graphdiff scheduler)
 COMPARISONS = (
     ("target-difficulty selection", "mopps", "gd-thompson"),
@@ -162,12 +177,14 @@ class BeliefTarget(Target):
     def step(self) -> int:
         return self._step
 
-    def _apply(self, trainer_step, ids, nodes, n, s) -> dict:
+    def _apply(self, trainer_step, ids, nodes, n, s, live=None) -> dict:
+        # live: the product's own live features (GraphdiffTRL(live_features=...)), never set here; a
+        # LiveBelief reads the policy's itself at each read and keeps them for its update
         stats = self.belief.update(nodes, n, s) if self.belief is not None else {}
         self._step = int(trainer_step)
         return stats
 
-    def _estimates(self, nodes, group_size):
+    def _estimates(self, nodes, group_size, live=None):
         if self.belief is None:  # plain DS: its draw reads nothing; the step metrics get "no estimate"
             nan = np.full(len(nodes), np.nan)
             return {"p": nan, "mean": nan, "variance": nan, "p_zero_variance": nan}
@@ -177,11 +194,27 @@ class BeliefTarget(Target):
         return self.belief
 
 
-def make_belief(kind: str | None, n_nodes: int, graphdiff_factory=None, oracle=None):
+def make_belief(kind: str | None, n_nodes: int, graphdiff_factory=None, oracle=None, features=None,
+                covariates=None):
     """The native estimators at their papers' settings (MoPPS lambda = 1, their MATH setting), graphdiff, or
-    the oracle (``oracle``: the ``OracleBelief`` the loop built over its policy)."""
+    the oracle (``oracle``: the ``OracleBelief`` the loop built over its policy). The live estimators
+    (``LIVE_ESTIMATORS``) need ``features(nodes)`` (the policy's live features of those prompts, one row
+    each) and, but HIVE, ``covariates`` (N x c, encoded by ``core.covariates``); ``graphdiff_factory(covariates)``
+    then returns graphdiff's Estimator over them."""
     if kind is None:
         return None
+    if kind in LIVE_ESTIMATORS and features is None:
+        raise InvalidArgumentError(f"estimator {kind!r} reads the policy's live features: give features=")
+    if kind == "hive":
+        return HiveBelief(bl.GRESO(n_nodes), features)
+    if kind in ("graphdiff-live", "cells-live"):
+        if covariates is None:
+            raise InvalidArgumentError(f"estimator {kind!r} needs the prompts' covariates")
+        if kind == "cells-live":
+            return LiveBelief(CellLive(covariates), "cells-live", features)
+        if graphdiff_factory is None:
+            raise InvalidArgumentError("the graphdiff schedulers need a graphdiff estimator")
+        return LiveBelief(graphdiff_factory(covariates), "graphdiff-live", features)
     if kind == "oracle":
         if oracle is None:
             raise InvalidArgumentError("the oracle schedulers need the policy's measurement (OracleBelief)")
@@ -201,6 +234,213 @@ def make_belief(kind: str | None, n_nodes: int, graphdiff_factory=None, oracle=N
 
 def graphdiff_belief(estimator) -> Belief:
     return Belief(estimator, "graphdiff")
+
+
+# ----------------------------------------------------------------------------------------------------
+# live features
+
+
+class _ReadWithLive:
+    """An estimator seen by ``evaluation.baselines.belief`` with live features ``x`` for the nodes it reads."""
+
+    def __init__(self, method, x):
+        self.method, self.x = method, x
+
+    def estimates(self, ids, group_size):
+        return self.method.estimates(ids, group_size=group_size, live=self.x)
+
+
+class LiveBelief(Belief):
+    """A ``Belief`` whose every read comes with the policy's live features of the prompts read:
+    ``features(nodes)`` (the loop's: the next-token entropy and largest probability at each prompt's last
+    position, ``graphdiff_cli.integrations.trl.next_token_features``, one batched forward pass over the
+    candidates) goes to ``estimates(..., live=F)``; a prompt's features from its last read go with its outcomes
+    to ``update(..., live=F)`` (a row of NaN for one never read), as ``GraphdiffTRL(live_features=True)`` does.
+    The forward passes' wall time is counted (``seconds``, ``passes``, ``candidates``): it is the estimator's
+    cost, inside the plan's or the pre-filter's time."""
+
+    def __init__(self, method, name: str, features):
+        super().__init__(method, name)
+        self.features = features
+        self._live: dict[int, np.ndarray] = {}
+        self.seconds, self.passes, self.candidates = 0.0, 0, 0
+
+    def read(self, nodes) -> np.ndarray:
+        import time
+
+        nodes = np.asarray(nodes, dtype=np.int64)
+        t0 = time.perf_counter()
+        x = np.asarray(self.features(nodes), dtype=np.float64)
+        self.seconds += time.perf_counter() - t0
+        if x.ndim != 2 or x.shape[0] != nodes.size:
+            raise InvalidArgumentError(f"live features of shape {x.shape} for {nodes.size} prompts")
+        self.passes += 1
+        self.candidates += int(nodes.size)
+        self._live.update(zip(nodes.tolist(), x))
+        return x
+
+    def beliefs(self, nodes, group_size: int) -> dict:
+        return belief(_ReadWithLive(self.method, self.read(nodes)), nodes, int(group_size))
+
+    def step_live(self, nodes) -> np.ndarray | None:
+        """The nodes' live features as last read (a row of NaN for one never read); None before any read."""
+        rows = [self._live.get(int(i)) for i in np.asarray(nodes).tolist()]
+        f = next((r.size for r in rows if r is not None), None)
+        if f is None:
+            return None
+        return np.stack([np.full(f, np.nan) if r is None else r for r in rows])
+
+    def update(self, nodes, n, s) -> dict:
+        nodes = np.asarray(nodes, np.int64)
+        stats = self.method.update(nodes, np.asarray(n, np.int64), np.asarray(s, np.int64),
+                                   live=self.step_live(nodes))
+        return {k: v for k, v in (stats or {}).items() if isinstance(v, (int, float))}
+
+    def cost(self) -> dict:
+        return {"seconds": self.seconds, "passes": self.passes, "candidates": self.candidates}
+
+    def live_statistics(self) -> dict:
+        """What the estimator has learnt from live features: graphdiff's live read-out's number of features and
+        its sufficient statistics' size, ``CellLive``'s fit."""
+        m = self.method
+        if hasattr(m, "live_features_"):
+            src = m.mix.source("live_readout")
+            return {"features": m.live_features_, "gram_entries": int(src.live_gram_.size),
+                    "weight": m.live_readout_}
+        return m.live_statistics()
+
+
+class HiveBelief(LiveBelief):
+    """HIVE's pre-filter (Wu et al., "HIVE: Online-Verified Prompt Selection for Efficient RL Training of Large
+    Reasoning Model", arXiv 2603.25184): a history-informed coarse selection, then an online verification by
+    the current policy's prompt entropy that prunes prompts whose history-based utility is stale.
+
+    As built here (the paper's abstract and method summary; its exact thresholds were not available to us):
+
+    * stage 1, history: GRESO's rule (``evaluation.baselines.GRESO``: skip probability 1 - max(p^z, 0.01)
+      after z trailing all-correct or all-wrong visits, p_e and p_h adapted per step) - HIVE's history prior
+      is GRESO-like reward statistics; its response-entropy term is left out (it needs the rollouts'
+      token entropies, which this loop does not record);
+    * stage 2, live check: among the candidates read at once, those whose next-token entropy at the
+      prompt's end (the same live confidence feature as the graphdiff arms', ``LiveBelief``) lies below the
+      ``quantile`` of the read (assumed 0.25: the least uncertain quarter, "off the learning edge") are
+      pruned: their skip probability is 1 (the DS pre-filter's floor still explores them at 0.01).
+
+    The result is handed to the same paths as every estimator: ``p_zero_variance`` = the skip probability,
+    read by the product's DS pre-filter (``CandidateDraw``) or the selection rule. ``pruned`` counts the
+    candidates the live check pruned."""
+
+    def __init__(self, greso, features, quantile: float = 0.25):
+        super().__init__(greso, "hive", features)
+        if not 0.0 < float(quantile) < 1.0:
+            raise InvalidArgumentError(f"HIVE's entropy quantile must lie in (0, 1), got {quantile!r}")
+        self.quantile = float(quantile)
+        self.pruned = 0
+
+    def beliefs(self, nodes, group_size: int) -> dict:
+        x = self.read(nodes)
+        e = belief(self.method, nodes, int(group_size))
+        entropy = x[:, 0]
+        low = entropy < np.quantile(entropy, self.quantile) if entropy.size > 1 else np.zeros(entropy.size, bool)
+        self.pruned += int(low.sum())
+        e["p_zero_variance"] = np.where(low, 1.0, e["p_zero_variance"])
+        return e
+
+    def update(self, nodes, n, s) -> dict:  # GRESO learns from outcomes only
+        return Belief.update(self, nodes, n, s)
+
+    def cost(self) -> dict:
+        return {**super().cost(), "pruned": self.pruned}
+
+    def live_statistics(self) -> dict:
+        return {"pruned": self.pruned, "quantile": self.quantile}
+
+
+class CellLive:
+    """The covariates-only peer with live features: no graph, no embedding. Cells are the distinct rows of the
+    encoded covariates (here one per (skill, level)); p-hat_i = m_c(i) + [1, live_i] theta, clipped to [0, 1]:
+
+    * m_c = (S_c + g) / (C_c + 1), the cell's success rate shrunk by one rollout's weight to g, the global rate
+      (0.5 before any), its counts forgotten by ``forgetting`` per step, as the policy moves;
+    * theta, the ridge fit (slopes penalised by ``ridge``, not the intercept) of the cell mean's residual
+      rate_i - m_c(i) (before the step) on [1, live_i] over every prompt observed with live features,
+      its sufficient statistics forgotten by the same factor (graphdiff's live source's fit,
+      ``estimator.sources.live``); a prompt read without live features gets its cell mean.
+
+    Point estimates only: the rules read the plug-in p^g + (1 - p)^g (``evaluation.baselines.belief``)."""
+
+    name = "cells-live"
+
+    def __init__(self, covariates, forgetting: float = 0.9, ridge: float = 1.0):
+        x = np.asarray(covariates, dtype=np.float64)
+        if x.ndim != 2:
+            raise InvalidArgumentError(f"covariates must be 2-D, got shape {x.shape}")
+        _, self.cell = np.unique(x, axis=0, return_inverse=True)
+        self.cell = self.cell.reshape(-1).astype(np.int64)
+        k = int(self.cell.max()) + 1 if self.cell.size else 0
+        self.n_nodes = x.shape[0]
+        self.forgetting, self.ridge = float(forgetting), float(ridge)
+        self.s_, self.c_ = np.zeros(k), np.zeros(k)
+        self.gs_, self.gc_ = 0.0, 0.0
+        self.gram_, self.moment_ = np.zeros((0, 0)), np.zeros(0)
+        self.pairs_ = 0
+
+    def _cell_mean(self, ids) -> np.ndarray:
+        g = self.gs_ / self.gc_ if self.gc_ > 0 else 0.5
+        c = self.cell[ids]
+        return (self.s_[c] + g) / (self.c_[c] + 1.0)
+
+    def _live(self, live, m):
+        if live is None or not self.gram_.size:
+            return np.zeros(m)
+        x = np.asarray(live, dtype=np.float64)
+        z = np.column_stack([np.ones(m), x])
+        pen = self.ridge * np.eye(z.shape[1])
+        pen[0, 0] = 0.0
+        theta = np.linalg.solve(self.gram_ + pen + 1e-9 * np.eye(z.shape[1]), self.moment_)
+        out = z @ theta
+        return np.where(np.isfinite(x).all(axis=1), out, 0.0)
+
+    def estimates(self, ids, group_size: int = 8, live=None) -> dict:
+        ids = np.asarray(ids, dtype=np.int64)
+        p = np.clip(self._cell_mean(ids) + self._live(live, ids.size), 0.0, 1.0)
+        return {"p": p}
+
+    def update(self, ids, n, s, live=None) -> dict:
+        ids, n, s = (np.asarray(a, dtype=np.int64) for a in (ids, n, s))
+        rate = s / np.maximum(n, 1)
+        resid = rate - self._cell_mean(ids)
+        lam = self.forgetting
+        if live is not None:
+            x = np.asarray(live, dtype=np.float64)
+            ok = np.isfinite(x).all(axis=1)
+            if ok.any():
+                z = np.column_stack([np.ones(int(ok.sum())), x[ok]])
+                if not self.gram_.size:
+                    self.gram_, self.moment_ = np.zeros((z.shape[1],) * 2), np.zeros(z.shape[1])
+                self.gram_ = lam * self.gram_ + z.T @ z
+                self.moment_ = lam * self.moment_ + z.T @ resid[ok]
+                self.pairs_ += int(ok.sum())
+        self.s_ *= lam
+        self.c_ *= lam
+        np.add.at(self.s_, self.cell[ids], s)
+        np.add.at(self.c_, self.cell[ids], n)
+        self.gs_, self.gc_ = lam * self.gs_ + float(s.sum()), lam * self.gc_ + float(n.sum())
+        return {"live_pairs": self.pairs_}
+
+    def live_statistics(self) -> dict:
+        return {"features": (self.gram_.shape[0] - 1) if self.gram_.size else None,
+                "gram_entries": int(self.gram_.size), "pairs": self.pairs_}
+
+
+def cell_covariates(rows) -> np.ndarray:
+    """The prompts' (skill, level) as categorical covariates, encoded as a user's prompt file's fields are
+    (``core.covariates.make_spec`` / ``encode``: one indicator per category)."""
+    from graphdiff_cli.core.covariates import Raw, encode, make_spec
+
+    raw = {"skill": Raw("categorical", [r["skill"] for r in rows]),
+           "level": Raw("categorical", [str(r["level"]) for r in rows])}
+    return encode(make_spec(raw), raw, len(rows)).features
 
 
 # ----------------------------------------------------------------------------------------------------

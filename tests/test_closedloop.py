@@ -21,10 +21,16 @@ import yaml
 from closedloop import schedulers as sch
 from closedloop import tasks
 from graphdiff_cli.errors import InvalidArgumentError
+from _tolerances import FLOAT64
 
 ROOT = Path(__file__).resolve().parents[1]
 
 B, G, STEPS = 4, 4, 2
+
+
+def _approx(tol: dict) -> dict:
+    """A ``_tolerances`` entry as ``pytest.approx``'s keywords."""
+    return {"rel": tol["rtol"], "abs": tol["atol"]}
 
 
 def test_tasks_are_verifiable_and_graded():
@@ -617,3 +623,61 @@ def test_batch_runner_reuses_finished_runs_and_reads_seed_ranges(tmp_path):
     assert res.returncode == 0, res.stderr
     lines = [json.loads(x) for x in res.stdout.splitlines()]
     assert lines[0]["cached"] is True and lines[-1] == {**lines[-1], "runs": 1, "failed": 0}
+
+
+def test_live_feature_arms_and_the_hive_peer_for_two_steps(tmp_path):
+    """graphdiff with the task's (skill, level) as covariates and the policy's live features (gd-live-ds) and
+    the HIVE-style peer (hive-ds), each two real TRL steps of the product's DS: the live features reach the
+    estimator (graphdiff's live read-out has learnt 2 features), their forward passes are timed as a share of
+    the step, HIVE's entropy check prunes candidates the pre-filter then skips; and the uncensored regime's
+    rollout budget stops a run at the first step that reaches it."""
+    pytest.importorskip("trl")
+    from graphdiff_cli import Estimator
+    from graphdiff_cli.estimator import preset_settings
+    from closedloop.loop import RunConfig, run
+
+    train, test = _tiny_policy(tmp_path / "policy")
+    w, labels, k = _graph_over(train)
+    x = sch.cell_covariates(train)
+    assert x.shape == (len(train), len(tasks.SKILLS) + len(tasks.LEVELS)) and set(np.unique(x)) == {0.0, 1.0}
+    factory = lambda: Estimator(w, labels, n_states=k, **preset_settings("default"))  # noqa: E731
+    budget = B * G + 1  # one round of step 1 leaves it short; two steps always reach it
+    for name, steps, rollout_budget in (("gd-live-ds", STEPS, 0), ("hive-ds", 4, budget)):
+        cfg = RunConfig(scheduler=name, seed=0, steps=steps, batch_prompts=B, group_size=G, eval_every=2,
+                        max_completion_length=6, max_rounds=3, rollout_budget=rollout_budget)
+        out = tmp_path / "runs" / name / "s0"
+        summary = run(cfg, train, test, tmp_path / "policy", out, graphdiff_factory=factory, log=lambda *a: None)
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
+        live = summary["live"]
+        assert live["passes"] > 0 and live["candidates"] >= B and live["seconds"] > 0
+        assert all(r["live_seconds"] > 0 and 0 < r["live_share"] < 1 for r in rows)
+        assert live["seconds"] == pytest.approx(sum(r["live_seconds"] for r in rows), **_approx(FLOAT64))
+        if name == "gd-live-ds":
+            assert [r["step"] for r in rows] == [1, 2] and "rollout_budget" not in summary
+            assert live["statistics"]["features"] == 2 and live["statistics"]["gram_entries"] == 9
+        else:
+            assert live["statistics"]["pruned"] > 0  # the entropy check acted ...
+            assert sum(r["plan"]["skipped_before_generation"] for r in rows) > 0  # ... and the pre-filter skipped
+            cum = [r["cum_rollouts"] for r in rows]
+            assert cum[-1] >= budget and all(c < budget for c in cum[:-1]) and len(rows) <= 2
+            assert summary["rollout_budget"] == {"budget": budget, "reached": True, "step_cap": 4}
+            assert "heldout_acc" in rows[-1]  # evaluated where it stopped
+
+
+def test_the_covariates_only_peer_learns_cells_and_live_features():
+    """CellLive: a cell's estimate is its shrunk, forgotten success rate; live features move it once fitted; a
+    read without them gets the cell mean."""
+    x = np.repeat(np.eye(2), 50, axis=0)  # two cells of 50 prompts
+    est = sch.CellLive(x, forgetting=1.0, ridge=1e-6)
+    ids = np.arange(100)
+    live = np.column_stack([np.where(ids % 2 == 0, 0.0, 1.0)])  # feature 1: the prompt succeeds more
+    s = np.where(ids < 50, 2, 6) + 2 * (ids % 2)
+    est.update(ids, np.full(100, 8), s, live=live)
+    m = est.estimates(ids)["p"]
+    g = 500 / 800  # the global rate the cells are shrunk to
+    assert m[:50] == pytest.approx((150 + g) / 401, **_approx(FLOAT64))
+    assert m[50:] == pytest.approx((350 + g) / 401, **_approx(FLOAT64))
+    with_live = est.estimates(ids, live=live)["p"]
+    # 2 of 8 more for feature 1; the slope's ridge (1e-6 against 50 prompts a feature value) shrinks it by ~1e-8
+    assert with_live[1] - with_live[0] == pytest.approx(0.25, abs=1e-6)
+    assert est.live_statistics()["pairs"] == 100

@@ -9,6 +9,11 @@
 # Settings: the config's `closedloop` section (workflow/schemas/config.schema.yaml: every key, its type,
 # default and meaning), passed to each stage as flags.
 
+def _cl_uncensored(scheduler):
+    """Does this arm run in the uncensored regime (train.uncensored_step_cap > 0 and a pre-filter arm)?"""
+    return CL["train"]["uncensored_step_cap"] > 0 and scheduler.endswith("-ds") and scheduler != "ds"
+
+
 wildcard_constraints:
     scheduler=r"[a-z][a-z-]*",
 
@@ -90,6 +95,7 @@ rule closedloop_run:
         train=f"{CL_ART}/data/train.jsonl",
         graph=f"{CL_ART}/graph",
         policy=lambda wc: f"{CL_ART}/policy/s{_cl_policy_seed(wc.seed)}",
+        ds=lambda wc: [f"{CL_ART}/runs/ds/s{wc.seed}"] if _cl_uncensored(wc.scheduler) else [],
     output:
         directory(f"{CL_ART}/runs/{{scheduler}}/s{{seed}}"),
     log:
@@ -98,13 +104,15 @@ rule closedloop_run:
         cl=CL_MAIN,
         t=CL["train"],
         data=lambda w, input: _cl_os.path.dirname(input.train),
+        steps=lambda wc: CL["train"]["uncensored_step_cap"] if _cl_uncensored(wc.scheduler) else CL["train"]["steps"],
+        budget=lambda wc, input: f"--rollout-budget-from {shlex.quote(input.ds[0])}" if input.ds else "",
     conda:
         ENV
     threads: CL_THREADS
     shell:
         "OMP_NUM_THREADS={threads} {params.cl} run --data {params.data:q} --state {input.graph:q}/STATE "
         "--policy {input.policy:q} --scheduler {wildcards.scheduler} --seed {wildcards.seed} --out {output:q} "
-        "--steps {params.t[steps]} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
+        "--steps {params.steps} {params.budget} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
         "--pool-factor {params.t[pool_factor]} --max-rounds {params.t[max_rounds]} --oracle-samples {params.t[oracle_samples]} --lr {params.t[lr]} "
         "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} "
         "--eval-samples {params.t[eval_samples]} --threads {threads} --device {params.t[device]} > {log:q} 2>&1"
