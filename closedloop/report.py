@@ -14,7 +14,7 @@ import numpy as np
 from graphdiff_cli.io.atomic import atomic_write, atomic_write_text
 
 from . import scores
-from .schedulers import COMPARISONS, REFERENCES, RULES, SCHEDULERS
+from .schedulers import COMPARISONS, LIVE_ESTIMATORS, LIVE_RULES, REFERENCES, RULES, SCHEDULERS
 
 
 def _finished(root, filename: str):
@@ -404,8 +404,8 @@ def _oracle_gain_sections(runs, outcomes) -> tuple[list[str], dict]:
         lines.append("")
     res["oracle_share"] = []
     share_lines = []
-    for title, base, native, gdname, oracle in RULES:
-        for est in (native, gdname):
+    for title, base, ests, oracle in [(t, b, (n, g), o) for t, b, n, g, o in RULES] + list(LIVE_RULES):
+        for est in ests:
             if not all(x in runs for x in (base, est, oracle)):
                 continue
             for k in keys:
@@ -430,6 +430,23 @@ def _oracle_gain_sections(runs, outcomes) -> tuple[list[str], dict]:
                   "accuracy shares whose gain's interval is above 0.", "",
                   "| rule | estimator | metric | seeds | oracle's gain in accuracy [95%] | share, accuracy | "
                   "share, rollouts |", "|---|---|---|---|---|---|---|"] + share_lines + [""]
+    live_arms = [x for x in SCHEDULERS if SCHEDULERS[x][2] in LIVE_ESTIMATORS and x in runs]
+    if live_arms:
+        res["live_cost"] = {}
+        lines += ["## The live features' cost", "",
+                  "The policy's next-token entropy and largest probability at each candidate's end, one batched "
+                  "forward pass per read of the candidates (the plan's pool, or each chunk the DS pre-filter reads): "
+                  "its seconds per step and its share of the arm's step (the trainer step plus a plan made "
+                  "outside it), mean over steps, then mean ± sd over seeds. Counted in the estimator's seconds.", "",
+                  "| scheduler | seeds | live s / step | share of the step |", "|---|---|---|---|"]
+        for name in live_arms:
+            per = [[(r.get("live_seconds"), r.get("live_share")) for r in rows if r["step"] > 0 and "live_share" in r]
+                   for rows in runs[name].values()]
+            sec = [float(np.mean([a for a, _ in p])) for p in per if p]
+            share = [float(np.mean([b for _, b in p])) for p in per if p]
+            res["live_cost"][name] = {"seconds_per_step": sec, "share": share}
+            lines.append(f"| {name} | {len(sec)} | {_ms(sec, 4)} | {_ms(share, 3)} |")
+        lines.append("")
     checks = []
     if "oracle-ds" in runs and "ds" in runs:
         sv = res["saving_vs_ds"]["oracle-ds"].get("heldout_acc") or {}

@@ -91,6 +91,12 @@ RULES = (
     ("rollout allocation by variance", "uniform", "history-alloc", "gd-alloc", "oracle-alloc"),
     ("DS pre-filter", "ds", "greso-ds", "gd-ds", "oracle-ds"),
 )
+# the live arms and their peers against the same oracles: (rule, baseline, estimators' schedulers, the oracle's)
+LIVE_RULES = (
+    ("target-difficulty selection", "uniform", ("cells-live-thompson", "gd-live-thompson"), "oracle-thompson"),
+    ("zero-variance skipping", "uniform", ("cells-live-skip", "gd-live-skip"), "oracle-skip"),
+    ("DS pre-filter", "ds", ("hive-ds", "cells-live-ds", "gd-live-ds"), "oracle-ds"),
+)
 REFERENCES = ("uniform", "ds")
 MIN_ORACLE_SAMPLES = 32
 

@@ -662,6 +662,13 @@ def test_live_feature_arms_and_the_hive_peer_for_two_steps(tmp_path):
             assert cum[-1] >= budget and all(c < budget for c in cum[:-1]) and len(rows) <= 2
             assert summary["rollout_budget"] == {"budget": budget, "reached": True, "step_cap": 4}
             assert "heldout_acc" in rows[-1]  # evaluated where it stopped
+    from closedloop.report import write_report
+
+    res = write_report(tmp_path / "runs", tmp_path / "report")
+    assert res["runs"] == 2
+    metrics = json.loads((tmp_path / "report" / "metrics.json").read_text())
+    assert set(metrics["live_cost"]) == {"gd-live-ds", "hive-ds"}
+    assert "## The live features' cost" in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_the_covariates_only_peer_learns_cells_and_live_features():
