@@ -158,11 +158,6 @@ def embed_covariates(path, fields: CovariateFields, texts: list[str], data: byte
     if not fields.any:
         return None, None
     values, lines = read_fields(path, fields, data)
-    flags = {**{f: "--covariate" for f in fields.numeric}, **{f: "--category" for f in fields.categorical},
-             fields.reference: "--reference-rate", fields.attempts: "--reference-rate", fields.answer: "--answer-field"}
-    for f in fields.paths():  # a field no prompt has would be a column of missing values only: a misspelt name
-        if all(v is None for v in values[f]):
-            raise DataError(f"{path}: {flags[f]} field {f!r}: no prompt has a value there (is the name misspelt?)")
     raw = raw_columns(fields, texts, values)
     try:
         spec = make_spec(raw)
