@@ -14,6 +14,12 @@ attached to the trainer (its sampler draws each step's first round, its wrapper 
 scheduler's estimator as its target (graphdiff's Estimator, or ``schedulers.BeliefTarget`` over GRESO or the
 oracle). Every generated rollout is counted; the trainer trains on the B kept groups.
 
+Live arms (``schedulers.LIVE_ESTIMATORS``) read the current policy's next-token entropy and largest probability
+of the candidates at each read (one batched forward pass, ``integrations.trl.next_token_features``): logged per
+step as ``live_seconds`` and ``live_share`` (of the trainer step plus a plan made outside it). With
+``rollout_budget`` > 0 a run stops at the first step whose cumulative rollouts reach it (the uncensored regime;
+``steps`` is then the cap) and is evaluated there.
+
 Oracle schedulers measure each candidate their rule reads by ``oracle_samples`` completions of the current
 policy (``measure``, one batched generation per plan, a forked RNG); their count and seconds are logged per
 step under ``oracle`` and are neither rollouts nor training data.

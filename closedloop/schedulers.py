@@ -23,6 +23,11 @@ out and how many groups of the trainer's fixed group size each gets - by a rule 
 * ``allocate``  - B uniform prompts, a budget of B x ``units_per_prompt`` groups split by ``rule``
   (``variance``) within [1, ``max_units``] groups each.
 
+A ``LiveBelief`` reads what a user would give an estimator beyond outcomes: the policy's live features of the
+candidates at every read (one batched forward pass, timed) and, for graphdiff and ``CellLive``, the task's
+(skill, level) as covariates (``cell_covariates``); ``HiveBelief`` is HIVE's history + live entropy check. They
+feed the same DS and selection paths as every estimator (docs/closedloop.md).
+
 An ``oracle`` estimator (``OracleBelief``) is the ceiling of a rule: before each plan it measures every
 candidate the rule looks at by ``oracle_samples`` (>= 32) extra completions of the current policy (not
 rollouts, no training) and hands the rule the Beta(s + 1, n - s + 1) belief of that measurement.

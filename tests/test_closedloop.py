@@ -4,7 +4,9 @@ Checked: the prompt families and exact-match verifier; the schedulers' pure part
 allocation budget, DAPO's filter); then a real ``GRPOTrainer`` run of ``gd-thompson`` for two steps: the
 loop ran both steps, every rollout's outcome was recorded (per step, B prompts x group rollouts, the
 counts graphdiff's TRL integration applied are the loop's own), the estimator advanced exactly one step
-per trainer step and its estimates moved, the metrics file is well-formed, and the report aggregates it.
+per trainer step and its estimates moved, the metrics file is well-formed, and the report aggregates it;
+the live-feature arm (gd-live-ds) and the HIVE-style peer for two steps each (the live features reach the
+estimator, HIVE's check prunes, a rollout budget stops a run), and the covariates-only peer's estimates.
 """
 
 from __future__ import annotations
