@@ -5,8 +5,9 @@ written into configs/closedloop.yaml): each run is ``python -m closedloop run`` 
 at a time, in the order given (every seed of the first scheduler first: a run cut short by a time limit
 leaves whole arms of the first schedulers). Data and the SFT policy come from the ``data`` and ``sft``
 stages; every flag not listed by ``--help`` (``--steps``, ``--lr``, ``--eval-every``, ...) is passed on to
-``python -m closedloop run`` as it is, with its defaults there. The report stage reads the runs folder as it
-reads the workflow's.
+``python -m closedloop run`` as it is, with its defaults there, ``{seed}`` in them replaced by the run's seed
+(the uncensored regime: ``--steps 240 --rollout-budget-from RUNS/ds/s{seed}`` once the ds runs have finished).
+The report stage reads the runs folder as it reads the workflow's.
 
     python bench/closedloop_batch.py --data artifacts/rs/c4/data --policy artifacts/rs/c4/policy \\
         --runs artifacts/rs/c4/runs --schedulers uniform,ds,oracle-ds,oracle-thompson --seeds 0-5 \\
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "closedloop", "run", "--data", a.data, "--policy", a.policy,
                "--scheduler", s, "--seed", str(seed), "--out", str(out), "--threads", "1", "--device", a.device,
-               *run_flags]
+               *(f.replace("{seed}", str(seed)) for f in run_flags)]
         if a.state and s.startswith("gd-"):
             cmd += ["--state", a.state]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
