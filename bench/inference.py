@@ -77,7 +77,7 @@ def main():
     for _ in range(3):
         t = time.perf_counter()
         field = torch.sparse.mm(w_t, q)
-        _ = torch.softmax(mf.assignment_logits(spec, field, est.a_, est.b_, obs, torch.as_tensor(obs.ids)), 1)
+        _ = torch.softmax(mf.assignment_logits(spec, field, est.a_, est.b_, obs, torch.as_tensor(obs.ids, device=q.device)), 1)
         sweeps.append(time.perf_counter() - t)
         del field, _
     sweep = float(np.median(sweeps))
