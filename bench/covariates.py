@@ -24,8 +24,8 @@ deepscaler  The cold start of ``evaluation.coldstart`` on DeepScaleR's 29,095 pr
 The covariates are ``core.covariates``'s, encoded by a spec made from every prompt's (unsupervised: no outcome is
 read); every method's settings are its defaults, nothing is tuned on the log.
 
-    .venv/bin/python bench/covariates.py oneshot artifacts/oneshot --out cov_oneshot.json   # ~20 min, 2-core VM
-    .venv/bin/python bench/covariates.py deepscaler artifacts/deepscaler --out cov_ds.json
+    .venv/bin/python bench/covariates.py oneshot artifacts/oneshot --out cov_oneshot.json   # 36 min, loaded 2-core VM
+    .venv/bin/python bench/covariates.py deepscaler artifacts/deepscaler --out cov_ds.json     # 11 min
 """
 
 from __future__ import annotations
