@@ -29,10 +29,11 @@ import numpy as np
 
 from ...core import readout as ro
 from ...errors import DataError
-from .base import NO_CONTEXT, Source
+from .base import NO_CONTEXT
+from .readout import RidgeBoard
 
 
-class Live(Source):
+class Live(RidgeBoard):
     name = "live_readout"
     arrays = ("live_gram", "live_moment", "live_errors")
     grid = ro.READOUT_GRID
@@ -50,16 +51,6 @@ class Live(Source):
     def n_features(self) -> int | None:
         """f, the number of live features, once a step has given them (None before)."""
         return self.live_gram_.shape[0] - 1 if self.live_gram_.size else None
-
-    def boards(self):
-        return {self.board: (ro.RIDGE_GRID.size,) if self.on and self.ridge_setting == "auto" else (0,)}
-
-    def ridge(self, boards) -> float:
-        """The ridge strength in use: the configured number or the online choice ("auto")."""
-        if self.ridge_setting != "auto":
-            return float(self.ridge_setting)
-        errors = boards[self.board]
-        return ro.choose_ridge(errors) if errors.size else float(ro.RIDGE_GRID[1])
 
     def _fitted(self, context) -> bool:
         return context.live is not None and self.n_features is not None and self.live_gram_[0, 0] > 0

@@ -13,7 +13,25 @@ from ...errors import DataError
 from .base import Source, global_rate
 
 
-class Readout(Source):
+class RidgeBoard(Source):
+    """A ridge read-out's choice of its ridge strength: ``readout_ridge``'s number, or "auto" chosen on a board of
+    its own (``board``) among ``core.readout.RIDGE_GRID`` by the read-out's prequential absolute error. A subclass
+    sets ``board`` and ``ridge_setting``."""
+
+    board = ""
+
+    def boards(self):
+        return {self.board: (ro.RIDGE_GRID.size,) if self.on and self.ridge_setting == "auto" else (0,)}
+
+    def ridge(self, boards) -> float:
+        """The ridge strength in use: the configured number or the online choice ("auto")."""
+        if self.ridge_setting != "auto":
+            return float(self.ridge_setting)
+        errors = boards[self.board]
+        return ro.choose_ridge(errors) if errors.size else float(ro.RIDGE_GRID[1])
+
+
+class Readout(RidgeBoard):
     name = "readout"
     arrays = ("readout_gram", "readout_moment", "readout_errors")
     grid = ro.READOUT_GRID
@@ -50,16 +68,6 @@ class Readout(Source):
     def fill(self, est, rows) -> np.ndarray | float:
         """Its estimate before any outcome: the observed global rate."""
         return global_rate(est.global_counts_)
-
-    def boards(self):
-        return {self.board: (ro.RIDGE_GRID.size,) if self.on and self.ridge_setting == "auto" else (0,)}
-
-    def ridge(self, boards) -> float:
-        """The ridge strength in use: the configured number or the online choice ("auto")."""
-        if self.ridge_setting != "auto":
-            return float(self.ridge_setting)
-        errors = boards[self.board]
-        return ro.choose_ridge(errors) if errors.size else float(ro.RIDGE_GRID[1])
 
     def fits(self, est, rows, ridges) -> list[np.ndarray]:
         """The read-out for ``rows`` under each ridge strength: before any outcome, the observed global rate."""
