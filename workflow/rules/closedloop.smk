@@ -9,11 +9,6 @@
 # Settings: the config's `closedloop` section (workflow/schemas/config.schema.yaml: every key, its type,
 # default and meaning), passed to each stage as flags.
 
-def _cl_uncensored(scheduler):
-    """Does this arm run in the uncensored regime (train.uncensored_step_cap > 0 and a pre-filter arm)?"""
-    return CL["train"]["uncensored_step_cap"] > 0 and scheduler.endswith("-ds") and scheduler != "ds"
-
-
 wildcard_constraints:
     scheduler=r"[a-z][a-z-]*",
 

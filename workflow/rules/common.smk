@@ -246,3 +246,9 @@ def prompt_set_changes():
     rp = config["replay"]
     return ([("prompts", c["step"], c["prompts"]) for c in rp.get("add_prompts", [])]
             + [("retire", c["step"], c["ids"]) for c in rp.get("retire", [])])
+
+
+def _cl_uncensored(scheduler):
+    """The closed loop (closedloop.smk): does this arm run in the uncensored regime (train.uncensored_step_cap > 0
+    and a pre-filter arm)?"""
+    return CL["train"]["uncensored_step_cap"] > 0 and scheduler.endswith("-ds") and scheduler != "ds"
