@@ -318,7 +318,7 @@ class State:
                 return done
             est = self.estimator()
             nodes = parsed.node_indices(self.index)  # again: an extend or rollback may have moved the prompt set
-            warnings = handoff.step_warnings(sd, step, outcomes, parsed)
+            warnings = handoff.step_warnings(sd, step, outcomes, parsed, est.settings.live_readout is not None)
             t_load = time.perf_counter()
             progress(2, 4)
             est, entry = handoff.apply_step(est, nodes, parsed, root=sd.root, step=step, outcomes=outcomes,

@@ -240,6 +240,20 @@ def test_a_step_s_rows_carry_live_features_and_a_read_takes_them(state, tmp_path
     assert sum(alloc["counts_by_id"].values()) == 48
 
 
+def test_a_step_s_live_features_a_state_does_not_read_are_said_in_a_warning(tmp_path):
+    from graphdiff_cli import State
+
+    from _handoff_fixtures import make_inputs
+
+    graph, clusters, ids = make_inputs(tmp_path)
+    st = State.init(graph, clusters, tmp_path / "STATE", device="cpu", durable=False, preset="paper")
+    rows = [{"id": pid, "n": 8, "s": 3} for pid in ids[:6]]
+    res = st.update(1, rows, live=np.full((6, 2), 0.5))
+    assert any("live features are not used" in w for w in res["warnings"])
+    res = st.update(2, rows)
+    assert not any("live features" in w for w in res["warnings"])
+
+
 def _ids_file(tmp_path, ids):
     path = tmp_path / "cand.txt"
     path.write_text("\n".join(ids) + "\n")

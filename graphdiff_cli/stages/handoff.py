@@ -259,11 +259,15 @@ def read_step_outcomes(outcomes, index, success_threshold: float | None, id_fiel
     return read_outcomes(outcomes, success_threshold=success_threshold, id_field=id_field, index=index)
 
 
-def step_warnings(sd, step: int, outcomes, parsed) -> list[str]:
-    """The warnings of applying ``parsed`` as ``step``: the file's own, and outcomes delivered twice (the same as
-    the last applied step's: one streamed read of the log's line)."""
+def step_warnings(sd, step: int, outcomes, parsed, live_on: bool = True) -> list[str]:
+    """The warnings of applying ``parsed`` as ``step``: the file's own, live features the estimator does not read
+    (``live_on``: its read-out of live features is on), and outcomes delivered twice (the same as the last applied
+    step's: one streamed read of the log's line)."""
     cur = step - 1
     warnings = [f"step {step}: {w}" for w in parsed.warnings]
+    if parsed.live is not None and not live_on:
+        warnings.append(f"step {step}: the outcomes' live features are not used: this STATE's live_readout is off "
+                        "(its settings; the paper preset leaves it off)")
     last = sd.log_entry((cur, 0)) if cur > 0 else None  # the line of update cur (streamed, not held)
     if last is not None and last.get("step") == cur and not last.get("revision") and (
             last.get("outcomes_content") == parsed.content_hash if last.get("outcomes_content") is not None
