@@ -130,6 +130,27 @@ class Peer:
         return {"p": self.predict(ids)}
 
 
+class BetaPeer(Peer):
+    """A peer whose belief about each prompt is a Beta(alpha_i, beta_i) (``alpha_``, ``beta_``: one per node; MoPPS,
+    BOTS's reference prior): p = its mean, with its variance and the Beta-Binomial P(s in {0, g})."""
+
+    n_nodes: int
+    alpha_: np.ndarray
+    beta_: np.ndarray
+
+    def predict(self, ids) -> np.ndarray:
+        ids = _check_ids(ids, self.n_nodes)
+        a, b = self.alpha_[ids], self.beta_[ids]
+        return a / (a + b)
+
+    def estimates(self, ids, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
+        """p = the Beta's mean, its variance, and the Beta-Binomial P(s in {0, g})."""
+        ids = _check_ids(ids, self.n_nodes)
+        a, b = self.alpha_[ids], self.beta_[ids]
+        mean, var = B.mean_variance(a, b)
+        return {"p": mean, "variance": var, "p_zero_variance": B.zero_variance(a, b, int(group_size))}
+
+
 def flag(value, where: str) -> bool:
     """A boolean setting, refused in one line when it is not one (YAML's "false" as text would be true)."""
     if not isinstance(value, (bool, np.bool_)):
@@ -285,7 +306,7 @@ class DiscountedHistory(Peer):
 
 
 @register("mopps", help="MoPPS's Beta per prompt, one per lambda", settings={"lambdas": [1.0, 0.5]})
-class MoPPS(Peer):
+class MoPPS(BetaPeer):
     """MoPPS (Qu et al.): a Beta(alpha_i, beta_i) per prompt, starting at (1, 1).
 
     After a visit with n rollouts and s successes:
@@ -309,17 +330,6 @@ class MoPPS(Peer):
         return [(cls(inputs.n_nodes, float(lam)), {"method": "MoPPS", "lam": float(lam)})
                 for lam in settings["lambdas"]]
 
-    def predict(self, ids) -> np.ndarray:
-        ids = _check_ids(ids, self.n_nodes)
-        a, b = self.alpha_[ids], self.beta_[ids]
-        return a / (a + b)
-
-    def estimates(self, ids, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
-        """p = the Beta's mean, its variance, and the Beta-Binomial P(s in {0, g})."""
-        ids = _check_ids(ids, self.n_nodes)
-        a, b = self.alpha_[ids], self.beta_[ids]
-        mean, var = B.mean_variance(a, b)
-        return {"p": mean, "variance": var, "p_zero_variance": B.zero_variance(a, b, int(group_size))}
 
     def update(self, ids, n, s) -> None:
         ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
@@ -810,7 +820,7 @@ BOTS_SETTINGS = {"m": 16, "lamb": 0.1, "rho": 0.1, "discount": 0.9}
 
 @register("reference", help="BOTS's prior from the reference pass rate, fused with each prompt's outcomes",
           covariates=True, settings=BOTS_SETTINGS)
-class ReferencePrior(Peer):
+class ReferencePrior(BetaPeer):
     """BOTS's interpolation estimator (Shen et al. 2025, "BOTS: A Unified Framework for Bayesian Online Task
     Selection in LLM Reinforcement Finetuning"; Trinity-RFT, ``trinity/buffer/selector/diff_estimator.py``,
     ``InterpolationBetaPREstimator``, run by ``examples/bots/bots.yaml``) on one reference pass-rate column.
@@ -870,16 +880,6 @@ class ReferencePrior(Peer):
             return np.full(self.n_nodes, g)
         return np.where(np.isnan(self.reference), g, np.clip(self.capability_ * self.reference, 0.0, 1.0))
 
-    def predict(self, ids) -> np.ndarray:
-        ids = _check_ids(ids, self.n_nodes)
-        return self.alpha_[ids] / (self.alpha_[ids] + self.beta_[ids])
-
-    def estimates(self, ids, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, np.ndarray]:
-        """p = the Beta's mean, its variance, and the Beta-Binomial P(s in {0, g})."""
-        ids = _check_ids(ids, self.n_nodes)
-        a, b = self.alpha_[ids], self.beta_[ids]
-        mean, var = B.mean_variance(a, b)
-        return {"p": mean, "variance": var, "p_zero_variance": B.zero_variance(a, b, int(group_size))}
 
     def update(self, ids, n, s) -> None:
         ids, n, s = aggregate_counts(ids, n, s, self.n_nodes)
