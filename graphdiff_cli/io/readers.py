@@ -249,11 +249,17 @@ def read_embeddings(path) -> Artifact:
     return art
 
 
-def embedding_matrix(path, graph: Graph) -> np.ndarray:
-    """The unit-norm embeddings (float64, graph node order) of the embeddings ``graph`` was built from."""
+def _embeddings_of(path, graph: Graph) -> Artifact:
+    """The embeddings artifact at ``path``, checked to be the one ``graph`` was built from, with its ids."""
     art = read_embeddings(path)
     _check_made_from(graph.art, "embeddings", art, "pass the embeddings this graph was built from")
     _same_ids(art, [str(x) for x in art.array("ids")], graph)
+    return art
+
+
+def embedding_matrix(path, graph: Graph) -> np.ndarray:
+    """The unit-norm embeddings (float64, graph node order) of the embeddings ``graph`` was built from."""
+    art = _embeddings_of(path, graph)
     x = np.asarray(art.array("embeddings"), dtype=np.float64)
     if x.ndim != 2 or x.shape[0] != len(graph.ids):
         raise ArtifactError(f"{path}: embeddings shape {x.shape} does not match {len(graph.ids)} ids")
@@ -285,9 +291,7 @@ def covariate_inputs(path, graph: Graph) -> CovariateInputs | None:
     from ..core.covariates import CovariateSpec
     from .artifacts import has_array
 
-    art = read_embeddings(path)
-    _check_made_from(graph.art, "embeddings", art, "pass the embeddings this graph was built from")
-    _same_ids(art, [str(x) for x in art.array("ids")], graph)
+    art = _embeddings_of(path, graph)
     if not has_array(art, COVARIATES):
         return None
     remedy = "re-run graphdiff embed on the prompts file"
