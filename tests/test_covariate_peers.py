@@ -19,8 +19,8 @@ from graphdiff_cli.estimator import Estimator
 from graphdiff_cli.evaluation import methods
 from graphdiff_cli.evaluation.baselines import BOTS_SETTINGS, CovariateReadout, ReferencePrior
 from graphdiff_cli.evaluation.metrics import score_rows, zero_variance_ece
-from graphdiff_cli.evaluation.simulate import simulate
-from graphdiff_cli.io.artifacts import read_artifact, write_artifact
+from graphdiff_cli.io.artifacts import write_artifact
+from _worlds import topic_world
 
 runner = CliRunner()
 
@@ -202,37 +202,16 @@ def test_zero_variance_ece_against_a_hand_computation():
 def world(tmp_path_factory):
     """A simulated log over 60 prompts, its artifacts, and a second embeddings artifact holding covariates."""
     d = tmp_path_factory.mktemp("covworld")
-    sim = simulate(n_prompts=60, steps=8, batch_size=20, rollouts=8, seed=7)
-    ids = np.array([p["id"] for p in sim.prompts], dtype=object)
-    topics = sorted({p["topic"] for p in sim.prompts})
-    rng = np.random.default_rng(0)
-    x = np.zeros((60, 8))
-    for i, p in enumerate(sim.prompts):
-        x[i, topics.index(p["topic"])] = 1.0
-        x[i, 5] = 0.3 * p["level"]
-    x += 0.15 * rng.standard_normal(x.shape)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    nbr, simv = exact_knn(x, 8)
-    w = mutual_knn_graph(nbr, simv)
-    labels = spectral_clustering(w, 4, seed=0, fallback_neighbors=nbr)
-    emb = {"ids": ids, "embeddings": x.astype(np.float32)}
-    write_artifact(d / "emb.zarr", "embeddings", emb)
-    emb_hash = read_artifact(d / "emb.zarr", "embeddings").content_hash
+    made = topic_world(d, n_prompts=60, steps=8, batch_size=20, seed=7, k=4)
+    sim = made["sim"]
     # the same embeddings with covariates beside them (as embed writes them: the content hash is the embeddings')
     raw = {"level": Raw("numeric", [p["level"] for p in sim.prompts]),
            "rate": Raw("reference", [None if i % 4 == 0 else 0.1 * p["level"] for i, p in enumerate(sim.prompts)])}
     spec = make_spec(raw)
     enc = encode(spec, raw, 60)
-    write_artifact(d / "emb_cov.zarr", "embeddings", {**emb, "covariates": enc.features,
-                                                      "reference_rate": enc.reference},
-                   content_hash=emb_hash, attrs={"covariate_spec": spec.as_dict()})
-    write_artifact(d / "graph.zarr", "graph", {"ids": ids, "indptr": w.indptr.astype(np.int64),
-                                               "indices": w.indices.astype(np.int64),
-                                               "data": w.data.astype(np.float32)}, params={"k_nn": 8},
-                   inputs={"embeddings": emb_hash})
-    graph_hash = read_artifact(d / "graph.zarr", "graph").content_hash
-    write_artifact(d / "clusters.zarr", "clusters", {"ids": ids, "labels": labels.astype(np.int64)},
-                   params={"states": 4}, inputs={"graph": graph_hash})
+    write_artifact(d / "emb_cov.zarr", "embeddings", {"ids": made["ids"], "embeddings": made["x"].astype(np.float32),
+                                                      "covariates": enc.features, "reference_rate": enc.reference},
+                   content_hash=made["emb_hash"], attrs={"covariate_spec": spec.as_dict()})
     (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sim.log_rows()))
     return {"dir": d, "enc": enc}
 

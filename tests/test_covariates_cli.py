@@ -12,26 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from _tolerances import FLOAT64
 from conftest import PROMPT_ROWS, write_jsonl
 from graphdiff_cli import State
-from graphdiff_cli.cli.app import app
 from graphdiff_cli.core.covariates import ANSWER_STATISTICS, TEXT_STATISTICS, Raw, encode, make_spec, text_statistics
 from graphdiff_cli.io.artifacts import hash_arrays, read_artifact
 from graphdiff_cli.io.readers import covariate_inputs, read_graph
 from graphdiff_cli.stages.prepare import ids_for_hash
+from test_prepare_cli import gd  # the CLI in-process, its exit code checked
 
-runner = CliRunner()
 N_BASE = 34
-
-
-def gd(*args, ok: bool = True):
-    res = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-    if ok:
-        assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}"
-    return res
 
 
 def gd_json(*args) -> dict:

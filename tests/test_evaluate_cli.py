@@ -12,12 +12,10 @@ from typer.testing import CliRunner
 from graphdiff_cli.cli.app import app
 from graphdiff_cli.evaluation import baselines as B
 from graphdiff_cli.core.diagnostics import cluster_association, within_category_kruskal
-from graphdiff_cli.core.graph import exact_knn, mutual_knn_graph
 from graphdiff_cli.evaluation.metrics import evaluate_replay
 from graphdiff_cli.evaluation.replay import replay
-from graphdiff_cli.evaluation.simulate import simulate
-from graphdiff_cli.core.spectral import spectral_clustering
-from graphdiff_cli.io.artifacts import read_artifact, write_artifact
+from graphdiff_cli.io.artifacts import write_artifact
+from _worlds import topic_world
 
 runner = CliRunner()
 K = 6
@@ -31,34 +29,14 @@ def invoke(*args):
 def world(tmp_path_factory):
     """A simulated log over 90 prompts with topic/level-shaped embeddings, and its artifacts."""
     d = tmp_path_factory.mktemp("world")
-    sim = simulate(n_prompts=90, steps=9, batch_size=30, rollouts=8, seed=5)
-    ids = np.array([p["id"] for p in sim.prompts], dtype=object)
-    topics = sorted({p["topic"] for p in sim.prompts})
-    rng = np.random.default_rng(0)
-    x = np.zeros((90, 8))
-    for i, p in enumerate(sim.prompts):
-        x[i, topics.index(p["topic"])] = 1.0
-        x[i, 5] = 0.3 * p["level"]
-    x += 0.15 * rng.standard_normal(x.shape)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    nbr, simv = exact_knn(x, 8)
-    w = mutual_knn_graph(nbr, simv)
-    labels = spectral_clustering(w, K, seed=0, fallback_neighbors=nbr)
-    # each artifact names the one it was made from (provenance), as the pipeline's stages write them
-    write_artifact(d / "emb.zarr", "embeddings", {"ids": ids, "embeddings": x.astype(np.float32)})
-    emb_hash = read_artifact(d / "emb.zarr", "embeddings").content_hash
-    write_artifact(d / "graph.zarr", "graph", {"ids": ids, "indptr": w.indptr.astype(np.int64),
-                                               "indices": w.indices.astype(np.int64),
-                                               "data": w.data.astype(np.float32)}, params={"k_nn": 8},
-                   inputs={"embeddings": emb_hash})
-    graph_hash = read_artifact(d / "graph.zarr", "graph").content_hash
-    write_artifact(d / "clusters.zarr", "clusters", {"ids": ids, "labels": labels.astype(np.int64)},
-                   params={"states": K}, inputs={"graph": graph_hash})
+    made = topic_world(d, n_prompts=90, steps=9, batch_size=30, seed=5, k=K)
+    sim = made["sim"]
     rows = sim.log_rows()
     for r, p in zip(rows, sim.p_true):
         r["p_true"] = float(p)
     (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return {"dir": d, "sim": sim, "w": w, "labels": labels, "x": x, "rows": rows, "graph_hash": graph_hash}
+    return {"dir": d, "sim": sim, "w": made["w"], "labels": made["labels"], "x": made["x"], "rows": rows,
+            "graph_hash": made["graph_hash"]}
 
 
 def _eval(world, out, *extra):
