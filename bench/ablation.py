@@ -9,7 +9,7 @@ folder (artifacts/<run>/ with data/log.jsonl, graph/*.zarr and clusters/*.zarr, 
     snakemake --cores 2 --configfile configs/oneshot.yaml     # or configs/math.yaml, configs/default.yaml
     python bench/ablation.py artifacts/oneshot [--json out.json]
 
-The figures of docs/results.md ("Ablation") come from this script.
+The figures of docs/lab/results.md ("Ablation") come from this script.
 """
 
 from __future__ import annotations

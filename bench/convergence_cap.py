@@ -5,7 +5,7 @@ STATEs that differ only in ``max_iters`` (the default 50, and a cap no step reac
 
 e.g. with the workflow's artifacts: artifacts/oneshot/graph/k80.zarr artifacts/oneshot/clusters/k80_Kauto_s0.zarr
 artifacts/oneshot/data/log.jsonl. Prints one line per step (rounds, converged, max and mean |Δp| over every
-prompt). Results: docs/estimator.md, "When a step does not converge". Not run by the tests.
+prompt). Results: docs/explanation/estimator.md, "When a step does not converge". Not run by the tests.
 """
 
 from __future__ import annotations

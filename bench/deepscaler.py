@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The large-pool regime on DeepScaleR's 29,095 real pass rates (Qwen2.5-Math-7B, s out of
 128), as two benchmarks over a workflow-style run folder (RUN/embeddings.zarr, RUN/graph/*.zarr,
-RUN/clusters/*.zarr, made by graphdiff embed / build-graph / cluster; docs/results.md has the commands).
+RUN/clusters/*.zarr, made by graphdiff embed / build-graph / cluster; docs/lab/results.md has the commands).
 
 cold-start  The static protocol of evaluation/coldstart.py: for each revealed fraction (2%, 10%, 30%) and draw
             (seeds 0, 1, 2), a random subset gets 8 rollouts ~ Binomial(8, s/128) each, fed to every

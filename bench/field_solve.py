@@ -21,7 +21,7 @@ are against a float64 solve to 1e-11.
     .venv/bin/python bench/field_solve.py precision W/old_g.zarr W/old_c.zarr [--steps 100] [--out precision.json]
     .venv/bin/python bench/field_solve.py tolerance W/old_g.zarr W/old_c.zarr [--steps 100] [--out tolerance.json]
 
-Results: docs/performance.md, "The field's solve in mixed precision: built" and "The field's tolerance".
+Results: docs/lab/performance.md, "The field's solve in mixed precision: built" and "The field's tolerance".
 """
 
 from __future__ import annotations

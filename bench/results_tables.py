@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print the summary tables of docs/results.md from evaluate's metrics.json files.
+"""Print the summary tables of docs/lab/results.md from evaluate's metrics.json files.
 
     python bench/results_tables.py artifacts/oneshot/report artifacts/math/report artifacts/demo/report
 

@@ -17,7 +17,7 @@ before the belief existed); prompt forgetting 0.5; and the default with every ne
 predicted 0.5 (MoPPS's Beta(1, 1) mean), which isolates exploration. --calibration adds, on the
 full log (every outcome revealed, as `graphdiff evaluate` replays it), how well each variant's
 p_zero_variance predicts a group with s in {0, n}: Brier score, log-loss, AUROC.
-The figures of docs/results.md ("Decisions on the real log") come from this script.
+The figures of docs/lab/results.md ("Decisions on the real log") come from this script.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ out and how many groups of the trainer's fixed group size each gets - by a rule 
 A ``LiveBelief`` reads what a user would give an estimator beyond outcomes: the policy's live features of the
 candidates at every read (one batched forward pass, timed) and, for graphdiff and ``CellLive``, the task's
 (skill, level) as covariates (``cell_covariates``); ``HiveBelief`` is HIVE's history + live entropy check. They
-feed the same DS and selection paths as every estimator (docs/closedloop.md).
+feed the same DS and selection paths as every estimator (docs/lab/closedloop.md).
 
 An ``oracle`` estimator (``OracleBelief``) is the ceiling of a rule: before each plan it measures every
 candidate the rule looks at by ``oracle_samples`` (>= 32) extra completions of the current policy (not
@@ -77,7 +77,7 @@ SCHEDULERS = {
     "cells-live-thompson": ("select", "thompson", "cells-live"),
     "cells-live-skip": ("select", "skip-zero-variance", "cells-live"),
 }
-# the published grid's 14 arms (configs/closedloop.yaml, docs/results.md): the arms above them read covariates
+# the published grid's 14 arms (configs/closedloop.yaml, docs/lab/results.md): the arms above them read covariates
 # and live features and are run beside these, never instead of them
 PUBLISHED = tuple(list(SCHEDULERS)[:14])
 # estimators fed the policy's live features of the candidates they read (one batched forward pass per read)

@@ -6,7 +6,7 @@ estimator in memory between steps::
 
     from graphdiff_cli import State
     st = State.open(STATE)
-    st.update(step, rows)                                 # exactly one step; crash-safe (docs/handoff.md)
+    st.update(step, rows)                                 # exactly one step; crash-safe (docs/reference/handoff.md)
     p = st.estimates()["p"]                               # p-hat of every candidate, for the sampler
 
 ``--mode inbox`` (a trainer that must not wait on graphdiff's imports, or runs elsewhere): the trainer

@@ -10,7 +10,7 @@
 # Here the "trainer" is a stand-in (each prompt has a hidden success rate that rises a little every
 # step): replace `rollout` with your generation and reward code. The loop resumes after a crash at the
 # STATE's step + 1 (`graphdiff update` refuses a step twice or a gap). The cron-style alternative,
-# where the trainer only drops outcomes files into an inbox, is `graphdiff watch` (docs/workflow.md).
+# where the trainer only drops outcomes files into an inbox, is `graphdiff watch` (docs/reference/workflow.md).
 #
 #   bash scripts/demo.sh                                  # makes artifacts/demo/STATE (step 0)
 #   cp -r artifacts/demo/STATE /tmp/STATE                 # work on a copy

@@ -3,7 +3,7 @@
 Library code raises these; the CLI turns each into a one-line message, its class's ``exit_code`` and, with
 ``--json``, its ``kind`` in one place (``run_guarded`` in ``graphdiff_cli/cli/common.py``). Messages name what
 was wrong and, where it helps, how to fix it. The exit codes and kinds are a contract a trainer's loop
-branches on (docs/handoff.md, "Exit codes"):
+branches on (docs/reference/handoff.md, "Exit codes"):
 
 | exit | kind | class | a loop should |
 |---|---|---|---|

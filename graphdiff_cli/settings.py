@@ -59,7 +59,7 @@ class EstimatorSettings(BaseModel):
         "Residual schedule: revisit a prompt's neighbours when its q moved by more than this."))
     device: str = Field("auto", description="Where inference runs: auto (a GPU when one works), cpu, cuda, cuda:N.")
     dtype: Literal[DTYPES] = Field("float32", description="Floating type of q.")
-    # -- beyond the paper (docs/estimator.md, "Improvements"); the defaults here reproduce the paper --
+    # -- beyond the paper (docs/explanation/estimator.md, "Improvements"); the defaults here reproduce the paper --
     mixing: Literal[MIXINGS] = Field("gamma", description=(
         "How p-hat combines the graph's estimate with the prompt's own outcomes: gamma (Section 3.6), "
         "evidence (p = (kappa p_graph + S) / (kappa + C)), offset (the prompt's offset from its states)."))

@@ -1,4 +1,4 @@
-"""The layout the docs describe (docs/architecture.md) is the layout the code has."""
+"""The layout the docs describe (docs/explanation/architecture.md) is the layout the code has."""
 
 from __future__ import annotations
 
@@ -103,14 +103,14 @@ def test_importing_the_core_pulls_in_no_framework():
 
 
 def test_docs_list_every_init_flag():
-    """docs/handoff.md's init row names one flag per estimator setting, exactly the ones init has."""
+    """docs/reference/handoff.md's init row names one flag per estimator setting, exactly the ones init has."""
     import re
 
     from graphdiff_cli.settings import NAMES
 
-    text = (ROOT / "docs" / "handoff.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "reference" / "handoff.md").read_text(encoding="utf-8")
     m = re.search(r"\(one flag per estimator setting: (.*?); `graphdiff settings` lists", text)
-    assert m, "docs/handoff.md lost the init row's list of setting flags"
+    assert m, "docs/reference/handoff.md lost the init row's list of setting flags"
     listed = re.findall(r"`--([a-z-]+)`", m.group(1))
     assert listed == [n.replace("_", "-") for n in NAMES], "regenerate the list from graphdiff_cli.settings.NAMES"
 

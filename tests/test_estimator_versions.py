@@ -47,7 +47,7 @@ LOADED_ATOL = FLOAT64["atol"]
 STEP_ATOL = UPDATE["atol"]
 # - and label propagation's field (the default preset's, and the STATE's, which is made with it) has been solved
 #   in mixed precision to a relative residual of 1e-5 since 2026-11-28, where 79a4679 solved it in float64 to 1e-6
-#   (docs/performance.md): the estimates moved by up to 1.1e-7. A loaded state reads its saved field.
+#   (docs/lab/performance.md): the estimates moved by up to 1.1e-7. A loaded state reads its saved field.
 SOLVE_ATOL = 1e-6
 SOLVED = {"default", "STATE"}  # the states made with label propagation (tests/data/make_legacy_states.py)
 

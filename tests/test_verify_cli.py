@@ -1,4 +1,4 @@
-"""graphdiff verify on what graphdiff did not write (exit 6, as docs/handoff.md's table says) and on what a
+"""graphdiff verify on what graphdiff did not write (exit 6, as docs/reference/handoff.md's table says) and on what a
 killed writer left behind (staging folders, trash, temporary files): notices, never damage."""
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def run_watch(state, inbox, **kw):
 
 def test_a_long_watch_keeps_bounded_bookkeeping(state, inbox, inputs, monkeypatch):
     """A watcher lives for the whole run: the result lists only the last APPLIED_KEPT steps (all counted),
-    and step files the trainer deleted are forgotten (the soak's memory growth, docs/reliability.md)."""
+    and step files the trainer deleted are forgotten (the soak's memory growth, docs/lab/reliability.md)."""
     import graphdiff_cli.stages.watch as W
 
     monkeypatch.setattr(W, "APPLIED_KEPT", 2)

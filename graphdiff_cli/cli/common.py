@@ -31,7 +31,7 @@ app = typer.Typer(
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
-# what an update that used all its rounds says (docs/estimator.md, "When a step does not converge")
+# what an update that used all its rounds says (docs/explanation/estimator.md, "When a step does not converge")
 NOT_CONVERGED = ("not converged: committed as reached, the next update goes on from it; init --max-iters 200 "
                  "converges within a step")
 

@@ -9,7 +9,7 @@ waits for the request ahead of it. A client that goes away mid-request does not 
 committed is a no-op when sent again). SIGTERM or ctrl-C stops the server: the request in progress ends as an
 interrupted command does (its write undone), the socket is removed.
 
-What a connection can do to the server is bounded (docs/handoff.md, "What the server accepts"): each
+What a connection can do to the server is bounded (docs/reference/handoff.md, "What the server accepts"): each
 connection is read and answered by a thread of its own with a deadline per message (``wire.IO_TIMEOUT``), so
 a stalled one holds nothing but itself; a request longer than ``wire.MAX_REQUEST`` is refused from its
 length; a peer of another uid (SO_PEERCRED), a malformed request, a command other than ``update``,

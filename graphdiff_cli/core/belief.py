@@ -1,7 +1,7 @@
 """Beyond the paper: how p-hat and the decision belief combine the graph with a prompt's own outcomes.
 
 The paper's estimate (Section 3.6, ``meanfield.mix_with_history``) weights the model's prediction by a
-fixed gamma. These are the measured improvements (docs/estimator.md, "Improvements"; the default
+fixed gamma. These are the measured improvements (docs/explanation/estimator.md, "Improvements"; the default
 preset), each a pure function of arrays:
 
 - ``mix_by_evidence``: empirical-Bayes mixing, the graph's estimate as a Beta prior worth kappa rollouts;
@@ -127,7 +127,7 @@ def neighbor_shift(p_model: np.ndarray, w_rows, p_model_nb: np.ndarray, successe
 # the weights of label propagation in the graph's estimate that label_propagation="auto" chooses among
 PROPAGATION_GRID = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 # before any outcome has been scored: half and half (measured on the demo and MATH simulations and the
-# real log, where the online choice settled at 1, 0.5-0.75 and 0.5: docs/results.md)
+# real log, where the online choice settled at 1, 0.5-0.75 and 0.5: docs/lab/results.md)
 PROPAGATION_START = 0.5
 
 
@@ -137,7 +137,7 @@ PROPAGATION_START = 0.5
 # float64) CG iterations at 1e-6 and 55 + 2 at 1e-5 (float64 alone at 1e-10: 142, on another such graph): at 1e-5
 # the field is within 3.3e-4 of the exact one (mean under 5e-6), the next batch's propagated estimate within 6e-5,
 # and the default preset's predictions on the demo, One-Shot and MATH logs within 3.1e-4 of those at 1e-6
-# (docs/performance.md)
+# (docs/lab/performance.md)
 FIELD_RTOL = 1e-5
 
 

@@ -3,7 +3,7 @@
 A prompt file often carries more than the text: a reference model's pass rate (DeepScaleR_Difficulty, Big-Math's
 ``llama8b_solve_rate``, guru's ``qwen2.5_7b_pass_rate``), annotations (MATH's subject and level, a
 ``data_source`` column) and, in every verl/TRL file, the reference answer. On the real logs these rank first visits
-as well as or better than the graph (docs/results.md), so the estimator takes them in as one more source
+as well as or better than the graph (docs/lab/results.md), so the estimator takes them in as one more source
 (``estimator.sources.covariates``): a ridge read-out of each prompt's forgotten success rate on the features here,
 fitted online, its weight in the estimate chosen online like every other source's.
 

@@ -11,7 +11,7 @@ Two kinds of decision, each a pure function of arrays:
   |mean - target| * T / (T + e), where T = alpha + beta is the belief's weight in rollouts. A prompt
   the belief knows little about moves towards the target and is tried; one with much evidence keeps
   its distance; candidates of equal evidence keep their order. Default e = 1, the weight of Jeffreys'
-  Beta(1/2, 1/2) prior (docs/results.md measures e in 0..4: it pays where prompts are revisited many
+  Beta(1/2, 1/2) prior (docs/lab/results.md measures e in 0..4: it pays where prompts are revisited many
   times and costs a little where they are seen only a few times). A point-mass estimate (variance 0)
   is not moved.
 * ``thompson`` - draw theta_i from each candidate's posterior and keep the B with the smallest
@@ -70,7 +70,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, option
 from .beta import from_moments, zero_variance_from_moments  # the moment matching p_zero_variance uses
 
-# the rule with the highest effective-group rate on the real log (docs/results.md: 0.789 over eight shuffles,
+# the rule with the highest effective-group rate on the real log (docs/lab/results.md: 0.789 over eight shuffles,
 # against 0.506 for uniform choice); what select uses unless told otherwise
 DEFAULT_SELECT_STRATEGY = "target"
 TARGET_EXPLORE = 1.0  # the target rule's exploration, in pseudo-rollouts (Jeffreys' prior weight)

@@ -31,7 +31,7 @@ def harmonic_solution(w: sp.csr_matrix, labeled: np.ndarray, values: np.ndarray,
 
     ``w_single``, W with float32 values (``graph.single_precision``), makes the solve mixed-precision: CG
     runs in float32 first (W's bytes are most of a product's cost: the solve 1.07-1.45x faster on a 150k
-    kNN graph, docs/performance.md), then the float64 CG above continues from its result. That CG recomputes
+    kNN graph, docs/lab/performance.md), then the float64 CG above continues from its result. That CG recomputes
     the residual in float64 before its first iteration and stops at once if it already meets ``rtol``, so the
     solution meets the same float64 criterion either way; float32 only decides where float64 starts. Below
     ``SINGLE_MIN_RTOL`` float32 cannot get near the tolerance and the float32 stage is skipped.

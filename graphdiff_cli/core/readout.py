@@ -2,7 +2,7 @@
 prompt's observed success rate on its embedding, fitted online from the trainer's own outcomes.
 
 The graph turns the embeddings into who-is-near-whom and forgets them; on real pools a plain linear
-read-out of the same embedding ranks unseen prompts better than any neighbour average (docs/results.md,
+read-out of the same embedding ranks unseen prompts better than any neighbour average (docs/lab/results.md,
 "A read-out of the embedding"). The model: y_i = theta_0 + e_i . theta + noise, one row per prompt with
 evidence (weight 1), y_i its forgotten rate S_i / C_i; the intercept is not penalised, the slopes by lambda
 (``ridge``). Everything it needs is two sufficient statistics of the prompts with evidence, kept up to date
@@ -26,7 +26,7 @@ from .graph import single_blas_thread
 RIDGE_GRID = np.array([1.0, 10.0, 100.0])
 # the read-out's weight in the graph's estimate, chosen online among these; before any outcome has been
 # scored: half and half, as label propagation's weight starts (the first version started at 0, the estimate
-# without a read-out, and lagged on the cold start: docs/results.md, "A read-out of the embedding")
+# without a read-out, and lagged on the cold start: docs/lab/results.md, "A read-out of the embedding")
 READOUT_GRID = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 READOUT_START = 0.5
 

@@ -43,7 +43,7 @@ class Estimator:
     ``settings`` (an ``EstimatorSettings``) is used as it is; otherwise ``preset`` ("default" when
     omitted, or "paper") gives the settings and any keyword of ``graphdiff_cli.settings`` overrides one.
     ``embeddings`` (N x d, row i the embedding of node i) lets the graph's estimate use the ridge read-out
-    of the embedding (setting ``readout``; docs/estimator.md): "auto" (the default preset) uses it when
+    of the embedding (setting ``readout``; docs/explanation/estimator.md): "auto" (the default preset) uses it when
     they are given, a number needs them. ``covariates`` (N x c, the encoded features of ``core.covariates``) and
     ``reference_rate`` (N, a reference model's pass rate, NaN where a prompt has none) do the same for the read-out
     of the covariates (setting ``covariate_readout``).

@@ -9,7 +9,7 @@ besides the estimator's state (``sources.Context``: live features) is handed to 
 ``score``.
 
 Every setting that may be "auto" is chosen prequentially - by what each candidate would have said about each
-step's prompts just before their outcomes arrived - and the best so far is used (docs/estimator.md,
+step's prompts just before their outcomes arrived - and the best so far is used (docs/explanation/estimator.md,
 "Improvements"). The scoreboard holds one board per choice in play:
 
 - ``mix_errors``: the joint choice, made when the time forgetting or any source's weight is "auto": the summed

@@ -18,7 +18,7 @@ is missing (Zarr would return its fill value), truncated, flipped or copied from
 hand-edited attribute, is refused in one line instead of read as silently wrong numbers. Both are required:
 a stamp without them is refused too (stripping them would otherwise turn every check off; every release
 has written them). The stamp's checksums also list the artifact's arrays, so an array whose folder is
-deleted is missing, never absent by design. The format is specified in docs/artifact-format.md.
+deleted is missing, never absent by design. The format is specified in docs/reference/artifact-format.md.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ STAMP_KEY = "graphdiff"
 # Each kind's encoding version: (the version written, the versions read). A reader takes only those; each
 # kind's reader turns every version it lists into what its callers expect (the estimator's: one reader per
 # (kind, version) in io.estimator_store, older layouts migrated by graphdiff_cli.estimator.versions). A kind
-# not listed (tests', benchmarks') is written and read as version 1. docs/artifact-format.md lists them.
+# not listed (tests', benchmarks') is written and read as version 1. docs/reference/artifact-format.md lists them.
 ENCODINGS: dict[str, tuple[int, tuple[int, ...]]] = {
     "embeddings": (1, (1,)),
     "graph": (1, (1,)),
@@ -350,7 +350,7 @@ def _check_stamp_checks(path: Path, stamp: dict) -> None:
     """Refuse a stamp without its checksums and attributes hash, or with ones of another shape: removing them
     must not turn the checks off. Every graphdiff since 784e05e (2026-11-24) has written both, the previous
     release 79a4679 included (tests/data/legacy_79a4679), so a stamp without them was stripped, or written by a
-    development build older than any release (docs/artifact-format.md, "Verified reads")."""
+    development build older than any release (docs/reference/artifact-format.md, "Verified reads")."""
     checks = stamp.get("checksums")
     if not isinstance(checks, dict) or not isinstance(stamp.get("attrs_hash"), str):
         raise ArtifactError(f"{path}: its stamp lacks its checksums or attributes hash (damaged, or stripped after it "

@@ -1,4 +1,4 @@
-"""The on-disk layout of a STATE directory, declared in one place (specified in docs/handoff.md).
+"""The on-disk layout of a STATE directory, declared in one place (specified in docs/reference/handoff.md).
 
 ::
 

@@ -1,6 +1,6 @@
 """The STATE directory of the step handoff: one estimator state per applied training step.
 
-Layout (specified in docs/handoff.md)::
+Layout (specified in docs/reference/handoff.md)::
 
     STATE/
       CURRENT             {"step": T, "path": "steps/0000000T.zarr"}   the current state (replaced atomically)

@@ -1,7 +1,7 @@
 """What the estimator of a STATE believes (``graphdiff status --estimator``): the distribution of p over the
 candidates, the states' rates and sizes, each source's weight in p, and the online choices in use.
 
-p-hat mixes the graph's estimate m with the prompt's own outcomes (docs/estimator.md); m itself is the
+p-hat mixes the graph's estimate m with the prompt's own outcomes (docs/explanation/estimator.md); m itself is the
 mean-field states' estimate, label propagation's, the ridge read-outs of the embedding, of the covariates and of
 live features, each with a weight (all but the states' when on). The summary reads them through the Estimator's public accessors (``estimates``,
 ``a_``/``b_``, ``state_occupancy``, ``source_weights``, ``kappa_``, ``nu_``, ``propagation_``,

@@ -4,7 +4,7 @@
 - ``graphdiff embed`` reads the fields (``CovariateFields``: ``--covariate``, ``--category``, ``--reference-rate``,
   ``--answer-field``; the prompt's text statistics unless ``--no-text-statistics``), makes the spec over all
   its prompts and writes the encoded covariates into the embeddings artifact beside the embeddings
-  (``covariates``, ``reference_rate``, the attribute ``covariate_spec``; docs/artifact-format.md);
+  (``covariates``, ``reference_rate``, the attribute ``covariate_spec``; docs/reference/artifact-format.md);
 - ``graphdiff init`` gives them to the estimator (``state_covariates``), whose model artifact keeps them, and keeps
   the fields and the spec in the model's ``prompt_set`` attribute;
 - ``graphdiff extend`` reads the same fields of the new prompts and encodes them by that spec

@@ -6,7 +6,7 @@ parts it needs (the estimator, the ``IdIndex`` of its prompts, the retired promp
 ``StateDir`` to read its log) and returns the updated estimator and the log entry (``apply_step``), or a
 result dict. ``init_state`` makes a new STATE directory. Everything is read and checked before anything is
 written, so a refused request changes nothing. Progress goes through ``progress(done, total)``; nothing
-here prints. The STATE format is specified in docs/handoff.md.
+here prints. The STATE format is specified in docs/reference/handoff.md.
 """
 
 from __future__ import annotations

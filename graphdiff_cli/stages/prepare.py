@@ -12,7 +12,7 @@ Content hashes (``stamp.content_hash``) identify an artifact's content for downs
 - clusters:   ``hash_arrays(ids, labels, extra="clusters")``
 
 with ``ids`` as a numpy unicode array (``np.asarray(ids, dtype=str)``), never an object array (whose
-bytes are pointers). The on-disk format is specified in docs/artifact-format.md.
+bytes are pointers). The on-disk format is specified in docs/reference/artifact-format.md.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ AUTO_KNN_SHARE = 10  # a prompt's list holds at most ~1/10 of the set
 def auto_k_nn(n: int) -> int:
     """build-graph's k_nn when --k-nn is not given: min(80, max(10, N // 10)); the search then uses
     k = min(k_nn, N - 1). 80 (the paper's) from 800 prompts on; below, a tenth of the set, so a small set's
-    graph is not nearly complete. Why not smaller at a few thousand prompts: docs/results.md, "build-graph's
+    graph is not nearly complete. Why not smaller at a few thousand prompts: docs/lab/results.md, "build-graph's
     default k" (fewer neighbours left more prompts isolated and predicted first visits worse on the real log)."""
     return int(min(AUTO_KNN_MAX, max(AUTO_KNN_MIN, n // AUTO_KNN_SHARE)))
 

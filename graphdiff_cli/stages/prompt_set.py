@@ -9,7 +9,7 @@ estimator (``Estimator.extend``: nothing learned is lost) and commits it all as 
 the current step, with a new model artifact. ``retire`` takes prompts out of the candidate set (predict,
 select and allocate skip them) while their evidence stays; ``retire --restore`` brings them back.
 
-What the STATE keeps for this (docs/handoff.md): the model holds the directed kNN lists and their
+What the STATE keeps for this (docs/reference/handoff.md): the model holds the directed kNN lists and their
 similarities, the embeddings of every added prompt, and ``joined`` (the step at which each prompt
 joined); it names the embeddings artifact it was built from by path and content hash (``init``
 records it; ``--embeddings`` points at a moved copy, which must have the same hash). No typer or rich.

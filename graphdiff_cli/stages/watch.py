@@ -4,7 +4,7 @@ A trainer (or anything else) drops one outcomes file per training step into an i
 applies each new file to a STATE directory in step order, exactly once, with ``State.update`` (so every check and every crash-safety property of ``graphdiff update`` holds), and
 writes predictions after each step if asked.
 
-Inbox conventions (docs/workflow.md, "graphdiff watch"):
+Inbox conventions (docs/reference/workflow.md, "graphdiff watch"):
 
 * a step's file is named ``step-<T>.<ext>``: T the training step (digits; zero-pad to 6 so that ``ls``
   sorts them, e.g. ``step-000012.jsonl``), ext one of the outcomes formats (jsonl, csv, parquet, ...);

@@ -2,7 +2,7 @@
 
 Writes ``step-<T>.jsonl`` (rows id, n, s) into the output folder, each to a temporary name first and
 then renamed into place: the convention ``graphdiff watch`` relies on to never read a half-written
-file (docs/workflow.md). The files of replay.add_prompts and replay.retire go in beside them as
+file (docs/reference/workflow.md). The files of replay.add_prompts and replay.retire go in beside them as
 ``prompts-<T>.<ext>`` and ``retire-<T>.<ext>``. Steps keep the log's numbers; a log whose steps do not run 1, 2, ... without
 gaps is refused, because the STATE applies steps one after another.
 """

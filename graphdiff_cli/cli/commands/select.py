@@ -14,7 +14,7 @@ from ..options import (DEFAULT_GROUP_SIZE, GroupSizeOption, IdFieldOption, LiveF
 
 # the default's reason beside its help line
 _STRATEGY_HELP = rules_help(SELECT_RULES, {DEFAULT_SELECT_STRATEGY: "the default: the highest effective-group rate "
-                                                                    "on the real log, docs/results.md"})
+                                                                    "on the real log, docs/lab/results.md"})
 
 
 @command("select")

@@ -23,7 +23,7 @@ def update(
     id_field: IdFieldOption = "id",
 ):
     """Apply exactly one step; a step already applied from other outcomes, a gap or bad outcomes change nothing
-    (exit codes: docs/handoff.md). Sending the last applied step's outcomes again is a no-op (exit 0)."""
+    (exit codes: docs/reference/handoff.md). Sending the last applied step's outcomes again is a no-op (exit 0)."""
     from ...state import State
 
     with progress(f"step {step}") as bar:

@@ -1,4 +1,4 @@
-"""``Source``: the one protocol of everything the graph's estimate reads (docs/estimator.md).
+"""``Source``: the one protocol of everything the graph's estimate reads (docs/explanation/estimator.md).
 
 A source gives each prompt an estimate of its success probability; the mix (``estimator.mix``) blends the
 sources of an estimator's list in order, m_0 = the first's (the mean-field states), m_j = (1 - w_j) m_{j-1}
