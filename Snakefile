@@ -4,7 +4,7 @@
 # Run:  snakemake --cores 2                       (configs/default.yaml: the offline demo)
 #       snakemake --cores 2 --configfile configs/grid.yaml
 #       snakemake --profile configs/profiles/slurm --configfile configs/grid.yaml   (a SLURM cluster)
-# docs/reference/workflow.md describes every config key and output; docs/cluster.md the cluster profile.
+# docs/reference/workflow.md describes every config key and output; docs/how-to/slurm.md the cluster profile.
 
 from snakemake.utils import min_version, validate
 

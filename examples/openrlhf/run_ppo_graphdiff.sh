@@ -2,7 +2,7 @@
 # GRPO with OpenRLHF 0.11 (Ray + vLLM), graphdiff fed every training step's outcomes through the reward
 # function (examples/openrlhf/reward_func.py), and graphdiff choosing what each wave generates (the Ray
 # setup hook replaces OpenRLHF's prompt loader in the trainer process; GRESO's pre-filter under dynamic
-# filtering; docs/trainers.md "Steering what OpenRLHF generates"). Each row of train.jsonl: {"prompt": ..., "label":
+# filtering; docs/how-to/openrlhf.md, "Steering what OpenRLHF generates"). Each row of train.jsonl: {"prompt": ..., "label":
 # "{\"id\": \"p17\", \"answer\": \"42\"}"}; the ids are the STATE's prompt ids.
 set -euo pipefail
 STATE=${STATE:-runs/STATE}

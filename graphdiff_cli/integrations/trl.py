@@ -40,7 +40,7 @@
   ``attach`` also wraps TRL's own ``_generate_and_score_completions`` so that each step's batch holds B
   groups with 0 < s < n, refilled by further generation rounds (at most ``max_generation_rounds``) drawn
   by graphdiff's pre-filter (``dynamic_sampling.CandidateDraw``); every generated group is applied to the
-  estimator. docs/trainers.md, "Dynamic sampling", says how it maps onto TRL's generation batching.
+  estimator. docs/how-to/trl.md, "Dynamic sampling", says how it maps onto TRL's generation batching.
 
 Timing caveat, measured with accelerate 1.15: accelerate's ``DataLoaderShard`` reads one batch ahead, so
 the batch for step T + 1 is chosen while step T is being yielded, i.e. from the estimates after step

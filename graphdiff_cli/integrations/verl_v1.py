@@ -27,7 +27,7 @@ Settings: a top-level ``graphdiff:`` section (``+graphdiff.state=runs/STATE`` on
 the keys of ``integrations.verl.OPTIONS``. Refused in one line at start-up: ``dataloader_num_workers``
 other than 0 (the loader would choose ahead of the outcomes), ``trainer.v1.sampler.custom_sampler`` (this
 mode provides the buffer), and a STATE that is not at the trainer's step (resume from checkpoint C needs
-the STATE at C: ``graphdiff rollback --to C``). The async modes are not this mode (docs/trainers.md says
+the STATE at C: ``graphdiff rollback --to C``). The async modes are not this mode (docs/how-to/verl.md says
 why their outcomes cannot be applied as an older policy's).
 
 Importing this module imports verl; where verl (or one of its dependencies: ray, transfer_queue, ...)

@@ -33,7 +33,7 @@ def embed(
                                    "chat list of {role, content} messages (see --messages)."),
     messages: str = typer.Option("user", "--messages", help="A chat-list prompt ([{role, content}, ...], verl's and "
                                  "TRL's conversational format) becomes: 'user' the user turns' contents, 'all' "
-                                 "every turn as 'role: content' (docs/trainers.md)."),
+                                 "every turn as 'role: content' (docs/how-to/trainers.md)."),
     covariate: List[str] = typer.Option([], "--covariate", help="A numeric field (column or dotted path) to use as "
                                         "a covariate of the estimate; repeatable. A row without it: missing."),
     category: List[str] = typer.Option([], "--category", help="A categorical field (e.g. data_source, a subject): "

@@ -24,7 +24,7 @@ def extend(
     text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text."),
     messages: str = typer.Option("user", "--messages", help="A chat-list prompt ([{role, content}, ...], verl's and "
                                  "TRL's conversational format) becomes: 'user' the user turns' contents, 'all' "
-                                 "every turn as 'role: content' (docs/trainers.md)."),
+                                 "every turn as 'role: content' (docs/how-to/trainers.md)."),
     batch_size: int = typer.Option(64, "--batch-size", help="Encoder batch size."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N (for the encoder)."),
     lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
