@@ -190,6 +190,7 @@ class State:
 
     @property
     def path(self) -> Path:
+        """The STATE directory."""
         return self.dir.root
 
     @property

@@ -136,18 +136,22 @@ class Estimator:
 
     @property
     def n_nodes(self) -> int:
+        """The number of prompts N (the graph's nodes)."""
         return self._spec.n_nodes
 
     @property
     def n_states(self) -> int:
+        """The number of latent difficulty states K."""
         return self._spec.n_states
 
     @property
     def graph(self):
+        """The graph W (N x N, symmetric, a scipy sparse matrix) the estimator was built on."""
         return self._spec.graph
 
     @property
     def labels(self) -> np.ndarray:
+        """Each prompt's cluster label in 0..K-1 (the spectral clustering's, Section 3.4)."""
         return self._spec.labels
 
     @property
