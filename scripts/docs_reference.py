@@ -41,7 +41,21 @@ def cli_markdown() -> str:
 
     group = get_command(app)
     ctx = typer.Context(group, info_name="graphdiff", obj={MARKUP_MODE_KEY: app.rich_markup_mode})
-    return get_docs_for_click(obj=group, ctx=ctx, name="graphdiff", indent=1).strip() + "\n"
+    return _literal_stars(get_docs_for_click(obj=group, ctx=ctx, name="graphdiff", indent=1).strip()) + "\n"
+
+
+def _literal_stars(markdown: str) -> str:
+    """Help texts are plain text: a ``*`` in them (``I*ceil(M/N)``) is a character, not emphasis. Escaped
+    outside code blocks, code spans and the list markers the generator writes."""
+    out, fenced = [], False
+    for line in markdown.split("\n"):
+        fenced ^= line.startswith("```")
+        if not fenced and not line.startswith("```"):
+            marker, body = ("* ", line[2:]) if line.startswith("* ") else ("", line)
+            parts = re.split(r"(`[^`]*`)", body)
+            line = marker + "".join(p if p.startswith("`") else p.replace("*", r"\*") for p in parts)
+        out.append(line)
+    return "\n".join(out)
 
 
 # ------------------------------------------------------------------------------------------- the config
