@@ -188,7 +188,7 @@ def test_cluster_auto_and_explicit(graph40, tmp_path):
     res = gd_json("cluster", gpath, "--out", out)
     c = read_artifact(out, "clusters")
     assert auto_states(40) == 2 and res["states"] == 2 and res["requested"] == "auto"
-    assert c.params == {"states": 2, "seed": 0, "requested": "auto"}
+    assert c.params == {"states": 2, "seed": 0, "requested": "auto", "eigen_solver": "arpack", "kmeans": "lloyd"}
     assert c.inputs == {"graph": g.content_hash}
     labels = c.array("labels")
     assert labels.dtype == np.int64 and list(c.array("ids")) == list(g.array("ids"))
@@ -198,7 +198,8 @@ def test_cluster_auto_and_explicit(graph40, tmp_path):
     out4 = tmp_path / "c4.zarr"
     res4 = gd_json("cluster", gpath, "--out", out4, "--states", 4, "--seed", 3)
     c4 = read_artifact(out4, "clusters")
-    assert c4.params == {"states": 4, "seed": 3, "requested": 4} and res4["states"] == 4
+    assert c4.params == {"states": 4, "seed": 3, "requested": 4, "eigen_solver": "arpack", "kmeans": "lloyd"}
+    assert res4["states"] == 4
     lab4 = c4.array("labels")
     assert lab4.min() >= 0 and lab4.max() < 4
     np.testing.assert_array_equal(lab4, spectral_clustering(w, 4, seed=3, fallback_neighbors=g.array("knn_indices")))

@@ -20,12 +20,19 @@ components and leaves isolated nodes with an undefined (all-zero) spectral row. 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InvalidArgumentError
 
 DENSE_EIGEN_MAX = 2000  # below this many nodes a dense eigh is faster and more robust than ARPACK
+EIGEN_SOLVERS = ("arpack", "lobpcg")
+LOBPCG_TOL = 1e-4  # LOBPCG stops when every returned pair has ||L v - mu v|| <= this (unit v)
+LOBPCG_MAXITER = 200
+AMG_SHIFT = 1e-5  # the preconditioner is built from L + AMG_SHIFT I: L itself is singular (scikit-learn's shift)
 
 
 def kmeans(x: np.ndarray, k: int, seed: int = 0, n_init: int = 4, max_iter: int = 100) -> np.ndarray:
@@ -41,7 +48,7 @@ def kmeans(x: np.ndarray, k: int, seed: int = 0, n_init: int = 4, max_iter: int 
     best_labels, best_inertia = None, np.inf
     sq = np.einsum("ij,ij->i", x, x)
     for _ in range(n_init):
-        centers = _kmeanspp(x, sq, k, rng)
+        centers = kmeanspp(x, sq, k, rng)
         labels = np.zeros(n, dtype=np.int64)
         for it in range(max_iter):
             d = sq[:, None] - 2 * x @ centers.T + np.einsum("ij,ij->i", centers, centers)[None, :]
@@ -64,7 +71,19 @@ def kmeans(x: np.ndarray, k: int, seed: int = 0, n_init: int = 4, max_iter: int 
     return best_labels
 
 
-def _kmeanspp(x, sq, k, rng):
+def inertia(x: np.ndarray, labels: np.ndarray) -> float:
+    """The k-means objective of a partition: summed squared distance of each row to its cluster's mean."""
+    k = int(labels.max()) + 1 if labels.size else 0
+    counts = np.bincount(labels, minlength=k).astype(np.float64)
+    sums = np.zeros((k, x.shape[1]))
+    np.add.at(sums, labels, x)
+    # sum |x|^2 - sum_c |S_c|^2 / n_c, the mean's identity
+    return float(np.einsum("ij,ij->", x, x) - np.sum(np.einsum("ij,ij->i", sums, sums)[counts > 0] / counts[counts > 0]))
+
+
+def kmeanspp(x, sq, k, rng):
+    """k-means++ seeding: k rows of x, each drawn with probability proportional to its squared distance to the
+    nearest row drawn so far (``sq``: the rows' squared norms)."""
     n = x.shape[0]
     centers = np.empty((k, x.shape[1]), dtype=x.dtype)
     centers[0] = x[rng.integers(n)]
@@ -77,25 +96,66 @@ def _kmeanspp(x, sq, k, rng):
     return centers
 
 
-def spectral_embedding(w: sp.csr_matrix, dim: int, seed: int = 0) -> np.ndarray:
-    """Top-``dim`` eigenvectors of D^{-1/2} W D^{-1/2} for a connected graph, rows unit-normalized."""
-    n = w.shape[0]
-    deg = np.asarray(w.sum(axis=1)).ravel()
-    dinv = 1.0 / np.sqrt(deg)
-    m = sp.diags(dinv) @ w @ sp.diags(dinv)
+def normalized_affinity(w: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    """M = D^{-1/2} W D^{-1/2} and D^{1/2} 1 (the top eigenvector of a connected graph's M)."""
+    sqrt_deg = np.sqrt(np.asarray(w.sum(axis=1)).ravel())
+    dinv = 1.0 / sqrt_deg
+    return sp.csr_matrix(sp.diags(dinv) @ w @ sp.diags(dinv)), sqrt_deg
+
+
+def eigen_residual(m: sp.spmatrix, vals: np.ndarray, vecs: np.ndarray) -> float:
+    """max_i ||M v_i - lambda_i v_i|| over the unit columns v_i of ``vecs`` (one sparse product)."""
+    return float(np.max(np.linalg.norm(m @ vecs - vecs * vals[None, :], axis=0))) if vals.size else 0.0
+
+
+def leading_eigenpairs(m: sp.csr_matrix, dim: int, seed: int = 0, eigen_solver: str = "arpack",
+                       preconditioner: Callable | None = None, sqrt_deg: np.ndarray | None = None):
+    """The ``dim`` largest eigenvalues of the normalized affinity ``m`` (descending) and their unit eigenvectors,
+    with the name of the solver that ran: "dense" (eigh, below DENSE_EIGEN_MAX nodes, whatever was asked),
+    "arpack" or "lobpcg". ``preconditioner(a)`` maps the shifted Laplacian a to a LinearOperator (LOBPCG only)."""
+    n = m.shape[0]
+    if eigen_solver not in EIGEN_SOLVERS:
+        raise InvalidArgumentError(f"eigen_solver must be one of {', '.join(EIGEN_SOLVERS)}, got {eigen_solver!r}")
     if n <= DENSE_EIGEN_MAX or dim >= n - 1:
         vals, vecs = np.linalg.eigh(m.toarray())
-        vecs = vecs[:, np.argsort(vals)[::-1][:dim]]
-    else:
+        top = np.argsort(vals)[::-1][:dim]
+        return vals[top], vecs[:, top], "dense"
+    if eigen_solver == "arpack":
         from scipy.sparse.linalg import eigsh
 
         # Shift by +I so the wanted eigenvalues (largest, near 1) are also the largest in magnitude,
         # which is what ARPACK finds fastest; the shift leaves eigenvectors unchanged.
         v0 = np.random.default_rng(seed).standard_normal(n)
         vals, vecs = eigsh(m + sp.identity(n), k=dim, which="LA", v0=v0, tol=1e-6)
-        vecs = vecs[:, np.argsort(vals)[::-1]]
+        order = np.argsort(vals)[::-1]
+        return vals[order] - 1.0, vecs[:, order], "arpack"
+    import warnings
+
+    from scipy.sparse.linalg import lobpcg
+
+    lap = sp.csr_matrix(sp.identity(n) - m)
+    prec = None
+    if preconditioner is not None:
+        prec = preconditioner(sp.csr_matrix(lap + AMG_SHIFT * sp.identity(n)))
+    x0 = np.random.default_rng(seed).standard_normal((n, dim))
+    x0[:, 0] = sqrt_deg if sqrt_deg is not None else 1.0  # the exact first eigenvector of a connected graph
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "not converged": the residual is returned and stamped
+        mu, vecs = lobpcg(lap, x0, M=prec, tol=LOBPCG_TOL, maxiter=LOBPCG_MAXITER, largest=False)
+    vecs = vecs / np.linalg.norm(vecs, axis=0, keepdims=True)
+    order = np.argsort(mu)
+    return 1.0 - mu[order], vecs[:, order], "lobpcg"
+
+
+def unit_rows(vecs: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     return vecs / np.where(norms == 0, 1.0, norms)
+
+
+def spectral_embedding(w: sp.csr_matrix, dim: int, seed: int = 0) -> np.ndarray:
+    """Top-``dim`` eigenvectors of D^{-1/2} W D^{-1/2} for a connected graph (ARPACK), rows unit-normalized."""
+    m, _ = normalized_affinity(w)
+    return unit_rows(leading_eigenpairs(m, dim, seed=seed)[1])
 
 
 def allocate_states(sizes: np.ndarray, n_states: int) -> np.ndarray:
@@ -109,10 +169,33 @@ def allocate_states(sizes: np.ndarray, n_states: int) -> np.ndarray:
     return np.minimum(alloc, sizes)  # a component cannot use more states than it has nodes
 
 
+@dataclass
+class SpectralStates:
+    """What ``spectral_states`` returns: the labels and how they were obtained. ``solvers`` counts the
+    components clustered spectrally by the solver that ran ("dense", "arpack", "lobpcg");
+    ``eigen_residual`` is the largest max_i ||M v_i - lambda_i v_i|| over them and ``inertia`` the summed
+    k-means objective of their embeddings (both 0.0 when no component needed an eigen-decomposition)."""
+    labels: np.ndarray
+    solvers: dict
+    eigen_residual: float
+    inertia: float
+
+
 def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
-                        fallback_neighbors: np.ndarray | None = None, progress=None) -> np.ndarray:
-    """Static cluster labels c_i in [0, K) of W (see the module docstring for components/orphans).
-    ``progress(done, n)``, when given, is called with the prompts placed so far, once per component."""
+                        fallback_neighbors: np.ndarray | None = None, progress=None, **how) -> np.ndarray:
+    """Static cluster labels c_i in [0, K) of W (see the module docstring for components/orphans); ``how``
+    as in ``spectral_states``."""
+    return spectral_states(w, n_states, seed=seed, fallback_neighbors=fallback_neighbors, progress=progress,
+                           **how).labels
+
+
+def spectral_states(w: sp.csr_matrix, n_states: int, seed: int = 0, fallback_neighbors: np.ndarray | None = None,
+                    progress=None, eigen_solver: str = "arpack", preconditioner: Callable | None = None,
+                    assign: Callable | None = None) -> SpectralStates:
+    """Static cluster labels c_i in [0, K) of W with the solver used, the eigen-residual and the k-means inertia.
+    ``progress(done, n)``, when given, is called with the prompts placed so far, once per component.
+    ``eigen_solver``: "arpack" (the paper's) or "lobpcg" (with ``preconditioner``, see ``leading_eigenpairs``);
+    ``assign(x, k, seed)``: the k-means step (labels in [0, k), every cluster non-empty), ``kmeans`` when None."""
     from scipy.sparse.csgraph import connected_components
 
     n = w.shape[0]
@@ -121,6 +204,9 @@ def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
     if n_states > n:
         raise InvalidArgumentError(
             f"K = {n_states} states is more than the {n} prompts in the graph; choose K <= {n}")
+    if eigen_solver not in EIGEN_SOLVERS:
+        raise InvalidArgumentError(f"eigen_solver must be one of {', '.join(EIGEN_SOLVERS)}, got {eigen_solver!r}")
+    assign = assign or kmeans
     w = sp.csr_matrix(w, dtype=np.float64)
     n_comp, comp = connected_components(w, directed=False)
     sizes = np.bincount(comp, minlength=n_comp)
@@ -131,6 +217,7 @@ def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
         alloc[np.argmax(alloc)] -= 1
     labels = np.full(n, -1, dtype=np.int64)
     next_label, placed = 0, 0
+    solvers, residual, total_inertia = {}, 0.0, 0.0
     if progress:
         progress(0, n)
     for c in np.flatnonzero(alloc > 0):
@@ -139,8 +226,15 @@ def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
         if kc == 1:
             labels[nodes] = next_label
         else:
-            emb = spectral_embedding(w[nodes][:, nodes], kc, seed=seed)
-            labels[nodes] = next_label + kmeans(emb, kc, seed=seed)
+            m, sqrt_deg = normalized_affinity(w[nodes][:, nodes])
+            vals, vecs, used = leading_eigenpairs(m, kc, seed=seed, eigen_solver=eigen_solver,
+                                                  preconditioner=preconditioner, sqrt_deg=sqrt_deg)
+            solvers[used] = solvers.get(used, 0) + 1
+            residual = max(residual, eigen_residual(m, vals, vecs))
+            emb = unit_rows(vecs)
+            part = np.asarray(assign(emb, kc, seed), dtype=np.int64)
+            total_inertia += inertia(emb, part)
+            labels[nodes] = next_label + part
         next_label += kc
         placed += nodes.size
         if progress:
@@ -157,7 +251,7 @@ def spectral_clustering(w: sp.csr_matrix, n_states: int, seed: int = 0,
             progress(n, n)
     # If every orphan found a placed neighbour, the state kept free for them stays empty. Empty states
     # are legal: no prompt's prior favours them and their Beta stays at the prior.
-    return labels
+    return SpectralStates(labels, solvers, residual, total_inertia)
 
 
 def _needs_pool(comp: np.ndarray, alloc: np.ndarray, neighbors: np.ndarray | None) -> bool:

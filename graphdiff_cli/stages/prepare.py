@@ -27,7 +27,8 @@ import numpy as np
 
 from ..errors import ArtifactError, DataError, InvalidArgumentError
 from ..io.artifacts import Artifact, hash_arrays, hash_file, read_artifact, write_artifact
-from .progress import Progress, no_progress
+from .encoding import TextBatch
+from .progress import Progress, no_progress, phase
 
 
 AUTO_STATES_MAX = 320
@@ -35,6 +36,9 @@ AUTO_STATES_PER = 25  # "auto" K: one latent state per ~25 prompts, at least 2, 
 AUTO_KNN_MAX = 80  # the paper's k_nn; build-graph's fixed default before auto_k_nn
 AUTO_KNN_MIN = 10
 AUTO_KNN_SHARE = 10  # a prompt's list holds at most ~1/10 of the set
+EIGEN_SOLVER_CHOICES = ("arpack", "lobpcg-amg", "auto")
+KMEANS_CHOICES = ("lloyd", "faiss")
+AUTO_LOBPCG_MIN = 50_000  # "--eigen-solver auto": lobpcg-amg from this many prompts on (bench/cluster.py)
 
 
 def auto_k_nn(n: int) -> int:
@@ -113,14 +117,18 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
                   device: str = "auto", shard: str | None = None, id_field: str = "id",
                   text_field: str = "prompt", messages: str = "user", covariates: Sequence[str] = (),
                   categories: Sequence[str] = (), reference_rate: str | None = None, answer_field: str | None = None,
-                  text_statistics: bool = True, progress: Progress = no_progress) -> dict:
-    """Embed a prompts file into an "embeddings" artifact, reusing unchanged rows of ``out``.
+                  text_statistics: bool = True, cache_dir=None, use_cache: bool = True,
+                  progress: Progress = no_progress) -> dict:
+    """Embed a prompts file into an "embeddings" artifact, reusing unchanged rows of ``out`` and the embedding
+    cache.
 
     phi_i = normalize(first_dim(f_emb("Instruction: {I}\\nPrompt: {x_i}"))), with I the paper's
     difficulty-aware instruction unless ``instruction`` replaces it or ``use_instruction`` is False
     (raw text). Rows of an existing embeddings artifact at ``out`` made with the same model,
-    instruction and dim are reused wherever the prompt's text hash matches; only the others go
-    through the model (and with none to embed, the model is not even loaded).
+    instruction and dim are reused wherever the prompt's text hash matches. Of the others, each distinct
+    text is looked up in the embedding cache at ``cache_dir`` (None: ``io.embedding_cache.default_cache_dir()``)
+    and only the ones it lacks go through the model, once each, and into the cache (with none to embed, the model is not even loaded). ``use_cache=False``: neither ``out`` nor
+    the cache is read or written, and every distinct text is embedded (still once).
 
     The prompts' covariates (``stages.covariates``: numeric ``covariates`` and categorical ``categories`` fields,
     a ``reference_rate`` field "FIELD[:ATTEMPTS_FIELD]", the text statistics of the ``answer_field`` and, unless
@@ -176,6 +184,8 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     t_read = time.perf_counter()
 
     cache, cache_note = _open_cache(out, model_key, instr, dim)
+    if not use_cache:
+        cache, cache_note = None, "the cache is off (--no-cache)"
     cached_rows: dict[str, int] = {}
     if cache is not None:
         for row, h in enumerate(cache.array("text_hash")):
@@ -183,23 +193,20 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     src = np.array([cached_rows.get(h, -1) for h in hashes], dtype=np.int64)
     need = np.flatnonzero(src < 0)
 
+    batch = TextBatch.plan([format_text(texts[i], instr) for i in need], model=model, device=device,
+                           cache_dir=cache_dir, use_cache=use_cache)
     native_dim = cache.attr("native_dim") if cache is not None else None
-    encoder, t_load, t_encode = None, 0.0, 0.0
-    new_emb = None
-    if need.size or native_dim is None:
-        tl = time.perf_counter()
-        encoder = Encoder(model, device)
-        native_dim = encoder.dim_
-        t_load = time.perf_counter() - tl
+    encoder_dim = batch.load()
+    if native_dim is None:
+        native_dim = encoder_dim if encoder_dim is not None else Encoder(model, device).dim_
     if dim is not None and dim > native_dim:
         raise InvalidArgumentError(f"--dim {dim} is larger than the model's embedding size {native_dim}")
     out_dim = native_dim if dim is None else dim
+    new_emb = None
     if need.size:
-        te = time.perf_counter()
-        raw = encoder.encode([format_text(texts[i], instr) for i in need], batch_size=batch_size,
-                             progress=progress)
-        new_emb = truncate_matryoshka(raw, out_dim)
-        t_encode = time.perf_counter() - te
+        if batch.missing.size:  # its own line, with the rate and the time left from the first batch on
+            phase(progress, f"embedding {batch.missing.size:,} prompts", unit="prompts")
+        new_emb = truncate_matryoshka(batch.encode(batch_size, progress), out_dim)
 
     emb = np.empty((len(ids), out_dim), dtype=np.float32)
     if need.size:
@@ -230,11 +237,13 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     return {
         "command": "embed", "prompts": str(prompts), "out": str(out), "n_prompts": len(ids),
         "shape": [len(ids), int(out_dim)], "model": model_key, "instruction": instr, "dim": int(out_dim),
-        "native_dim": int(native_dim), "device": encoder.device if encoder is not None else None,
-        "shard": attrs.get("shard"), "cached": int(reuse.size), "embedded": int(need.size),
+        "native_dim": int(native_dim), "device": batch.device_used,
+        "shard": attrs.get("shard"), "cached": int(reuse.size), "embedded": batch.encoded,
+        "from_cache": batch.from_cache, "duplicates": batch.duplicates, "embedding_cache": batch.cache_dir,
+        "warnings": list(batch.warnings),
         "cache": cache_note, "content_hash": content_hash, "covariates": covariate_summary(spec, enc),
-        "prompts_per_s": (need.size / t_encode) if t_encode > 0 else None,
-        "timings": {"read_s": t_read - t0, "load_model_s": t_load, "encode_s": t_encode,
+        "prompts_per_s": (batch.encoded / batch.encode_s) if batch.encode_s > 0 else None,
+        "timings": {"read_s": t_read - t0, "load_model_s": batch.load_s, "encode_s": batch.encode_s,
                     "write_s": t_end - tw, "total_s": t_end - t0},
     }
 
@@ -414,15 +423,36 @@ def parse_states(states) -> int | None:
     return k
 
 
-def cluster(graph, out, *, states="auto", seed: int = 0, progress: Progress = no_progress) -> dict:
-    """Static spectral clusters c_i in [0, K) of W (Section 3.4) as a "clusters" artifact."""
-    from ..core.spectral import spectral_clustering
+def eigen_solver_for(requested: str, n: int) -> tuple[str, str | None]:
+    """The eigen-solver ``cluster`` runs for ``--eigen-solver requested`` on ``n`` prompts, and the line said
+    when it is not the one asked: "auto" is lobpcg-amg from AUTO_LOBPCG_MIN prompts on, arpack below;
+    lobpcg-amg without pyamg falls back to arpack."""
+    from ..backends.cluster import amg_available
+
+    if requested not in EIGEN_SOLVER_CHOICES:
+        raise InvalidArgumentError(f"--eigen-solver must be one of {', '.join(EIGEN_SOLVER_CHOICES)}, got {requested!r}")
+    want = requested if requested != "auto" else ("lobpcg-amg" if n >= AUTO_LOBPCG_MIN else "arpack")
+    if want == "lobpcg-amg" and not amg_available():
+        return "arpack", ("pyamg is not installed (pip install 'graphdiff[amg]'): "
+                          f"--eigen-solver {requested} falls back to arpack")
+    return want, None
+
+
+def cluster(graph, out, *, states="auto", seed: int = 0, eigen_solver: str = "arpack", kmeans: str = "lloyd",
+            progress: Progress = no_progress) -> dict:
+    """Static spectral clusters c_i in [0, K) of W (Section 3.4) as a "clusters" artifact; ``eigen_solver``
+    "arpack" (the paper's), "lobpcg-amg" or "auto" (``eigen_solver_for``), ``kmeans`` "lloyd" (the core's) or
+    "faiss"."""
+    from ..backends.cluster import amg_preconditioner, faiss_kmeans
+    from ..core.spectral import spectral_states
 
     t0 = time.perf_counter()
     out = Path(out)
     requested = parse_states(states)
     if seed < 0:
         raise InvalidArgumentError(f"--seed must be >= 0, got {seed}")
+    if kmeans not in KMEANS_CHOICES:
+        raise InvalidArgumentError(f"--kmeans must be one of {', '.join(KMEANS_CHOICES)}, got {kmeans!r}")
     from ..io.readers import read_graph
 
     g = read_graph(graph)
@@ -431,17 +461,26 @@ def cluster(graph, out, *, states="auto", seed: int = 0, progress: Progress = no
     k = auto_states(n) if requested is None else requested
     if k > n:
         raise InvalidArgumentError(f"--states {k} is more than the {n} prompts in {graph}; choose at most {n}")
-    labels = spectral_clustering(w, k, seed=seed, fallback_neighbors=knn, progress=progress).astype(np.int64)
+    solver, note = eigen_solver_for(eigen_solver, n)
+    how = {"eigen_solver": "arpack"} if solver == "arpack" else {"eigen_solver": "lobpcg",
+                                                                 "preconditioner": amg_preconditioner}
+    res = spectral_states(w, k, seed=seed, fallback_neighbors=knn, progress=progress,
+                          assign=faiss_kmeans if kmeans == "faiss" else None, **how)
+    labels = res.labels.astype(np.int64)
     sizes = np.bincount(labels, minlength=k)
     ids_arr = ids_for_hash(ids)
     content_hash = hash_arrays(ids_arr, labels, extra="clusters")
+    spectral = {"eigen_solver": solver, "solvers": res.solvers, "eigen_residual": res.eigen_residual,
+                "kmeans": kmeans, "kmeans_inertia": res.inertia}
     write_artifact(out, "clusters", {"ids": ids_arr.astype(object), "labels": labels},
                    params={"states": int(k), "seed": int(seed),
-                           "requested": "auto" if requested is None else int(requested)},
+                           "requested": "auto" if requested is None else int(requested),
+                           "eigen_solver": eigen_solver, "kmeans": kmeans},
                    inputs={"graph": art.content_hash}, content_hash=content_hash,
-                   attrs={"sizes": sizes.tolist()})
+                   attrs={"sizes": sizes.tolist(), "spectral": spectral})
     t_end = time.perf_counter()
     return {"command": "cluster", "graph": str(graph), "out": str(out), "n_prompts": n, "states": int(k),
             "requested": "auto" if requested is None else int(requested), "seed": int(seed),
             "sizes": {"min": int(sizes.min()), "max": int(sizes.max()), "empty": int(np.sum(sizes == 0))},
+            "spectral": spectral, "warnings": [note] if note else [],
             "content_hash": content_hash, "timings": {"total_s": t_end - t0}}

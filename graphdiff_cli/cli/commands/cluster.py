@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 
 
 @command("cluster")
@@ -16,12 +16,20 @@ def cluster(
     states: str = typer.Option("auto", "--states", help="Number of latent states K, or 'auto' = "
                                "min(320, max(2, N // 25)) for N prompts. K > N is refused."),
     seed: int = typer.Option(0, "--seed", help="Seed of the k-means step."),
+    eigen_solver: str = typer.Option("arpack", "--eigen-solver", help="arpack (the paper's), lobpcg-amg (LOBPCG "
+                                     "with an algebraic-multigrid preconditioner; the amg extra, else arpack) or "
+                                     "auto (lobpcg-amg on large graphs). The eigen-residual is stamped either way."),
+    kmeans: str = typer.Option("lloyd", "--kmeans", help="lloyd (numpy, k-means++ seeding, the default) or faiss."),
 ):
     """Spectral clustering of W into K latent difficulty states (Section 3.4)."""
     from ...stages.prepare import cluster as run_cluster
 
     with progress("spectral clustering") as update:
-        res = run_cluster(graph, out, states=states, seed=seed, progress=update)
-    sz = res["sizes"]
+        res = run_cluster(graph, out, states=states, seed=seed, eigen_solver=eigen_solver, kmeans=kmeans,
+                          progress=update)
+    for line in res["warnings"]:
+        warn(line)
+    sz, sp = res["sizes"], res["spectral"]
     emit(res, f"{res['n_prompts']} prompts in K = {res['states']} states (sizes {sz['min']}..{sz['max']}, "
-              f"{sz['empty']} empty) -> {res['out']}")
+              f"{sz['empty']} empty; {sp['eigen_solver']}, eigen-residual {sp['eigen_residual']:.1e}) "
+              f"-> {res['out']}")
