@@ -171,6 +171,14 @@ def synthetic_graph(n, k, deg, seed=0):
     return w, labels
 
 
+def synthetic_embeddings(n, dim, topics, seed=0):
+    """Clustered unit vectors: topic centres plus noise (the local structure a kNN graph sees)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((topics, dim)).astype(np.float32)
+    x = centres[rng.integers(0, topics, n)] + 0.9 * rng.standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
 def write_inputs(folder: Path, n, k, deg):
     """The planted graph (``synthetic_graph``) written as graph and clusters artifacts in ``folder``
     (graph.zarr, clusters.zarr): ids p0000000.., labels, W."""

@@ -50,7 +50,7 @@ import numpy as np
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
-from bench.common import GRAPHDIFF, ROOT, emit  # noqa: E402
+from bench.common import GRAPHDIFF, ROOT, emit, synthetic_embeddings  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------- quality
@@ -185,14 +185,6 @@ def _run(*argv) -> tuple[float, dict]:
     t = time.perf_counter()
     out = subprocess.run([str(GRAPHDIFF), *map(str, argv), "--json"], check=True, capture_output=True, text=True)
     return time.perf_counter() - t, json.loads(out.stdout)
-
-
-def synthetic_embeddings(n, dim, topics, seed=0):
-    """Clustered unit vectors: topic centres plus noise (the local structure a kNN graph sees)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((topics, dim)).astype(np.float32)
-    x = centres[rng.integers(0, topics, n)] + 0.9 * rng.standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def cost(args) -> dict:
