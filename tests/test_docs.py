@@ -81,6 +81,7 @@ def _opts(command) -> set[str]:
             for o in (*p.opts, *p.secondary_opts)}
 
 
+@pytest.mark.slow  # the site's build: about 10 s
 def test_the_site_builds_every_page_of_the_nav(site):
     # the nav alone: the rest of mkdocs.yml has a python tag (the toc's slugify) that safe_load refuses
     nav = yaml.safe_load("nav:" + (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:", 1)[1])
@@ -105,6 +106,7 @@ def test_the_site_builds_every_page_of_the_nav(site):
     assert {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")} == set(pages)
 
 
+@pytest.mark.slow  # the site's build: about 10 s
 def test_the_cli_page_has_every_command_and_exactly_the_options_of_the_step_commands(site):
     group = _app()
     page = _article(site, "reference/cli")
@@ -132,6 +134,7 @@ def _schema_keys(properties: dict, prefix: str = ""):
             yield from _schema_keys(items.get("properties", {}), f"{prefix}{name}[].")
 
 
+@pytest.mark.slow  # the site's build: about 10 s
 def test_the_config_page_has_every_key_of_both_schemas(site):
     config = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text(encoding="utf-8"))
     estimator = json.loads((SCHEMAS / "estimator.schema.json").read_text(encoding="utf-8"))
@@ -141,6 +144,7 @@ def test_the_config_page_has_every_key_of_both_schemas(site):
     assert not [k for k in keys if k not in shown], [k for k in keys if k not in shown]
 
 
+@pytest.mark.slow  # the site's build: about 10 s
 def test_the_exit_code_page_has_every_error_class_with_its_code_and_kind(site):
     from graphdiff_cli import errors
 
@@ -158,6 +162,7 @@ def test_the_exit_code_page_has_every_error_class_with_its_code_and_kind(site):
     assert rows["interrupted"][0] == "130" and rows["internal"][0] == "1"
 
 
+@pytest.mark.slow  # the site's build: about 10 s
 def test_the_api_page_documents_state_and_estimator(site):
     from graphdiff_cli import Estimator, State
 
@@ -201,6 +206,7 @@ def test_the_docs_command_lines_name_only_commands_and_flags_graphdiff_has():
     assert checked > 50 and not stale, stale
 
 
+@pytest.mark.slow  # the site's build: about 10 s
 def test_no_issue_numbers_outside_the_lab_notebooks(site):
     texts = {f"site:{page or 'index'}": _text(body) for page, body in _pages(site).items()
              if not page.startswith("lab")}
@@ -210,6 +216,7 @@ def test_no_issue_numbers_outside_the_lab_notebooks(site):
     assert not found, found
 
 
+@pytest.mark.slow  # the site's build: about 10 s
 def test_no_dated_headings_outside_the_lab_notebooks_and_the_results_page(site):
     assert DATE.search("## The closed-loop grid of 2026-11-24") and DATE.search("### Nov 25, 2026: a re-run")
     assert not DATE.search("## 2,000 prompts in 150 steps")
