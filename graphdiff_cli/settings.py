@@ -87,6 +87,10 @@ class EstimatorSettings(BaseModel):
         "Weight in [0, 1] of label propagation's harmonic estimate in the graph's estimate (the rest on the "
         "states' estimate), or 'auto' (chosen online, with kappa when kappa is 'auto', by prequential absolute "
         "error); null = off."))
+    propagation_every: int = Field(1, ge=1, description=(
+        "m >= 1: label propagation's field is solved at every m-th step (warm-started from its last solution); "
+        "at the steps between, it keeps that solution with the step's observed prompts set to their new rates "
+        "(1: solved at every step)."))
     readout: Optional[Union[Annotated[float, Field(ge=0, le=1)], Literal["auto"]]] = Field(None, description=(
         "Weight in [0, 1] of the ridge read-out of the prompt embedding in the graph's estimate, or 'auto' "
         "(chosen online with the other weights by prequential absolute error; off when the estimator has no "
@@ -117,7 +121,7 @@ class EstimatorSettings(BaseModel):
             return float(v)
         return v
 
-    @field_validator("window", "max_iters", mode="before")
+    @field_validator("window", "max_iters", "propagation_every", mode="before")
     @classmethod
     def _integer(cls, v):
         if isinstance(v, np.integer):
@@ -214,6 +218,8 @@ def inert_settings(settings: EstimatorSettings) -> dict[str, str]:
             out["prompt_forgetting"] = out["time_forgetting"] = why
     if settings.mixing == "offset":
         out["time_forgetting"] = "offset mixing keeps per-visit offsets that a per-step decay would unbalance"
+    if settings.label_propagation is None:
+        out["propagation_every"] = "it schedules label propagation's solve, which is off (label_propagation null)"
     if settings.readout is None and settings.covariate_readout is None and settings.live_readout is None:
         out["readout_ridge"] = "it shapes the read-outs of the embedding, the covariates and live features, all off"
     if settings.live_readout is None:

@@ -242,3 +242,47 @@ def test_rounding_never_decides_an_online_choice():
     assert ro.choose_ridge(r) == ro.RIDGE_GRID[0]  # the start out; the first of the tied
     r = np.array([300.0, 301.0, 299.0])
     assert ro.choose_ridge(r) == ro.RIDGE_GRID[2]
+
+
+def test_the_field_solved_every_m_steps_is_clamped_in_between_and_survives_save_and_load(tmp_path):
+    """propagation_every = 3: the field is solved at the first update and at updates 3 and 6 (to the dense solve
+    of the counts then); at the others it is the last solution with the step's prompts set to S / C, exactly."""
+    w, labels, true_p, rng = problem()
+    est = Estimator(w, labels, 8, label_propagation=0.5, prior_strength=2.0, time_forgetting=1.0,
+                    propagation_every=3, **KW)
+    batches = list(steps(rng, true_p, 7))
+    solved_at = []
+    for t, (ids, n, s) in enumerate(batches[:6], start=1):
+        before = None if est.lp_field_ is None else est.lp_field_.copy()
+        est.update(ids, n, s)
+        S, C = est.successes_decayed_, est.rollouts_decayed_
+        gc = est.global_counts_
+        if t in (1, 3, 6):
+            solved_at.append(t)
+            np.testing.assert_allclose(est.lp_field_, dense_harmonic(w, S, C, (gc[0] + 1) / (gc[1] + 2)), atol=5e-5)
+        else:
+            want = before.copy()
+            want[ids] = S[ids] / C[ids]
+            np.testing.assert_array_equal(est.lp_field_, want)  # a copy and a division: exact
+        if t == 4:
+            est.save(tmp_path / "e.zarr")
+            back = Estimator.load(tmp_path / "e.zarr")
+            assert back.settings.propagation_every == 3
+    assert solved_at == [1, 3, 6]
+    for b in batches[4:]:
+        back.update(*b)
+    est.update(*batches[6])
+    np.testing.assert_array_equal(back.lp_field_, est.lp_field_)
+    np.testing.assert_array_equal(back.predict(), est.predict())
+
+
+def test_propagation_every_one_is_the_solve_at_every_step_and_needs_label_propagation():
+    w, labels, true_p, rng = problem()
+    a = Estimator(w, labels, 8, **KW)
+    b = Estimator(w, labels, 8, propagation_every=1, **KW)
+    assert a.settings == b.settings  # 1 is the default preset's
+    with pytest.raises(InvalidArgumentError, match="propagation_every = 2 has no effect here") as err:
+        Estimator(w, labels, 8, label_propagation=None, propagation_every=2, **KW)
+    assert "\n" not in str(err.value)
+    with pytest.raises(InvalidArgumentError, match="propagation_every must be >= 1"):
+        Estimator(w, labels, 8, propagation_every=0, **KW)

@@ -1,7 +1,8 @@
 """Label propagation as a source (beyond the paper): the harmonic field of the prompts' forgotten counts on W,
 and each prompt's neighbour mean of it (``core.belief.harmonic_field`` and ``propagated_estimate``, with the
 estimator's global counts as the fill of a component without evidence). Setting ``label_propagation``: its
-weight in the mix (a number, "auto" over ``core.belief.PROPAGATION_GRID``, or None: off)."""
+weight in the mix (a number, "auto" over ``core.belief.PROPAGATION_GRID``, or None: off); ``propagation_every``: the
+field is solved at every m-th step, and between solves keeps its last solution with the observed prompts clamped."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ def propagated(w_rows, values: np.ndarray, global_counts) -> np.ndarray:
     return bl.propagated_estimate(w_rows, degree, values, global_rate(global_counts))
 
 
+def clamped(old_field: np.ndarray, ids: np.ndarray, successes, rollouts) -> np.ndarray:
+    """The field between two solves: ``old_field`` with the prompts ``ids`` that have evidence set to their rate
+    S / C now (what a solve would clamp them to); every other value as last solved."""
+    ids = np.asarray(ids)[np.asarray(rollouts)[ids] > 0]
+    f = old_field.copy()
+    f[ids] = np.asarray(successes, dtype=np.float64)[ids] / np.asarray(rollouts, dtype=np.float64)[ids]
+    return f
+
+
 def grown_field(spec, n: int, old_field, successes, rollouts, global_counts) -> tuple[np.ndarray, np.ndarray]:
     """(field, components) on the grown model's W (``spec``), W grown from n prompts to more, solved from the old
     field with each new prompt at its neighbours' mean (new neighbours counted at the global rate): a few
@@ -55,6 +65,7 @@ class Propagation(Source):
 
     def __init__(self, settings, n_nodes, inputs=None):
         self.weight = settings.label_propagation
+        self.every = settings.propagation_every
         self.lp_field_: np.ndarray | None = None  # None until the first update
         self._components: np.ndarray | None = None
 
@@ -72,7 +83,12 @@ class Propagation(Source):
     def observe(self, est, step):
         if not self.on:
             return {"lp_field_": None}
-        return {"lp_field_": self._field(est, *step.new, step.global_counts, x0=self.lp_field_)}
+        old = self.lp_field_
+        # solved at every m-th step (est.step_ + 1 is this one), on the first and when the time forgetting in use
+        # switched (every prompt's counts moved); in between, the last solution with the observed prompts clamped
+        if old is None or step.switched or (est.step_ + 1) % self.every == 0:
+            return {"lp_field_": self._field(est, *step.new, step.global_counts, x0=old)}
+        return {"lp_field_": clamped(old, step.obs.ids, *step.new)}
 
     def grow(self, est, spec, n, counts):
         # the field on the new graph, solved here: it is what predictions read until the next update
