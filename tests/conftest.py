@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,19 @@ PROMPT_ROWS = [
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_embedding_cache(tmp_path_factory):
+    """The embedding cache of module-scoped fixtures: a fresh folder of the session, never the user's."""
+    os.environ["GRAPHDIFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("embedding-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _embedding_cache(tmp_path_factory, monkeypatch):
+    """Each test starts with an empty embedding cache of its own (a count of prompts embedded means what it
+    says), in the environment of the test and of the commands it runs."""
+    monkeypatch.setenv("GRAPHDIFF_CACHE_DIR", str(tmp_path_factory.mktemp("embedding-cache")))
 
 
 @pytest.fixture

@@ -277,7 +277,7 @@ class _Phases:
     def __init__(self):
         self.lines = [["start"]]
 
-    def phase(self, label):
+    def phase(self, label, unit=None):
         self.lines.append([label])
 
     def __call__(self, done, total=None):

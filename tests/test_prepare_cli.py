@@ -217,10 +217,10 @@ def test_progress_in_a_log_file_is_plain_lines(embedded, graph40, tmp_path):
     with open(log, "w") as err:
         subprocess.run([str(GRAPHDIFF), "embed", str(prompts), "--out", str(tmp_path / "e.zarr"), "--batch-size",
                         "4"], stderr=err, env=env, check=True)
-    lines = [ln for ln in log.read_text().splitlines() if ln.startswith("embedding prompts:")]
-    # 40 prompts in encoder calls of 4 batches x 4: 0, 16, 32, 40
-    assert [ln.split()[2] for ln in lines] == ["0/40", "16/40", "32/40", "40/40"], log.read_text()
-    assert lines[-1].startswith("embedding prompts: 40/40 (100%), ") and lines[-1].endswith(" s")
+    lines = [ln for ln in log.read_text().splitlines() if ln.startswith("embedding 40 prompts:")]
+    # 40 prompts in encoder calls of 4 batches x 4: 0, 16, 32, 40, each line with the rate since the first call
+    assert [ln.split()[3] for ln in lines] == ["0/40", "16/40", "32/40", "40/40"], log.read_text()
+    assert lines[-1].startswith("embedding 40 prompts: 40/40 (100%), ") and lines[-1].endswith(" prompts/s")
     assert "\x1b" not in log.read_text()
     log = tmp_path / "cluster.log"
     with open(log, "w") as err:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -120,6 +121,81 @@ def locate_encoder(model: str) -> str:
                                    f"download?): run hf download {repo} again on a machine with network")
             return str(Path(hit).parent)
     raise BackendError(_not_cached_message(target))
+
+
+# The version of Encoder.encode's recipe (what it asks of the model: no prompt, no normalization, float32 out).
+# Part of every cached vector's key: bump it when a change here changes the vectors of the same model files.
+ENCODE_RECIPE = 1
+# Weights of other backends, which sentence-transformers' torch backend never reads: left out of the files' digest
+OTHER_BACKENDS = ("onnx", "openvino")
+OTHER_WEIGHTS = (".onnx", ".h5", ".msgpack", ".ot")
+LIBRARIES = ("sentence-transformers", "transformers", "tokenizers", "torch")
+
+
+def _file_digest(path: Path) -> str:
+    """A file's content hash: the Hugging Face cache's own blob name for a hub file (blobs are named by their
+    content's sha256, or git's sha1 for small files: nothing to read), else the sha256 of its bytes."""
+    real = Path(os.path.realpath(path))
+    if path.is_symlink() and real.parent.name == "blobs":
+        return f"blob:{real.name}"
+    h = hashlib.sha256()
+    with open(real, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=16)
+def _folder_digest(folder: str, signature: tuple) -> str:
+    """sha256 over the (relative path, content hash) of every file the torch backend may read, sorted.
+    ``signature``: the files' names, sizes and mtimes, so a file changed in place is hashed again."""
+    base = Path(folder)
+    h = hashlib.sha256()
+    for rel, _size, _mtime in signature:
+        h.update(f"{rel}\0{_file_digest(base / rel)}\n".encode("utf-8"))
+    return h.hexdigest()
+
+
+def _model_files(folder: Path) -> tuple:
+    """(relative path, size, mtime_ns) of the model folder's files, sorted; hidden files and other backends'
+    weights left out."""
+    rows = []
+    for p in folder.rglob("*"):
+        rel = p.relative_to(folder)
+        if (any(part.startswith(".") for part in rel.parts) or rel.parts[0] in OTHER_BACKENDS
+                or p.name.endswith(OTHER_WEIGHTS) or not p.is_file()):
+            continue
+        st = p.stat()
+        rows.append((rel.as_posix(), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(rows))
+
+
+def encoder_identity(model: str, device: str) -> dict:
+    """Everything that decides the vector ``Encoder(model, device).encode`` gives a text, found without loading
+    the model: the content of its files (weights, tokenizer, pooling and normalization modules, the
+    max_seq_length in sentence_bert_config.json, the dtype config.json asks for; a hub model's by the cache's blob
+    names), this recipe's version (float32 vectors out), the device kind (cpu or cuda: different kernels) and the versions of the libraries that run it. The model's
+    name or folder is recorded but not part of the identity (the same files give the same vectors wherever they
+    are). The embedding cache keys vectors by it (``io.embedding_cache``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .device import resolve_device
+
+    folder = Path(locate_encoder(model))
+    config = folder / "sentence_bert_config.json"
+    try:
+        max_seq_length = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
+    except (OSError, ValueError, AttributeError):
+        max_seq_length = None
+    libraries = {}
+    for name in LIBRARIES:
+        try:
+            libraries[name] = version(name)
+        except PackageNotFoundError:
+            libraries[name] = None
+    return {"model": model if model == BUNDLED else str(folder), "recipe": ENCODE_RECIPE,
+            "files": _folder_digest(str(folder), _model_files(folder)), "max_seq_length": max_seq_length,
+            "device": resolve_device(device).type, "dtype": "float32", "libraries": libraries}
 
 
 @lru_cache(maxsize=4)

@@ -128,7 +128,9 @@ class _LogLines:
     when the work is done if any was printed before. A command that takes less than ``interval`` prints none: a
     trainer's `update` and `predict` keep their one summary line (or their one error line). ``phase(label)``
     (``stages.progress.phase``) starts a new labelled count with its own clock and ETA (evaluate: the replay,
-    then the counterfactual's selection and allocation)."""
+    then the counterfactual's selection and allocation). A phase with a ``unit`` (embedding: "prompts") starts
+    its clock at its first ``(0, total)`` and also prints as soon as its first unit of work is done, with the
+    rate: ``embedding 29,095 prompts: 256/29095 (1%), 5 s, 47.2 prompts/s, ETA 10 min 12 s``."""
 
     def __init__(self, description: str, interval: float):
         import time
@@ -137,23 +139,31 @@ class _LogLines:
         self.description, self.interval = description, interval
         self.start = self.last = self._clock()
         self.printed, self.finished, self.total = interval <= 0, False, None
+        self.unit, self.early = None, False
 
-    def phase(self, label: str) -> None:
+    def phase(self, label: str, unit: str | None = None) -> None:
         self.description, self.start, self.finished, self.total = label, self._clock(), False, None
+        self.unit, self.early = unit, unit is not None
 
     def __call__(self, done, total=None):
         now = self._clock()
+        if self.unit is not None and not done:  # the work starts now (a model was loaded before): its clock too
+            self.start = now
         finished = total is not None and done >= total
         if total != self.total or not finished:  # a new count on the same callback (without phase): report it too
             self.finished, self.total = False, total
         if self.finished:
             return
-        if not (now - self.last >= self.interval or (finished and self.printed)):
+        first = self.early and bool(done) and not finished
+        if not (first or now - self.last >= self.interval or (finished and self.printed)):
             return
+        self.early = self.early and not first
         self.last, self.printed, self.finished = now, True, finished
         share = f" ({100.0 * done / total:.0f}%)" if total else ""
+        elapsed = now - self.start
+        rate = f", {done / elapsed:.1f} {self.unit}/s" if self.unit is not None and done and elapsed > 0 else ""
         sys.stderr.write(f"{self.description}: {done}/{total if total is not None else '?'}{share}, "
-                         f"{now - self.start:.0f} s{_eta(now - self.start, done, total)}\n")
+                         f"{elapsed:.0f} s{rate}{_eta(elapsed, done, total)}\n")
         sys.stderr.flush()
 
 
@@ -165,7 +175,7 @@ class _RichPhases:
         self.bar, self.task = bar, bar.add_task(description, total=None)
         self.used = False
 
-    def phase(self, label: str) -> None:
+    def phase(self, label: str, unit: str | None = None) -> None:
         if not self.used:  # nothing counted under the first label yet: rename it
             self.bar.update(self.task, description=label)
             return

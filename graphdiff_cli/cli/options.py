@@ -14,7 +14,7 @@ from ..io.locks import DEFAULT_LOCK_TIMEOUT
 from ..io.outcomes import DEFAULT_SUCCESS_THRESHOLD
 from ..io.state_dir import DEFAULT_KEEP, DEFAULT_KEEP_EVERY, DEFAULT_SNAPSHOT_EVERY
 
-__all__ = ["complete_from", "rules_help", "IdFieldOption", "StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
+__all__ = ["complete_from", "rules_help", "CacheDirOption", "NoCacheOption", "IdFieldOption", "StateOption", "LockTimeoutOption", "GroupSizeOption", "SuccessThresholdOption", "KeepOption",
            "KeepEveryOption", "SnapshotEveryOption", "DEFAULT_GROUP_SIZE", "DEFAULT_LOCK_TIMEOUT", "DEFAULT_SUCCESS_THRESHOLD"]
 
 def complete_from(values):
@@ -54,6 +54,14 @@ SnapshotEveryOption = Annotated[Optional[int], typer.Option("--snapshot-every", 
                                                            "every multiple of this (and of --keep-every), else only "
                                                            "its rows that changed; 1: always whole (default "
                                                            f"{DEFAULT_SNAPSHOT_EVERY}).")]
+CacheDirOption = Annotated[Optional[Path], typer.Option(  # noqa: UP007 - typer reads Optional
+    "--cache-dir", envvar="GRAPHDIFF_CACHE_DIR", show_default=False,
+    help="The embedding cache: every text's vector, kept by the encoder's identity (its files' content, the "
+    "libraries' versions, the device kind) and the exact text, so no text is embedded twice (default: "
+    "$XDG_CACHE_HOME/graphdiff, else ~/.cache/graphdiff). Safe to delete; a damaged file in it is detected, "
+    "removed with a warning and its texts embedded again.")]
+NoCacheOption = Annotated[bool, typer.Option(
+    "--no-cache", help="Embed every text (each distinct text still once), reading and writing no cache.")]
 LiveFeaturesOption = Annotated[Optional[Path], typer.Option(  # noqa: UP007 - typer reads Optional
     "--live-features", help="Live features of the candidates observed at this step (rows id, live: a list of "
     "numbers; CSV: separated by spaces), for the live read-out; a candidate without a row gets no live estimate, "

@@ -16,9 +16,11 @@ def no_progress(done=None, total=None) -> None:
     return None
 
 
-def phase(progress: Progress, label: str) -> None:
+def phase(progress: Progress, label: str, unit: str | None = None) -> None:
     """Start a new labelled phase of ``progress`` (its own count, clock and ETA): the CLI's listeners draw one
-    line per label; a listener without a ``phase`` method (a plain function) ignores it."""
+    line per label; a listener without a ``phase`` method (a plain function) ignores it. ``unit`` (what the count
+    counts, "prompts"): the phase's clock starts at its ``progress(0, total)`` (after any loading), and a log
+    reports the rate and the time left as soon as the first unit of work is done, then every so often."""
     start = getattr(progress, "phase", None)
     if start is not None:
-        start(label)
+        start(label, unit=unit)

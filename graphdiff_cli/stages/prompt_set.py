@@ -131,16 +131,20 @@ class _Model:
         return ([str(h) for h in self.base.array("text_hash")] if base else []) + added
 
 
-def _embed_new(model: _Model, texts: list[str], device: str, batch_size: int, progress: Progress) -> np.ndarray:
-    """The new prompts' unit embeddings with the encoder, instruction and dimension of the STATE's."""
-    from ..backends.embed import Encoder, format_text
+def _embed_new(model: _Model, texts: list[str], device: str, batch_size: int, progress: Progress, *,
+               cache_dir=None, use_cache: bool = True) -> tuple[np.ndarray, dict, list[str]]:
+    """(the new prompts' unit embeddings with the encoder, instruction and dimension of the STATE's, what came
+    from the embedding cache and what was embedded, the cache's warnings). A text the STATE already has never
+    gets here (``_check_new`` refuses it first), so the cache is the only place to find one embedded before."""
+    from ..backends.embed import format_text
     from ..core.graph import truncate_matryoshka
+    from .encoding import TextBatch
 
     p = model.params
-    encoder = Encoder(p["model"], device)
-    raw = encoder.encode([format_text(t, p.get("instruction")) for t in texts], batch_size=batch_size,
-                         progress=progress)
-    return truncate_matryoshka(raw, int(p["dim"]))
+    batch = TextBatch.plan([format_text(t, p.get("instruction")) for t in texts], model=p["model"], device=device,
+                           cache_dir=cache_dir, use_cache=use_cache)
+    raw = batch.encode(batch_size, progress)
+    return truncate_matryoshka(raw, int(p["dim"])), batch.summary(), list(batch.warnings)
 
 
 def _check_new(model: _Model, path, ids: list[str], hashes: list[str]) -> None:
@@ -198,15 +202,18 @@ class NewPrompts:
     t_read: float
     t_embed: float
     covariates: object = None  # their core.covariates.Encoded by the STATE's spec, when the STATE keeps covariates
+    encoding: dict | None = None  # stages.encoding.TextBatch.summary(): embedded, from the cache (None: --embedded)
+    warnings: list = dataclasses.field(default_factory=list)  # the embedding cache's
 
 
 def read_new_prompts(sd, prompts=None, *, embedded=None, embeddings=None, id_field: str = "id",
                      text_field: str = "prompt", messages: str = "user", batch_size: int = 64, device: str = "auto",
-                     lock_timeout: float = DEFAULT_LOCK_TIMEOUT, progress: Progress = no_progress) -> NewPrompts:
+                     cache_dir=None, use_cache: bool = True, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                     progress: Progress = no_progress) -> NewPrompts:
     """The prompts to add to the STATE directory ``sd`` (a ``StateDir``): ``prompts`` (a prompts file, embedded
     here) or ``embedded`` (an embeddings artifact of them made by graphdiff embed with the STATE's encoder,
     instruction and dimension), checked against the current prompt set. ``embeddings``: where the STATE's own
-    embeddings are now, if they moved."""
+    embeddings are now, if they moved. ``cache_dir``, ``use_cache``: the embedding cache (``stages.encoding``)."""
     from ..backends.device import check_device_name
     from ..backends.embed import text_hash
     from ..io.artifacts import read_artifact
@@ -243,12 +250,17 @@ def read_new_prompts(sd, prompts=None, *, embedded=None, embeddings=None, id_fie
         # the encoding has its own labelled line (its count of prompts, elapsed time and ETA from the first batch)
         # where the listener draws phases; a plain function listener keeps the stage's four steps alone
         labelled = getattr(progress, "phase", None) is not None
-        phase(progress, f"embedding {len(texts):,} new prompts")
-        x_new = _embed_new(model, texts, device, batch_size, progress if labelled else no_progress)
+        phase(progress, f"embedding {len(texts):,} new prompts", unit="prompts")
+        x_new, encoding, warnings = _embed_new(model, texts, device, batch_size,
+                                               progress if labelled else no_progress, cache_dir=cache_dir,
+                                               use_cache=use_cache)
         phase(progress, "extending the prompt set")
+    else:
+        encoding, warnings = None, []
     t_embed = time.perf_counter()
     progress(2, 4)
-    return NewPrompts(source, source_hash, ids, hashes, x_new, embeddings, t0, t_read, t_embed, covariates)
+    return NewPrompts(source, source_hash, ids, hashes, x_new, embeddings, t0, t_read, t_embed, covariates,
+                      encoding, warnings)
 
 
 def current_model(sd, new: NewPrompts) -> _Model:
@@ -342,7 +354,8 @@ def extend_result(sd, version: tuple[int, int], new: NewPrompts, ext: Extension,
     return {"command": "extend", "state": str(sd.root), "step": step, "revision": rev + 1,
             "version": f"{step}.{rev + 1}", **ext.entry, "pruned": pruned, **sd.durability(),
             "states_of_new": {str(int(s)): int(c) for s, c in zip(*np.unique(ext.new_labels, return_counts=True))},
-            "new_isolated": ext.new_isolated,
+            "new_isolated": ext.new_isolated, "encoding": new.encoding,
+            "warnings": sd.durability()["warnings"] + list(new.warnings),
             "undo": f"graphdiff rollback --state {sd.root} --to {step}.{rev}",
             "timings": {"read_s": new.t_read - new.t0, "embed_s": new.t_embed - new.t_read,
                         "lock_wait_s": t_locked - new.t_embed, "graph_s": ext.t_graph - ext.t_graph_start,

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from ..common import command, emit, progress, warn
-from ..options import DEFAULT_LOCK_TIMEOUT, IdFieldOption, LockTimeoutOption, StateOption
+from ..options import (DEFAULT_LOCK_TIMEOUT, CacheDirOption, IdFieldOption, LockTimeoutOption, NoCacheOption,
+                       StateOption)
 
 
 @command("extend")
@@ -27,19 +28,26 @@ def extend(
                                  "every turn as 'role: content' (docs/how-to/trainers.md)."),
     batch_size: int = typer.Option(64, "--batch-size", help="Encoder batch size."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N (for the encoder)."),
+    cache_dir: CacheDirOption = None,
+    no_cache: NoCacheOption = False,
     lock_timeout: LockTimeoutOption = DEFAULT_LOCK_TIMEOUT,
 ):
-    """Add prompts: embedded with the STATE's own encoder, joined to the graph with its k and mutual rule, given
+    """Add prompts: embedded with the STATE's own encoder (each text once: the embedding cache holds the ones
+    embedded before), joined to the graph with its k and mutual rule, given
     a prior state from their neighbours; the next revision of the current step (undo: rollback --to T.R)."""
     from ...state import State
 
     with progress("extending the prompt set") as bar:
         res = State.open(state).extend(prompts, embedded=embedded, embeddings=embeddings, id_field=id_field, text_field=text_field,
-                         messages=messages, batch_size=batch_size, device=device, lock_timeout=lock_timeout, progress=bar)
+                         messages=messages, batch_size=batch_size, device=device, cache_dir=cache_dir,
+                         use_cache=not no_cache, lock_timeout=lock_timeout, progress=bar)
     t = res["timings"]
     for line in res["warnings"]:
         warn(line)
-    emit(res, f"step {res['version']}: {res['added']} prompts added ({res['n_prompts']} now, {res['edges']} edges; "
+    enc = res.get("encoding")
+    embedded = "" if enc is None else (f"{enc['embedded']} embedded, {enc['from_cache']} from the embedding cache; "
+                                       if enc["cache_dir"] else f"{enc['embedded']} embedded, no embedding cache; ")
+    emit(res, f"step {res['version']}: {res['added']} prompts added ({embedded}{res['n_prompts']} now, {res['edges']} edges; "
               f"{res['changed_lists']} old kNN lists changed, {res['new_isolated']} new prompts without a mutual "
               f"neighbour) in {t['total_s']:.2f} s (embed {t['embed_s']:.2f}, graph {t['graph_s']:.2f}, write "
               f"{t['write_s']:.2f}); undo: {res['undo']}"
