@@ -17,9 +17,14 @@ are against a float64 solve to 1e-11.
              (float32, then float64), seconds, and the error of the field (max and mean over prompts) and of the
              next batch's propagated estimate (the W-weighted mean of its neighbours' field values, what p-hat
              reads).
+  schedule   the field solved only at every m-th step (m 2, 4, 8; ``propagation_every``), warm-started, and between
+             solves the last solution with the step's prompts clamped to their rates (``sources.propagation.clamped``),
+             against the field solved at every step (the product's tolerance): the next batch's propagated estimate's
+             error (max, mean) and the solve's seconds per step.
 
     .venv/bin/python bench/field_solve.py precision W/old_g.zarr W/old_c.zarr [--steps 100] [--out precision.json]
     .venv/bin/python bench/field_solve.py tolerance W/old_g.zarr W/old_c.zarr [--steps 100] [--out tolerance.json]
+    .venv/bin/python bench/field_solve.py schedule W/old_g.zarr W/old_c.zarr [--steps 100] [--out schedule.json]
 
 Results: docs/lab/performance.md, "The field's solve in mixed precision: built" and "The field's tolerance".
 """
@@ -46,6 +51,7 @@ from graphdiff_cli.core.harmonic import dirichlet_operators, harmonic_solution  
 
 REPORT = (1, 2, 5, 10, 20, 50, 100)
 TOLERANCES = (1e-6, 1e-5, 1e-4)
+EVERY = (2, 4, 8)
 
 
 class System:
@@ -227,18 +233,69 @@ def tolerance(args) -> None:
     emit(out, args.out)
 
 
+def schedule(args) -> None:
+    """The field solved at every m-th step only (``propagation_every``), against the field solved at every step."""
+    from graphdiff_cli.core.belief import FIELD_RTOL
+
+    labels, w, _deg, comps, _prod = load(Path(args.graph), Path(args.clusters))
+    n = w.shape[0]
+    w_single = single_precision(w)
+    rng = np.random.default_rng(0)
+    rate = simulated_rates(rng, labels)
+    out = {"date": str(date.today()), "machine": platform.platform(), "n": n, "nnz": int(w.nnz), "rtol": FIELD_RTOL,
+           "every": list(EVERY), "steps": []}
+    run = list(simulated_run(rng, rate, args.steps + 1))
+    every_step, fields = None, dict.fromkeys(EVERY)
+    totals = {m: {"solve_s": 0.0, "solves": 0} for m in (1, *EVERY)}
+    errors = {m: [] for m in EVERY}
+    for (step, batch, lab, vals, fill), (_, next_batch, *_rest) in zip(run[:-1], run[1:]):
+        rates = np.zeros(n)
+        rates[lab] = vals
+        every_step, row = product_solve(w, lab, vals, fill, comps, every_step, FIELD_RTOL, w_single)
+        totals[1]["solve_s"] += row["solve_s"]
+        totals[1]["solves"] += 1
+        w_next = w[next_batch]
+        deg_next = np.asarray(w_next.sum(axis=1)).ravel()
+        deg_next[deg_next == 0] = 1.0
+        reference = w_next @ every_step / deg_next
+        rows = {}
+        for m in EVERY:
+            if fields[m] is None or step % m == 0:
+                fields[m], r = product_solve(w, lab, vals, fill, comps, fields[m], FIELD_RTOL, w_single)
+                totals[m]["solve_s"] += r["solve_s"]
+                totals[m]["solves"] += 1
+            else:  # the step's prompts clamped to their rates (``sources.propagation.clamped``)
+                fields[m] = fields[m].copy()
+                fields[m][batch] = rates[batch]
+            err = np.abs(w_next @ fields[m] / deg_next - reference)
+            errors[m].append((float(err.max()), float(err.mean())))
+            rows[f"every {m}"] = {"next_batch_max_error": float(err.max()), "next_batch_mean_error": float(err.mean()),
+                                  "field_max_error": float(np.abs(fields[m] - every_step).max())}
+        if step in REPORT:
+            out["steps"].append({"step": step, "labelled": int(lab.size), "every_step_solve_s": row["solve_s"], **rows})
+            print(out["steps"][-1], flush=True)
+    out["summary"] = {f"every {m}": {"solve_s_per_step": totals[m]["solve_s"] / args.steps,
+                                     "solves": totals[m]["solves"],
+                                     "next_batch_max_error": max(e[0] for e in errors.get(m, [(0, 0)])),
+                                     "next_batch_mean_error_mean": float(np.mean([e[1] for e in errors.get(m, [(0, 0)])]))}
+                      for m in (1, *EVERY)}
+    print(out["summary"], flush=True)
+    emit(out, args.out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="label propagation's field: the product's solve along a simulated run")
     sub = ap.add_subparsers(dest="measure", required=True)
     for name, text in (("precision", "float64, float32 and the product's mixed-precision solve"),
-                       ("tolerance", "the product's solve at relative residuals 1e-6, 1e-5, 1e-4")):
+                       ("tolerance", "the product's solve at relative residuals 1e-6, 1e-5, 1e-4"),
+                       ("schedule", "the field solved at every m-th step only, against every step")):
         p = sub.add_parser(name, help=text)
         p.add_argument("graph")
         p.add_argument("clusters")
         p.add_argument("--steps", type=int, default=100)
         p.add_argument("--out", default=None)
     args = ap.parse_args()
-    {"precision": precision, "tolerance": tolerance}[args.measure](args)
+    {"precision": precision, "tolerance": tolerance, "schedule": schedule}[args.measure](args)
 
 
 if __name__ == "__main__":
