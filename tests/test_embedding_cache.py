@@ -238,3 +238,16 @@ def test_extend_embeds_only_texts_never_embedded(tmp_path, seen):
     with pytest.raises(DataError, match="same text"):
         State.open(tmp_path / "S").extend(again, cache_dir=cache, device="cpu")
     assert embedded_now(seen, before) == 0
+
+
+def test_the_default_cache_dir_follows_xdg(tmp_path, monkeypatch):
+    from graphdiff_cli.io.embedding_cache import default_cache_dir
+
+    monkeypatch.delenv("GRAPHDIFF_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "graphdiff"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "graphdiff"
+    monkeypatch.setenv("GRAPHDIFF_CACHE_DIR", str(tmp_path / "mine"))
+    assert default_cache_dir() == tmp_path / "mine"
