@@ -169,8 +169,7 @@ def test_without_pyamg_lobpcg_amg_falls_back_to_arpack_with_one_line(sparse_solv
                                                                      monkeypatch):
     monkeypatch.setitem(sys.modules, "pyamg", None)  # `import pyamg` raises ImportError, as when absent
     assert not amg_available()
-    assert eigen_solver_for("lobpcg-amg", 10)[0] == "arpack"
-    assert eigen_solver_for("auto", 10**7)[0] == "arpack"
+    assert eigen_solver_for("lobpcg-amg")[0] == "arpack"
     out = tmp_path / "c.zarr"
     res = cluster(path := graph_file[0], "--out", out, "--states", 6, "--eigen-solver", "lobpcg-amg")
     assert res.exit_code == 0, res.stderr
@@ -183,17 +182,14 @@ def test_without_pyamg_lobpcg_amg_falls_back_to_arpack_with_one_line(sparse_solv
     np.testing.assert_array_equal(c.array("labels"), read_artifact(ref, "clusters").array("labels"))
 
 
-def test_auto_picks_by_size():
+def test_each_solver_runs_as_asked():
     if not amg_available():
         pytest.skip("pyamg not installed")
-    from graphdiff_cli.stages.prepare import AUTO_LOBPCG_MIN
-
-    assert eigen_solver_for("auto", AUTO_LOBPCG_MIN - 1) == ("arpack", None)
-    assert eigen_solver_for("auto", AUTO_LOBPCG_MIN) == ("lobpcg-amg", None)
-    assert eigen_solver_for("arpack", 10**7) == ("arpack", None)
+    assert eigen_solver_for("lobpcg-amg") == ("lobpcg-amg", None)
+    assert eigen_solver_for("arpack") == ("arpack", None)
 
 
-@pytest.mark.parametrize("flag,value,needle", [("--eigen-solver", "lanczos", "--eigen-solver must be one of"),
+@pytest.mark.parametrize("flag,value,needle", [("--eigen-solver", "auto", "--eigen-solver must be one of"),
                                                ("--kmeans", "minibatch", "--kmeans must be one of")])
 def test_bad_choice_is_one_line(graph_file, tmp_path, flag, value, needle):
     out = tmp_path / "c.zarr"

@@ -36,9 +36,8 @@ AUTO_STATES_PER = 25  # "auto" K: one latent state per ~25 prompts, at least 2, 
 AUTO_KNN_MAX = 80  # the paper's k_nn; build-graph's fixed default before auto_k_nn
 AUTO_KNN_MIN = 10
 AUTO_KNN_SHARE = 10  # a prompt's list holds at most ~1/10 of the set
-EIGEN_SOLVER_CHOICES = ("arpack", "lobpcg-amg", "auto")
+EIGEN_SOLVER_CHOICES = ("arpack", "lobpcg-amg")
 KMEANS_CHOICES = ("lloyd", "faiss")
-AUTO_LOBPCG_MIN = 50_000  # "--eigen-solver auto": lobpcg-amg from this many prompts on (bench/cluster.py)
 
 
 def auto_k_nn(n: int) -> int:
@@ -423,15 +422,15 @@ def parse_states(states) -> int | None:
     return k
 
 
-def eigen_solver_for(requested: str, n: int) -> tuple[str, str | None]:
-    """The eigen-solver ``cluster`` runs for ``--eigen-solver requested`` on ``n`` prompts, and the line said
-    when it is not the one asked: "auto" is lobpcg-amg from AUTO_LOBPCG_MIN prompts on, arpack below;
-    lobpcg-amg without pyamg falls back to arpack."""
+def eigen_solver_for(requested: str) -> tuple[str, str | None]:
+    """The eigen-solver ``cluster`` runs for ``--eigen-solver requested``, and the line said when it is not the
+    one asked: lobpcg-amg without pyamg falls back to arpack. (No size picks lobpcg-amg by itself: at K = 320
+    it took more CPU time than ARPACK on every graph measured, bench/cluster.py.)"""
     from ..backends.cluster import amg_available
 
     if requested not in EIGEN_SOLVER_CHOICES:
         raise InvalidArgumentError(f"--eigen-solver must be one of {', '.join(EIGEN_SOLVER_CHOICES)}, got {requested!r}")
-    want = requested if requested != "auto" else ("lobpcg-amg" if n >= AUTO_LOBPCG_MIN else "arpack")
+    want = requested
     if want == "lobpcg-amg" and not amg_available():
         return "arpack", ("pyamg is not installed (pip install 'graphdiff[amg]'): "
                           f"--eigen-solver {requested} falls back to arpack")
@@ -441,8 +440,7 @@ def eigen_solver_for(requested: str, n: int) -> tuple[str, str | None]:
 def cluster(graph, out, *, states="auto", seed: int = 0, eigen_solver: str = "arpack", kmeans: str = "lloyd",
             progress: Progress = no_progress) -> dict:
     """Static spectral clusters c_i in [0, K) of W (Section 3.4) as a "clusters" artifact; ``eigen_solver``
-    "arpack" (the paper's), "lobpcg-amg" or "auto" (``eigen_solver_for``), ``kmeans`` "lloyd" (the core's) or
-    "faiss"."""
+    "arpack" (the paper's) or "lobpcg-amg" (``eigen_solver_for``), ``kmeans`` "lloyd" (the core's) or "faiss"."""
     from ..backends.cluster import amg_preconditioner, faiss_kmeans
     from ..core.spectral import spectral_states
 
@@ -461,7 +459,7 @@ def cluster(graph, out, *, states="auto", seed: int = 0, eigen_solver: str = "ar
     k = auto_states(n) if requested is None else requested
     if k > n:
         raise InvalidArgumentError(f"--states {k} is more than the {n} prompts in {graph}; choose at most {n}")
-    solver, note = eigen_solver_for(eigen_solver, n)
+    solver, note = eigen_solver_for(eigen_solver)
     how = {"eigen_solver": "arpack"} if solver == "arpack" else {"eigen_solver": "lobpcg",
                                                                  "preconditioner": amg_preconditioner}
     res = spectral_states(w, k, seed=seed, fallback_neighbors=knn, progress=progress,

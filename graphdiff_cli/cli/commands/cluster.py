@@ -16,10 +16,11 @@ def cluster(
     states: str = typer.Option("auto", "--states", help="Number of latent states K, or 'auto' = "
                                "min(320, max(2, N // 25)) for N prompts. K > N is refused."),
     seed: int = typer.Option(0, "--seed", help="Seed of the k-means step."),
-    eigen_solver: str = typer.Option("arpack", "--eigen-solver", help="arpack (the paper's), lobpcg-amg (LOBPCG "
-                                     "with an algebraic-multigrid preconditioner; the amg extra, else arpack) or "
-                                     "auto (lobpcg-amg on large graphs). The eigen-residual is stamped either way."),
-    kmeans: str = typer.Option("lloyd", "--kmeans", help="lloyd (numpy, k-means++ seeding, the default) or faiss."),
+    eigen_solver: str = typer.Option("arpack", "--eigen-solver", help="arpack (the paper's) or lobpcg-amg (LOBPCG "
+                                     "with an algebraic-multigrid preconditioner; the amg extra, else arpack). "
+                                     "The eigen-residual is stamped either way."),
+    kmeans: str = typer.Option("lloyd", "--kmeans", help="lloyd (numpy, k-means++ seeding, the paper's) or faiss "
+                               "(faiss's Lloyd from the same seeding, float32)."),
 ):
     """Spectral clustering of W into K latent difficulty states (Section 3.4)."""
     from ...stages.prepare import cluster as run_cluster
