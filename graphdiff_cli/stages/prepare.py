@@ -432,7 +432,7 @@ def eigen_solver_for(requested: str) -> tuple[str, str | None]:
         raise InvalidArgumentError(f"--eigen-solver must be one of {', '.join(EIGEN_SOLVER_CHOICES)}, got {requested!r}")
     want = requested
     if want == "lobpcg-amg" and not amg_available():
-        return "arpack", ("pyamg is not installed (pip install 'graphdiff[amg]'): "
+        return "arpack", ("pyamg is not installed (pip install 'graphdiff-rl[amg]'): "
                           f"--eigen-solver {requested} falls back to arpack")
     return want, None
 
