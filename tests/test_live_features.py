@@ -295,7 +295,7 @@ def test_bad_live_features_of_a_read_or_a_step_are_refused_in_one_line(state, tm
 
 
 def test_the_trl_hook_computes_the_next_token_entropy_and_max_probability_of_the_policy():
-    pytest.importorskip("trl", reason="trl is not installed (pip install graphdiff[trl])")
+    pytest.importorskip("trl", reason="trl is not installed (pip install 'graphdiff-rl[trl]')")
     import torch
 
     from graphdiff_cli.integrations.trl import next_token_features
@@ -321,7 +321,7 @@ def test_the_trl_hook_computes_the_next_token_entropy_and_max_probability_of_the
 
 @pytest.mark.slow
 def test_live_features_in_a_grpo_run_reach_the_update_and_the_log(tmp_path):
-    pytest.importorskip("trl", reason="trl is not installed (pip install graphdiff[trl])")
+    pytest.importorskip("trl", reason="trl is not installed (pip install 'graphdiff-rl[trl]')")
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 

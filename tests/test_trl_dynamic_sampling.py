@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pytest
 
-pytest.importorskip("trl", reason="trl is not installed (pip install graphdiff[trl])")
+pytest.importorskip("trl", reason="trl is not installed (pip install 'graphdiff-rl[trl]')")
 pytestmark = pytest.mark.slow  # ~30 s on 2 busy cores, most of it importing transformers and trl
 
 from _handoff_fixtures import make_inputs  # noqa: E402

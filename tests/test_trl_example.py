@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl", reason="trl is not installed (pip install graphdiff[trl])")
+pytest.importorskip("trl", reason="trl is not installed (pip install 'graphdiff-rl[trl]')")
 pytestmark = pytest.mark.slow  # ~50 s on 2 busy cores: four CLI calls (the encoder) and the trainer
 
 from graphdiff_cli.io.state_dir import StateDir  # noqa: E402

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("trl", reason="trl is not installed (pip install graphdiff[trl])")
+pytest.importorskip("trl", reason="trl is not installed (pip install 'graphdiff-rl[trl]')")
 pytestmark = pytest.mark.slow  # ~40 s on 2 busy cores, most of it importing transformers and trl
 
 from _handoff_fixtures import make_inputs  # noqa: E402
