@@ -71,11 +71,12 @@ def ids_str(ids) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    """The 40 fixture prompts embedded once with the defaults: (prompts path, artifact path, --json result)."""
+    """The 40 fixture prompts embedded once with the defaults: (prompts path, artifact path, --json result).
+    Its own embedding cache: the session's may already hold these texts from another module's fixture."""
     d = tmp_path_factory.mktemp("embedded")
     prompts = write_jsonl(d / "prompts.jsonl", PROMPT_ROWS)
     out = d / "emb.zarr"
-    return prompts, out, gd_json("embed", prompts, "--out", out, "--batch-size", 16)
+    return prompts, out, gd_json("embed", prompts, "--out", out, "--batch-size", 16, "--cache-dir", d / "cache")
 
 
 @pytest.fixture(scope="module")
