@@ -1,10 +1,11 @@
-"""``python -m closedloop {data,graph,sft,run,report,verdicts}``: the closed-loop benchmark's stages.
+"""``python -m closedloop {data,graph,sft,run,keep,report,verdicts}``: the closed-loop benchmark's stages.
 
     python -m closedloop data   --out artifacts/closedloop/data
     python -m closedloop graph  --data artifacts/closedloop/data --out artifacts/closedloop/graph
     python -m closedloop sft    --data artifacts/closedloop/data --seed 0 --out artifacts/closedloop/policy/s0
     python -m closedloop run    --data ... --state artifacts/closedloop/graph/STATE --policy ... \\
                                               --scheduler gd-thompson --seed 0 --out artifacts/closedloop/runs/gd-thompson/s0
+    python -m closedloop keep   --art artifacts/closedloop --store results/closedloop --policy-seed 0
     python -m closedloop report --runs artifacts/closedloop/runs --out artifacts/closedloop/report
     python -m closedloop verdicts artifacts/grid-a/report artifacts/grid-b/report --out verdicts.md
 
@@ -178,6 +179,18 @@ def cmd_run(a) -> None:
                     alloc_group=a.group_size // 2, learning_rate=a.lr, eval_every=a.eval_every,
                     eval_samples=a.eval_samples, threads=a.threads, device=_device(a.device),
                     rollout_budget=_rollout_budget(a))
+    if a.store:
+        from dataclasses import asdict
+
+        from . import store
+
+        inputs = store.fingerprint(data, a.policy, a.state)
+        reused, why = store.reuse(a.store, cfg.scheduler, cfg.seed, asdict(cfg), inputs, a.out)
+        print(f"closedloop run: {why}", file=sys.stderr)
+        if reused:
+            summary = json.loads((Path(a.out) / "summary.json").read_text(encoding="utf-8"))
+            print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
+            return
     factory = None
     if a.state:
         from graphdiff_cli.estimator import Estimator
@@ -185,7 +198,31 @@ def cmd_run(a) -> None:
         state = Path(a.state)
         factory = lambda: Estimator.load(state, device="cpu")  # noqa: E731 - a fresh estimator at step 0
     summary = run(cfg, train, test, a.policy, a.out, graphdiff_factory=factory)
+    if a.store:
+        kept = store.keep(a.store, cfg.scheduler, cfg.seed, a.out, inputs, commit=store.commit_of(__file__))
+        print(f"closedloop run: kept in {kept}", file=sys.stderr)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
+
+
+def cmd_keep(a) -> None:
+    from . import store
+
+    art = Path(a.art)
+    runs = sorted((art / "runs").glob("*/s*/summary.json"))
+    kept, commit = [], store.commit_of(__file__)
+    for path in runs:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        cfg = summary.get("config", {})
+        scheduler, seed = cfg.get("scheduler"), cfg.get("seed")
+        if scheduler is None or seed is None:
+            raise StateError(f"{path} has no config.scheduler/seed: not a closed-loop run's summary")
+        policy = art / "policy" / f"s{seed if a.policy_seed is None else a.policy_seed}"
+        if not policy.is_dir():
+            raise InvalidArgumentError(f"{policy} does not exist (give --policy-seed for a grid with one shared "
+                                       "warm start)")
+        inputs = store.fingerprint(art / "data", policy, art / "graph" / "STATE")
+        kept.append(str(store.keep(a.store, scheduler, int(seed), path.parent, inputs, commit=commit)))
+    print(json.dumps({"kept": len(kept), "store": str(a.store)}))
 
 
 def cmd_report(a) -> None:
@@ -273,7 +310,17 @@ def main(argv=None) -> None:
                              "many (--steps is then the step cap, stated beforehand); 0: run --steps")
     budget.add_argument("--rollout-budget-from", default=None, metavar="RUN",
                         help="... this many: the rollouts of a finished run's folder (e.g. runs/ds/s0)")
+    r.add_argument("--store", default=None, metavar="DIR",
+                   help="keep the finished run in DIR/runs/<scheduler>/s<seed>/ and, before training, reuse the run "
+                        "kept there when its configuration and inputs (data, policy, STATE) match (closedloop/store.py)")
     r.set_defaults(fn=cmd_run)
+
+    k = sub.add_parser("keep", help="keep an artifacts folder's finished runs in a store (as run --store does)")
+    k.add_argument("--art", required=True, help="the grid's artifacts folder (data/, graph/STATE, policy/, runs/)")
+    k.add_argument("--store", required=True, metavar="DIR")
+    k.add_argument("--policy-seed", type=int, default=None,
+                   help="the warm start every run started from (policy/s<N>; a shared SFT: 0); default: the run's seed")
+    k.set_defaults(fn=cmd_keep)
 
     rp = sub.add_parser("report", help="aggregate runs: table, sign test, plots")
     rp.add_argument("--runs", required=True, help="folder of runs/<scheduler>/s<seed>/")

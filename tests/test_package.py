@@ -35,7 +35,7 @@ NAME, STEM = "graphdiff-rl", "graphdiff_rl"
 # what a checkout holds beside the package that no distribution of it may carry
 NOT_COPIED = (".git", ".venv", "artifacts", "logs", ".snakemake", "*.egg-info", "__pycache__", ".hypothesis",
               ".pytest_cache", "build", "dist")
-NOT_PACKAGED = ("tests/", "bench/", "artifacts/", "closedloop/", "examples/", "workflow/", "configs/", "scripts/")
+NOT_PACKAGED = ("tests/", "bench/", "artifacts/", "closedloop/", "examples/", "workflow/", "configs/", "scripts/", "results/")
 
 pytestmark = pytest.mark.slow  # a build and an install: ~5 s, a few more on a loaded machine
 

@@ -187,6 +187,11 @@ def test_dry_run_closedloop_passes_its_config_section_as_flags(tmp_path):
     assert counts["closedloop_run"] == 4 and counts["closedloop_sft"] == 2 and counts["closedloop_data"] == 1
     assert f"PYTHONPATH={REPO}" in out and "-m closedloop run" in out and "--steps 3 " in out
     assert "--train-per-cell 250 " in out and "--skills compare,sort" in out  # the schema's defaults
+    assert "--store" not in out  # no store unless one is set ...
+    kept = write_yaml(tmp_path / "kept.yaml", {"closedloop": {"run": "cl", "seeds": [0], "schedulers": ["uniform"],
+                                                              "store": "results/cl kept"}})
+    out = smk(tmp_path, kept, args=["-n", "-p", "closedloop"]).stdout
+    assert "--store 'results/cl kept'" in out  # ... and then every run keeps (and reuses) its runs there
     res = smk(tmp_path, write_yaml(tmp_path / "bad.yaml", {"closedloop": {"train": {"stepz": 3}}}), args=["-n", "closedloop"],
               check=False)
     assert res.returncode != 0 and "stepz" in res.stdout + res.stderr

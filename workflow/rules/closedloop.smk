@@ -101,6 +101,7 @@ rule closedloop_run:
         data=lambda w, input: _cl_os.path.dirname(input.train),
         steps=lambda wc: CL["train"]["uncensored_step_cap"] if _cl_uncensored(wc.scheduler) else CL["train"]["steps"],
         budget=lambda wc, input: f"--rollout-budget-from {shlex.quote(input.ds[0])}" if input.ds else "",
+        store=f"--store {shlex.quote(CL['store'])}" if CL.get("store") else "",
     conda:
         ENV
     threads: CL_THREADS
@@ -110,7 +111,7 @@ rule closedloop_run:
         "--steps {params.steps} {params.budget} --batch-prompts {params.t[batch_prompts]} --group-size {params.t[group_size]} "
         "--pool-factor {params.t[pool_factor]} --max-rounds {params.t[max_rounds]} --oracle-samples {params.t[oracle_samples]} --lr {params.t[lr]} "
         "--eval-every {params.t[eval_every]} --test-limit {params.t[test_limit]} "
-        "--eval-samples {params.t[eval_samples]} --threads {threads} --device {params.t[device]} > {log:q} 2>&1"
+        "--eval-samples {params.t[eval_samples]} --threads {threads} --device {params.t[device]} {params.store} > {log:q} 2>&1"
 
 
 rule closedloop_report:
