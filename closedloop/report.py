@@ -472,6 +472,13 @@ def _oracle_gain_sections(runs, outcomes) -> tuple[list[str], dict]:
         checks.append({"check": "oracle selection (Thompson) beats uniform at equal rollouts, interval excluding 0",
                        "measured": f"{interval_text(b)} (MDD {_fmt(b.get('mdd'))})",
                        "met": None if b.get("lo") is None or b["seeds"] < scores.MIN_SEEDS else bool(b["lo"] > 0)})
+    res["live_targets"] = scores.live_targets(runs, res["oracle_share"])
+    if res["live_targets"]:
+        lines += ["## The live arms' targets", "",
+                  f"On the greedy held-out accuracy's fitted curves; decided only on >= {scores.MIN_SEEDS} paired seeds "
+                  "('-' below that).", "", "| target | measured | met |", "|---|---|---|"]
+        lines += [f"| {t['target']} | {t['measured']} | {'-' if t['met'] is None else 'yes' if t['met'] else 'no'} |"
+                  for t in res["live_targets"]] + [""]
     res["regime_check"] = checks
     if checks:
         lines += ["## Regime check (tuned on the oracle and uniform arms only)", "",

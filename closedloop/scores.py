@@ -13,7 +13,9 @@
 * ``bootstrap`` - (with >= 2 seeds) a percentile interval of a statistic of paired per-seed values, resampling seeds, and the
   minimum detectable difference ((z_0.975 + z_0.8) x the bootstrap standard error: 80% power at 5%);
 * ``cell_shares`` - each scheduler's share of rollouts per (skill, level) cell, to set beside the oracle's;
-* ``zero_variance_share`` - the share of all-correct and all-wrong groups per window of steps.
+* ``zero_variance_share`` - the share of all-correct and all-wrong groups per window of steps;
+* ``live_targets`` - the live arms' targets: gd-live-ds's rollouts to DS's final accuracy against DS's and its
+  peers', graphdiff's best share of the oracle's gain against the covariates-only peer's, the estimator's cost.
 
 Runs are ``{scheduler: {seed: metrics rows}}`` as ``report.load_runs`` gives them.
 """
@@ -236,3 +238,88 @@ def zero_variance_share(rows, window: int = 10) -> list[dict]:
                     "all_correct": sum(r["all_correct"] for r in w) / groups,
                     "all_wrong": sum(r["all_wrong"] for r in w) / groups})
     return out
+
+
+def _never_inf(x: float | None) -> float:
+    return np.inf if x is None else float(x)
+
+
+def live_targets(runs, share_rows: list[dict], key: str = "heldout_acc") -> list[dict]:
+    """The live arms' three targets, each {"id", "target", "measured", "met" (None: undecided), "per_seed" or
+    "per_arm" (where one)}.
+
+    1. gd-live-ds reaches DS's final ``key`` (its fitted curve's last value, per seed) with <= 0.5x DS's rollouts
+       (the arm's rollouts to it / DS's rollouts in all; a seed that never reaches it: not met), and with fewer
+       rollouts to it than both greso-ds and hive-ds in >= 5 of 6 seeds (never reaching it: infinitely many).
+    2. In target selection and in skipping, graphdiff's best arm (gd-* or gd-live-*, by its accuracy share of the
+       oracle's gain, ``share_rows`` as the report computes them) recovers >= 0.4 of the oracle's gain and more
+       than the covariates-only peer (cells-live-*).
+    3. Every graphdiff arm's estimator (live features included) costs <= 10% of its step (mean over steps, each
+       seed).
+    A target is decided only on >= ``MIN_SEEDS`` paired seeds."""
+    out = []
+    arm, peers = "gd-live-ds", ("greso-ds", "hive-ds")
+    seeds = sorted(set(runs.get("ds", {})) & set(runs.get(arm, {})))
+    if seeds:
+        per_seed = []
+        for s in seeds:
+            ds = runs["ds"][s]
+            level, total = final(ds, key), float(curve(ds, key)[0][-1])
+            reach = {name: (rollouts_to(runs[name][s], level, key) if s in runs.get(name, {}) else None)
+                     for name in (arm, *peers)}
+            per_seed.append({"seed": s, "level": level, "ds_rollouts": total,
+                             "fraction_of_ds": None if reach[arm] is None else reach[arm] / total,
+                             **{f"rollouts_{n}": v for n, v in reach.items()},
+                             "fewer_than_peers": all(s in runs.get(p, {}) for p in peers)
+                             and all(_never_inf(reach[arm]) < _never_inf(reach[p]) for p in peers)})
+        fr = [r["fraction_of_ds"] for r in per_seed]
+        decided = len(seeds) >= MIN_SEEDS
+        out.append({"id": "ds-rollouts", "target": f"{arm} reaches DS's final accuracy with <= 0.5x DS's rollouts (every seed)",
+                    "measured": "per seed " + ", ".join("never" if f is None else f"{f:.2f}" for f in fr),
+                    "met": (all(f is not None and f <= 0.5 for f in fr)) if decided else None, "per_seed": per_seed})
+        wins = sum(r["fewer_than_peers"] for r in per_seed)
+        complete = all(r["seed"] in runs.get(p, {}) for r in per_seed for p in peers)
+        out.append({"id": "ds-peers", "target": f"{arm} needs fewer rollouts to DS's final accuracy than both greso-ds and hive-ds in "
+                              ">= 5 of 6 seeds",
+                    "measured": f"{wins} of {len(per_seed)} seeds",
+                    "met": (wins >= 5 / 6 * len(per_seed)) if decided and complete else None})
+    for tid, rule, gd_arms, peer in (("selection-share", "target-difficulty selection", ("gd-thompson", "gd-live-thompson"),
+                                      "cells-live-thompson"),
+                                     ("skipping-share", "zero-variance skipping", ("gd-skip", "gd-live-skip"),
+                                      "cells-live-skip")):
+        got = {r["estimator"]: r for r in share_rows if r["rule"] == rule and r["metric"] == key and r.get("share_acc")}
+        shares = {n: got[n]["share_acc"] for n in (*gd_arms, peer) if n in got and got[n]["share_acc"]["value"] is not None}
+        gd = {n: v for n, v in shares.items() if n in gd_arms}
+        if not gd:
+            continue
+        best = max(gd, key=lambda n: gd[n]["value"])
+        b, p = gd[best], shares.get(peer)
+        decided = b["seeds"] >= MIN_SEEDS and p is not None
+        out.append({"id": tid, "target": f"{rule}: graphdiff's best arm recovers >= 0.4 of the oracle's gain, more than {peer}",
+                    "measured": f"{best} {b['value']:.2f} [{_fmt2(b['lo'])}, {_fmt2(b['hi'])}]; "
+                                + (f"{peer} {p['value']:.2f} [{_fmt2(p['lo'])}, {_fmt2(p['hi'])}]" if p else
+                                   f"{peer}: not run"),
+                    "met": bool(b["value"] >= 0.4 and b["value"] > p["value"]) if decided else None})
+    cost = {}
+    for name, by_seed in runs.items():
+        if not name.startswith("gd-"):
+            continue
+        shares = []
+        for rows in by_seed.values():
+            steps = [r for r in rows if r.get("step", 0) > 0 and r.get("step_seconds")]
+            if steps:
+                shares.append(float(np.mean([r["estimator_seconds"] / r["step_seconds"] for r in steps])))
+        if shares:
+            cost[name] = shares
+    if cost:
+        worst = max(cost, key=lambda n: max(cost[n]))
+        out.append({"id": "overhead", "target": "every graphdiff arm's estimator, live features included, <= 10% of its step",
+                    "measured": "; ".join(f"{n} {np.mean(v):.1%} (max {max(v):.1%})" for n, v in sorted(cost.items())),
+                    "met": (max(cost[worst]) <= 0.10)
+                    if min(len(v) for v in cost.values()) >= MIN_SEEDS else None,
+                    "per_arm": cost})
+    return out
+
+
+def _fmt2(x) -> str:
+    return "-" if x is None else f"{x:.2f}"

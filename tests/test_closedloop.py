@@ -493,6 +493,44 @@ def test_scores_against_ds_and_the_oracle():
     assert zv == [{"steps": "1-2", "all_correct": 1 / 8, "all_wrong": 2 / 8}]
 
 
+def test_the_live_arms_targets():
+    """gd-live-ds against DS and its two peers per seed, graphdiff's best share against the covariates-only peer's,
+    the estimator's share of the step; undecided below 6 seeds."""
+    from closedloop import scores
+
+    def rows(accs, per_step, est=0.0):
+        return [{"step": 10 * i, "cum_rollouts": 10 * i * per_step, "heldout_acc": a, "step_seconds": 1.0,
+                 "estimator_seconds": est} for i, a in enumerate(accs)]
+
+    six = range(6)
+    runs = {"ds": {s: rows([0.4, 0.45, 0.5, 0.6], 400) for s in six},  # DS: 0.6 at 12,000 rollouts, all it used
+            "gd-live-ds": {s: rows([0.4, 0.6, 0.6, 0.6], 150, 0.05) for s in six},  # 0.6 at 1,500: 0.125 of DS's
+            "greso-ds": {s: rows([0.4, 0.5, 0.6, 0.6], 200) for s in six},  # 4,000
+            "hive-ds": {s: rows([0.4, 0.45, 0.5, 0.55], 200) for s in six},  # never
+            "gd-skip": {s: rows([0.4, 0.5], 100, 0.12 if s == 3 else 0.02) for s in six}}
+    runs["gd-live-ds"][5] = rows([0.4, 0.5, 0.55, 0.6], 400, 0.05)  # seed 5: 12,000, as DS, more than greso-ds
+    share = lambda rule, est, v: {"rule": rule, "metric": "heldout_acc", "estimator": est,  # noqa: E731
+                                  "share_acc": {"value": v, "lo": v - 0.2, "hi": v + 0.2, "seeds": 6}}
+    sel, skip = "target-difficulty selection", "zero-variance skipping"
+    shares = [share(sel, "gd-thompson", 0.1), share(sel, "gd-live-thompson", 0.5), share(sel, "cells-live-thompson", 0.45),
+              share(skip, "gd-skip", 0.3), share(skip, "gd-live-skip", 0.2), share(skip, "cells-live-skip", 0.1)]
+    t = {x["id"]: x for x in scores.live_targets(runs, shares)}
+    assert sorted(t) == ["ds-peers", "ds-rollouts", "overhead", "selection-share", "skipping-share"]
+    frac = {r["seed"]: r["fraction_of_ds"] for r in t["ds-rollouts"]["per_seed"]}
+    assert frac == pytest.approx({0: 0.125, 1: 0.125, 2: 0.125, 3: 0.125, 4: 0.125, 5: 1.0})
+    assert t["ds-rollouts"]["met"] is False  # seed 5 needs all of DS's rollouts
+    assert t["ds-peers"]["measured"] == "5 of 6 seeds" and t["ds-peers"]["met"] is True
+    assert t["selection-share"]["met"] is True and t["selection-share"]["measured"].startswith("gd-live-thompson 0.50")
+    assert t["skipping-share"]["met"] is False  # the best of the two, gd-skip, recovers < 0.4
+    assert t["skipping-share"]["measured"].startswith("gd-skip 0.30")
+    cost = t["overhead"]
+    assert cost["met"] is False and cost["per_arm"]["gd-skip"][3] == pytest.approx(0.12)
+    # five seeds: measured, not decided
+    five = {k: {s: r for s, r in v.items() if s < 5} for k, v in runs.items()}
+    shares5 = [{**x, "share_acc": {**x["share_acc"], "seeds": 5}} for x in shares]
+    assert all(x["met"] is None for x in scores.live_targets(five, shares5))
+
+
 def test_rollouts_to_reads_the_isotonic_fit_not_one_lucky_evaluation():
     """One evaluation that lands high by noise does not count as reaching a level on the fitted curve (it does
     on the raw one); a crossing between evaluations is interpolated on the fitted curve."""
@@ -670,7 +708,9 @@ def test_live_feature_arms_and_the_hive_peer_for_two_steps(tmp_path):
     assert res["runs"] == 2
     metrics = json.loads((tmp_path / "report" / "metrics.json").read_text())
     assert set(metrics["live_cost"]) == {"gd-live-ds", "hive-ds"}
-    assert "## The live features' cost" in (tmp_path / "report" / "report.md").read_text()
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "## The live features' cost" in report and "## The live arms' targets" in report
+    assert any("live features included" in t["target"] for t in metrics["live_targets"])
 
 
 def test_the_covariates_only_peer_learns_cells_and_live_features():
