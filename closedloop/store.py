@@ -149,8 +149,10 @@ def commit_of(path) -> str | None:
     """The git commit of the checkout holding ``path`` (None outside one): provenance, not checked on reuse."""
     import subprocess
 
+    where = Path(path).resolve()
+    where = where if where.is_dir() else where.parent
     try:
-        res = subprocess.run(["git", "-C", str(Path(path).resolve()), "rev-parse", "--short", "HEAD"],
+        res = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None

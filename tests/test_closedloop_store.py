@@ -142,6 +142,10 @@ def test_keep_and_run_with_a_store_from_the_command_line(tmp_path):
     res = _closedloop("keep", "--art", str(tmp_path), "--store", str(tmp_path / "store"), "--policy-seed", "0")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["kept"] == 1
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a checkout (not an unpacked sdist): the commit that kept it is recorded
+        kept_at = json.loads((tmp_path / "store" / "runs" / "ds" / "s0" / "inputs.json").read_text())["commit"]
+        assert kept_at == head.stdout.strip()
 
     out = tmp_path / "fresh"
     args = ["run", "--data", str(data), "--policy", str(policy), "--state", str(state), "--out", str(out),
