@@ -5,7 +5,7 @@ with the machine. ``run --store DIR`` therefore keeps every run it finishes in `
 (``summary.json``, ``metrics.jsonl``, ``outcomes.jsonl``, and ``inputs.json``: the fingerprint of what the run
 started from), and before training reuses a kept run instead of repeating it, but only when the kept run's
 configuration and input fingerprint equal the current ones. The fingerprint covers the data (``train.jsonl``,
-``test.jsonl``), the warm-start policy's files (its ``sft.json`` timing summary aside) and the values of the
+``test.jsonl``), the warm-start policy's files (its ``sft.json`` timing summary and hidden files aside) and the values of the
 estimator state the run loads from the graph's STATE (not the files' metadata, which records when they were written): a machine whose SFT or
 graph build comes out different in one bit repeats the runs rather than mixing two experiments.
 
@@ -25,7 +25,8 @@ from pathlib import Path
 
 RUN_FILES = ("summary.json", "metrics.jsonl", "outcomes.jsonl")
 INPUTS = "inputs.json"
-_POLICY_SKIP = {"sft.json"}  # the SFT's own summary: timings, not weights
+_POLICY_SKIP = {"sft.json"}  # the SFT's own summary: timings, not weights (hidden files, e.g. Snakemake's
+# .snakemake_timestamp in a directory output, are skipped too)
 
 
 def _hash_files(paths, root: Path) -> str:
@@ -76,7 +77,8 @@ def fingerprint(data_dir, policy_dir, state_dir) -> dict[str, str]:
     data_dir, policy_dir = Path(data_dir), Path(policy_dir)
     out = {"data": _hash_files([data_dir / "train.jsonl", data_dir / "test.jsonl"], data_dir),
            "policy": _hash_files(sorted(p for p in policy_dir.rglob("*")
-                                        if p.is_file() and p.name not in _POLICY_SKIP), policy_dir)}
+                                        if p.is_file() and p.name not in _POLICY_SKIP
+                                        and not p.name.startswith(".")), policy_dir)}
     if state_dir is not None:
         h = hashlib.sha256()
         _hash_state(Path(state_dir), h)

@@ -77,8 +77,10 @@ def test_a_kept_run_is_reused_only_with_the_same_configuration_and_inputs(tmp_pa
     for name in store.RUN_FILES:
         assert (out / name).read_bytes() == (run / name).read_bytes()
 
-    # the SFT's timing summary and the files' times are not inputs ...
+    # the SFT's timing summary, hidden files (Snakemake's stamp in a directory output) and the files' times are
+    # not inputs ...
     (policy / "sft.json").write_text('{"wall_seconds": 99.0}\n')
+    (policy / ".snakemake_timestamp").write_text("")
     assert store.fingerprint(data, policy, state) == inputs
     # ... but a byte of the weights, of the data, or one more estimator step are
     before = inputs
