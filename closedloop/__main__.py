@@ -209,7 +209,7 @@ def cmd_keep(a) -> None:
 
     art = Path(a.art)
     runs = sorted((art / "runs").glob("*/s*/summary.json"))
-    kept, commit = [], store.commit_of(__file__)
+    kept, commit = [], a.commit or store.commit_of(__file__)
     for path in runs:
         summary = json.loads(path.read_text(encoding="utf-8"))
         cfg = summary.get("config", {})
@@ -320,6 +320,8 @@ def main(argv=None) -> None:
     k.add_argument("--store", required=True, metavar="DIR")
     k.add_argument("--policy-seed", type=int, default=None,
                    help="the warm start every run started from (policy/s<N>; a shared SFT: 0); default: the run's seed")
+    k.add_argument("--commit", default=None,
+                   help="the commit whose code ran these runs, recorded with them (default: this checkout's)")
     k.set_defaults(fn=cmd_keep)
 
     rp = sub.add_parser("report", help="aggregate runs: table, sign test, plots")

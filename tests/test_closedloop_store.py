@@ -160,7 +160,9 @@ def test_keep_and_run_with_a_store_from_the_command_line(tmp_path):
     assert json.loads(res.stdout)["rollouts"] == 2560
     assert (out / "summary.json").read_bytes() == (tmp_path / "runs" / "ds" / "s0" / "summary.json").read_bytes()
 
-    res = _closedloop("keep", "--art", str(tmp_path), "--store", str(tmp_path / "store"))  # policy/s<seed>: s0
+    res = _closedloop("keep", "--art", str(tmp_path), "--store", str(tmp_path / "store"),  # policy/s<seed>: s0
+                      "--commit", "0259610")
     assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "store" / "runs" / "ds" / "s0" / "inputs.json").read_text())["commit"] == "0259610"
     bad = _closedloop("keep", "--art", str(tmp_path), "--store", str(tmp_path / "store"), "--policy-seed", "7")
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "policy/s7" in bad.stderr
