@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from graphdiff_cli.errors import GraphdiffError, InvalidArgumentError, StateError
+from graphdiff_cli.errors import ArtifactError, GraphdiffError, InvalidArgumentError, StateError
 
 
 def _write_jsonl(path: Path, rows) -> None:
@@ -184,7 +184,7 @@ def cmd_run(a) -> None:
 
         from . import store
 
-        inputs = store.fingerprint(data, a.policy, a.state)
+        inputs = store.fingerprint(data, a.policy, a.state, test_limit=a.test_limit)
         reused, why = store.reuse(a.store, cfg.scheduler, cfg.seed, asdict(cfg), inputs, a.out)
         print(f"closedloop run: {why}", file=sys.stderr)
         if reused:
@@ -198,9 +198,13 @@ def cmd_run(a) -> None:
         state = Path(a.state)
         factory = lambda: Estimator.load(state, device="cpu")  # noqa: E731 - a fresh estimator at step 0
     summary = run(cfg, train, test, a.policy, a.out, graphdiff_factory=factory)
-    if a.store:
-        kept = store.keep(a.store, cfg.scheduler, cfg.seed, a.out, inputs, commit=store.commit_of(__file__))
-        print(f"closedloop run: kept in {kept}", file=sys.stderr)
+    if a.store:  # the run is finished whatever happens here: a store that cannot take it does not fail it
+        try:
+            kept = store.keep(a.store, cfg.scheduler, cfg.seed, a.out, inputs, commit=store.commit_of(__file__))
+            print(f"closedloop run: kept in {kept}", file=sys.stderr)
+        except OSError as exc:
+            print(f"closedloop run: warning: the run is not kept in {a.store} ({exc}); keep it later with "
+                  "`python -m closedloop keep`", file=sys.stderr)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
 
 
@@ -208,10 +212,19 @@ def cmd_keep(a) -> None:
     from . import store
 
     art = Path(a.art)
+    for need in (art / "data" / "train.jsonl", art / "data" / "test.jsonl", art / "graph" / "STATE"):
+        if not need.exists():
+            raise InvalidArgumentError(f"--art: {need} does not exist (a grid's artifacts folder holds data/, "
+                                       "graph/STATE, policy/ and runs/)")
+    if a.test_limit < 0:
+        raise InvalidArgumentError(f"--test-limit must be >= 0, got {a.test_limit}")
     runs = sorted((art / "runs").glob("*/s*/summary.json"))
-    kept, commit = [], a.commit or store.commit_of(__file__)
+    kept, commit, prints = [], a.commit or store.commit_of(__file__), {}
     for path in runs:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ArtifactError(f"{path} is not a finished run's summary ({exc})") from None
         cfg = summary.get("config", {})
         scheduler, seed = cfg.get("scheduler"), cfg.get("seed")
         if scheduler is None or seed is None:
@@ -220,8 +233,13 @@ def cmd_keep(a) -> None:
         if not policy.is_dir():
             raise InvalidArgumentError(f"{policy} does not exist (give --policy-seed for a grid with one shared "
                                        "warm start)")
-        inputs = store.fingerprint(art / "data", policy, art / "graph" / "STATE")
-        kept.append(str(store.keep(a.store, scheduler, int(seed), path.parent, inputs, commit=commit)))
+        if policy not in prints:  # the data and STATE are the grid's, the warm start one of a few
+            prints[policy] = store.fingerprint(art / "data", policy, art / "graph" / "STATE", test_limit=a.test_limit)
+        inputs = prints[policy]
+        try:
+            kept.append(str(store.keep(a.store, scheduler, int(seed), path.parent, inputs, commit=commit)))
+        except OSError as exc:
+            raise ArtifactError(f"cannot keep {path.parent} in {a.store}: {exc}") from None
     print(json.dumps({"kept": len(kept), "store": str(a.store)}))
 
 
@@ -320,6 +338,8 @@ def main(argv=None) -> None:
     k.add_argument("--store", required=True, metavar="DIR")
     k.add_argument("--policy-seed", type=int, default=None,
                    help="the warm start every run started from (policy/s<N>; a shared SFT: 0); default: the run's seed")
+    k.add_argument("--test-limit", type=int, default=0,
+                   help="the runs' --test-limit (train.test_limit), part of their inputs; 0: the whole held-out set")
     k.add_argument("--commit", default=None,
                    help="the commit whose code ran these runs, recorded with them (default: this checkout's)")
     k.set_defaults(fn=cmd_keep)

@@ -6,8 +6,9 @@ with the machine. ``run --store DIR`` therefore keeps every run it finishes in `
 started from), and before training reuses a kept run instead of repeating it, but only when the kept run's
 configuration and input fingerprint equal the current ones. The fingerprint covers the data (``train.jsonl``,
 ``test.jsonl``), the warm-start policy's files (its ``sft.json`` timing summary and hidden files aside) and the values of the
-estimator state the run loads from the graph's STATE (not the files' metadata, which records when they were written): a machine whose SFT or
-graph build comes out different in one bit repeats the runs rather than mixing two experiments.
+estimator state the run loads from the graph's STATE (not the files' metadata, which records when they were written), and
+``run --test-limit`` where it is not 0 (the held-out prompts evaluated, which the run's configuration does not hold): a
+machine whose SFT or graph build comes out different in one bit repeats the runs rather than mixing two experiments.
 
 Code is not fingerprinted (any commit would void every kept run): after a change that alters a scheduler's runs,
 delete its kept runs (``rm -r DIR/runs/<scheduler>``). ``python -m closedloop keep`` keeps the finished runs of
@@ -42,8 +43,6 @@ def _hash_files(paths, root: Path) -> str:
 def _hash_state(path, h) -> None:
     """Hash the values of the estimator state a run loads from ``path`` (a STATE directory's current step with
     its model, or a saved estimator), the way it loads them: a delta step is hashed as the state it makes."""
-    import numpy as np
-
     from graphdiff_cli.io.estimator_store import is_state_dir, read_state
     from graphdiff_cli.io.state_dir import StateDir
 
@@ -72,8 +71,9 @@ def _feed(h, key: str, v) -> None:
         h.update(f"{key}={v!r}\0".encode())
 
 
-def fingerprint(data_dir, policy_dir, state_dir) -> dict[str, str]:
-    """sha256 of the run's inputs: {"data", "policy", "state"} (``state_dir`` None: a run without a graph)."""
+def fingerprint(data_dir, policy_dir, state_dir, test_limit: int = 0) -> dict:
+    """sha256 of the run's inputs: {"data", "policy", "state"} (``state_dir`` None: a run without a graph), and
+    ``test_limit`` where it is not 0 (``run --test-limit``: which held-out prompts the run evaluates)."""
     data_dir, policy_dir = Path(data_dir), Path(policy_dir)
     out = {"data": _hash_files([data_dir / "train.jsonl", data_dir / "test.jsonl"], data_dir),
            "policy": _hash_files(sorted(p for p in policy_dir.rglob("*")
@@ -83,6 +83,8 @@ def fingerprint(data_dir, policy_dir, state_dir) -> dict[str, str]:
         h = hashlib.sha256()
         _hash_state(Path(state_dir), h)
         out["state"] = h.hexdigest()
+    if test_limit:
+        out["test_limit"] = int(test_limit)
     return out
 
 
@@ -100,22 +102,31 @@ def reuse(store, scheduler: str, seed: int, config: dict, inputs: dict, out_dir)
     kept = kept_dir(store, scheduler, seed)
     if not (kept / "summary.json").is_file():
         return False, f"no kept run in {kept}"
-    summary = json.loads((kept / "summary.json").read_text(encoding="utf-8"))
+    try:
+        summary = json.loads((kept / "summary.json").read_text(encoding="utf-8"))
+        inputs_path = kept / INPUTS
+        stored = json.loads(inputs_path.read_text(encoding="utf-8")) if inputs_path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        return False, f"the kept run in {kept} cannot be read ({exc}): running it again"
     if not _same_config(summary.get("config", {}), config):
         diff = sorted(k for k in set(config) | set(summary.get("config", {}))
                       if summary.get("config", {}).get(k) != config.get(k))
         return False, f"the kept run in {kept} has another configuration ({', '.join(diff)}): running it again"
-    inputs_path = kept / INPUTS
-    stored = json.loads(inputs_path.read_text(encoding="utf-8")) if inputs_path.is_file() else {}
     if stored.get("inputs") != inputs:
-        diff = sorted(k for k in inputs if stored.get("inputs", {}).get(k) != inputs[k])
+        diff = sorted(k for k in set(inputs) | set(stored.get("inputs") or {})
+                      if (stored.get("inputs") or {}).get(k) != inputs.get(k))
         return False, (f"the kept run in {kept} started from other inputs ({', '.join(diff) or 'none recorded'}): "
                        "running it again")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in RUN_FILES[::-1]:  # summary.json last: its presence marks the run finished
+    (out_dir / "summary.json").unlink(missing_ok=True)  # its presence marks a run finished: not until the copy is
+    for name in RUN_FILES[::-1]:  # summary.json last, each file written whole (a copy renamed into place)
         if (kept / name).is_file():
-            shutil.copyfile(kept / name, out_dir / name)
+            tmp = out_dir / f".{name}.reuse"
+            shutil.copyfile(kept / name, tmp)
+            os.replace(tmp, out_dir / name)
+        else:  # a file of an earlier run in out_dir that the kept run does not have is not the kept run's
+            (out_dir / name).unlink(missing_ok=True)
     return True, f"reused the kept run in {kept} (same configuration and inputs; kept at {stored.get('commit') or '?'})"
 
 

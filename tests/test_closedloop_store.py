@@ -93,6 +93,12 @@ def test_a_kept_run_is_reused_only_with_the_same_configuration_and_inputs(tmp_pa
         before = moved
         reused, why = store.reuse(tmp_path / "store", "gd-ds", 1, dict(CONFIG), moved, tmp_path / "other")
         assert not reused and part in why and not (tmp_path / "other").exists()
+    # which held-out prompts a run evaluates (run --test-limit) is not in its configuration: an input where not 0
+    assert store.fingerprint(data, policy, state, test_limit=0) == before
+    limited = store.fingerprint(data, policy, state, test_limit=50)
+    assert limited == {**before, "test_limit": 50}
+    reused, why = store.reuse(tmp_path / "store", "gd-ds", 1, dict(CONFIG), limited, tmp_path / "other")
+    assert not reused and "test_limit" in why
     stepped = store.fingerprint(data, policy, _state(tmp_path / "stepped", steps=1))["state"]
     assert stepped != inputs["state"]
     assert store.fingerprint(data, policy, _state(tmp_path / "again"))["state"] == inputs["state"]  # rebuilt
@@ -102,6 +108,27 @@ def test_a_kept_run_is_reused_only_with_the_same_configuration_and_inputs(tmp_pa
     assert not reused and "steps" in why
     assert not store.reuse(tmp_path / "store", "gd-ds", 2, dict(CONFIG), inputs, tmp_path / "x")[0]
     assert not store.reuse(tmp_path / "store", "ds", 1, dict(CONFIG), inputs, tmp_path / "x")[0]
+
+
+def test_a_reused_run_replaces_what_its_folder_held_and_an_unreadable_kept_run_is_trained_again(tmp_path):
+    """Reuse into a folder an earlier attempt wrote to: none of that attempt's files remain beside the kept ones,
+    and no staging file is left; a kept run whose summary cannot be read is not reused (trained again)."""
+    data, policy, state = _inputs(tmp_path)
+    inputs = store.fingerprint(data, policy, state)
+    run = _finished_run(tmp_path / "a", CONFIG)
+    (run / "outcomes.jsonl").unlink()  # a kept run without outcomes
+    store.keep(tmp_path / "store", "gd-ds", 1, run, inputs)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "outcomes.jsonl").write_text('{"step": 1, "ids": ["stale"]}\n')
+    (out / "metrics.jsonl").write_text('{"step": 0, "heldout_acc": 0.0}\n')
+    assert store.reuse(tmp_path / "store", "gd-ds", 1, dict(CONFIG), inputs, out)[0]
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "summary.json"]
+    assert (out / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
+    kept = store.kept_dir(tmp_path / "store", "gd-ds", 1)
+    (kept / "summary.json").write_text('{"config": {"sched')  # cut short
+    reused, why = store.reuse(tmp_path / "store", "gd-ds", 1, dict(CONFIG), inputs, tmp_path / "other")
+    assert not reused and "cannot be read" in why and not (tmp_path / "other").exists()
 
 
 def test_keeping_again_replaces_the_kept_run_whole(tmp_path):
@@ -141,13 +168,17 @@ def test_keep_and_run_with_a_store_from_the_command_line(tmp_path):
                               max_rounds=8, oracle_samples=32, alloc_group=2, learning_rate=5e-4, eval_every=5,
                               eval_samples=4, threads=1, device="cpu", rollout_budget=0))
     _finished_run(tmp_path / "runs" / "ds" / "s0", config)
+    head = lambda: subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],  # noqa: E731
+                                  capture_output=True, text=True)
+    before = head()
     res = _closedloop("keep", "--art", str(tmp_path), "--store", str(tmp_path / "store"), "--policy-seed", "0")
+    after = head()
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["kept"] == 1
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    if head.returncode == 0:  # a checkout (not an unpacked sdist): the commit that kept it is recorded
+    if before.returncode == 0:  # a checkout (not an unpacked sdist): the commit that kept it is recorded (one
+        # made beside this test while it runs may have moved HEAD: either is this checkout's)
         kept_at = json.loads((tmp_path / "store" / "runs" / "ds" / "s0" / "inputs.json").read_text())["commit"]
-        assert kept_at == head.stdout.strip()
+        assert kept_at in (before.stdout.strip(), after.stdout.strip())
 
     out = tmp_path / "fresh"
     args = ["run", "--data", str(data), "--policy", str(policy), "--state", str(state), "--out", str(out),
@@ -166,3 +197,20 @@ def test_keep_and_run_with_a_store_from_the_command_line(tmp_path):
     assert json.loads((tmp_path / "store" / "runs" / "ds" / "s0" / "inputs.json").read_text())["commit"] == "0259610"
     bad = _closedloop("keep", "--art", str(tmp_path), "--store", str(tmp_path / "store"), "--policy-seed", "7")
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "policy/s7" in bad.stderr
+    bad = _closedloop("keep", "--art", str(tmp_path / "runs"), "--store", str(tmp_path / "store"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "train.jsonl" in bad.stderr
+    (tmp_path / "runs" / "ds" / "s0" / "summary.json").write_text("{")
+    bad = _closedloop("keep", "--art", str(tmp_path), "--store", str(tmp_path / "store"), "--policy-seed", "0")
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "summary.json" in bad.stderr
+
+    # runs evaluated on fewer held-out prompts (--test-limit): kept and reused as such, on both sides
+    (tmp_path / "runs" / "ds" / "s0" / "summary.json").write_text(json.dumps({"config": config, "rollouts": 7}))
+    res = _closedloop("keep", "--art", str(tmp_path), "--store", str(tmp_path / "limited"), "--policy-seed", "0",
+                      "--test-limit", "1")
+    assert res.returncode == 0, res.stderr
+    kept = json.loads((tmp_path / "limited" / "runs" / "ds" / "s0" / "inputs.json").read_text())["inputs"]
+    assert kept["test_limit"] == 1
+    limited = [x if x != str(tmp_path / "store") else str(tmp_path / "limited") for x in args]
+    res = _closedloop(*[x if x != str(out) else str(tmp_path / "fresh-limited") for x in limited], "--test-limit", "1")
+    assert res.returncode == 0 and "reused the kept run" in res.stderr, res.stderr
+    assert json.loads(res.stdout)["rollouts"] == 7
