@@ -494,41 +494,62 @@ def test_scores_against_ds_and_the_oracle():
 
 
 def test_the_live_arms_targets():
-    """gd-live-ds against DS and its two peers per seed, graphdiff's best share against the covariates-only peer's,
-    the estimator's share of the step; undecided below 6 seeds."""
+    """gd-live-ds against DS and its two peers per seed (both halves in the same >= 5 of 6 seeds), graphdiff's best
+    share against the covariates-only peer's, the estimator's share of the arm's step; undecided below 6 seeds of
+    any arm compared."""
     from closedloop import scores
 
-    def rows(accs, per_step, est=0.0):
+    def rows(accs, per_step, est=0.0, plan=0.0):
         return [{"step": 10 * i, "cum_rollouts": 10 * i * per_step, "heldout_acc": a, "step_seconds": 1.0,
-                 "estimator_seconds": est} for i, a in enumerate(accs)]
+                 "estimator_seconds": est + plan, "estimator_plan_seconds": plan} for i, a in enumerate(accs)]
 
     six = range(6)
     runs = {"ds": {s: rows([0.4, 0.45, 0.5, 0.6], 400) for s in six},  # DS: 0.6 at 12,000 rollouts, all it used
             "gd-live-ds": {s: rows([0.4, 0.6, 0.6, 0.6], 150, 0.05) for s in six},  # 0.6 at 1,500: 0.125 of DS's
             "greso-ds": {s: rows([0.4, 0.5, 0.6, 0.6], 200) for s in six},  # 4,000
             "hive-ds": {s: rows([0.4, 0.45, 0.5, 0.55], 200) for s in six},  # never
-            "gd-skip": {s: rows([0.4, 0.5], 100, 0.12 if s == 3 else 0.02) for s in six}}
+            # seed 3: 0.105 s, more than 0.1 of the trainer step, less of the arm's (the plan made outside it: 0.1 s)
+            "gd-skip": {s: rows([0.4, 0.5], 100, 0.005 if s == 3 else 0.02, 0.1 if s == 3 else 0.0) for s in six}}
     runs["gd-live-ds"][5] = rows([0.4, 0.5, 0.55, 0.6], 400, 0.05)  # seed 5: 12,000, as DS, more than greso-ds
-    share = lambda rule, est, v: {"rule": rule, "metric": "heldout_acc", "estimator": est,  # noqa: E731
-                                  "share_acc": {"value": v, "lo": v - 0.2, "hi": v + 0.2, "seeds": 6}}
+    share = lambda rule, est, v, n=6: {"rule": rule, "metric": "heldout_acc", "estimator": est,  # noqa: E731
+                                       "share_acc": {"value": v, "lo": v - 0.2, "hi": v + 0.2, "seeds": n}}
     sel, skip = "target-difficulty selection", "zero-variance skipping"
     shares = [share(sel, "gd-thompson", 0.1), share(sel, "gd-live-thompson", 0.5), share(sel, "cells-live-thompson", 0.45),
               share(skip, "gd-skip", 0.3), share(skip, "gd-live-skip", 0.2), share(skip, "cells-live-skip", 0.1)]
     t = {x["id"]: x for x in scores.live_targets(runs, shares)}
-    assert sorted(t) == ["ds-peers", "ds-rollouts", "overhead", "selection-share", "skipping-share"]
-    frac = {r["seed"]: r["fraction_of_ds"] for r in t["ds-rollouts"]["per_seed"]}
-    assert frac == pytest.approx({0: 0.125, 1: 0.125, 2: 0.125, 3: 0.125, 4: 0.125, 5: 1.0})
-    assert t["ds-rollouts"]["met"] is False  # seed 5 needs all of DS's rollouts
+    assert sorted(t) == ["ds", "ds-peers", "ds-rollouts", "overhead", "selection-share", "skipping-share"]
+    frac = {r["seed"]: r["fraction_of_ds"] for r in t["ds"]["per_seed"]}
+    assert frac == pytest.approx({0: 0.125, 1: 0.125, 2: 0.125, 3: 0.125, 4: 0.125, 5: 1.0}, **_approx(FLOAT64))
+    # seed 5 needs all of DS's rollouts and more than greso-ds: both halves fail there, and only there
+    assert [r["met"] for r in t["ds"]["per_seed"]] == [True] * 5 + [False]
+    assert t["ds"]["measured"] == "both in 5 of 6 seeds" and t["ds"]["met"] is True
+    assert t["ds-rollouts"]["measured"].startswith("5 of 6 seeds") and t["ds-rollouts"]["met"] is True
     assert t["ds-peers"]["measured"] == "5 of 6 seeds" and t["ds-peers"]["met"] is True
+    # each half in 5 seeds but not the same 5: the target (both in one seed) is not met
+    split = {**runs, "gd-live-ds": dict(runs["gd-live-ds"])}
+    split["gd-live-ds"][0] = rows([0.4, 0.45, 0.5, 0.6], 150, 0.05)  # 4,500: 0.375 of DS's, more than greso-ds
+    split["gd-live-ds"][5] = rows([0.4, 0.5, 0.6, 0.6], 350, 0.05)  # 7,000: under hive's never, not greso's 4,000
+    split["greso-ds"] = {**runs["greso-ds"], 5: rows([0.4, 0.45, 0.5, 0.6], 400)}  # 12,000: seed 5 beats both
+    ts = {x["id"]: x for x in scores.live_targets(split, shares)}
+    assert [r["half_of_ds"] for r in ts["ds"]["per_seed"]] == [True] * 5 + [False]
+    assert [r["fewer_than_peers"] for r in ts["ds"]["per_seed"]] == [False] + [True] * 5
+    assert ts["ds-rollouts"]["met"] is True and ts["ds-peers"]["met"] is True and ts["ds"]["met"] is False
     assert t["selection-share"]["met"] is True and t["selection-share"]["measured"].startswith("gd-live-thompson 0.50")
     assert t["skipping-share"]["met"] is False  # the best of the two, gd-skip, recovers < 0.4
     assert t["skipping-share"]["measured"].startswith("gd-skip 0.30")
     cost = t["overhead"]
-    assert cost["met"] is False and cost["per_arm"]["gd-skip"][3] == pytest.approx(0.12)
-    # five seeds: measured, not decided
+    assert cost["per_arm"]["gd-skip"][3] == pytest.approx(0.105 / 1.1, **_approx(FLOAT64)) and cost["per_arm"]["gd-skip"][0] == pytest.approx(0.02, **_approx(FLOAT64))
+    assert cost["met"] is True and cost["per_arm"]["gd-live-ds"][0] == pytest.approx(0.05, **_approx(FLOAT64))
+    slow = {**runs, "gd-live-ds": {**runs["gd-live-ds"], 2: rows([0.4, 0.6, 0.6, 0.6], 150, 0.11)}}
+    assert {x["id"]: x for x in scores.live_targets(slow, shares)}["overhead"]["met"] is False
+    # five seeds: measured, not decided; nor with the covariates-only peer at five seeds
     five = {k: {s: r for s, r in v.items() if s < 5} for k, v in runs.items()}
     shares5 = [{**x, "share_acc": {**x["share_acc"], "seeds": 5}} for x in shares]
     assert all(x["met"] is None for x in scores.live_targets(five, shares5))
+    peer5 = [x if not x["estimator"].startswith("cells-") else {**x, "share_acc": {**x["share_acc"], "seeds": 5}}
+             for x in shares]
+    t5 = {x["id"]: x for x in scores.live_targets(runs, peer5)}
+    assert t5["selection-share"]["met"] is None and t5["skipping-share"]["met"] is None
 
 
 def test_rollouts_to_reads_the_isotonic_fit_not_one_lucky_evaluation():
