@@ -43,10 +43,9 @@ def _hash_files(paths, root: Path) -> str:
 def _hash_state(path, h) -> None:
     """Hash the values of the estimator state a run loads from ``path`` (a STATE directory's current step with
     its model, or a saved estimator), the way it loads them: a delta step is hashed as the state it makes."""
-    from graphdiff_cli.io.estimator_store import is_state_dir, read_state
-    from graphdiff_cli.io.state_dir import StateDir
+    from graphdiff_cli.estimator import Estimator
 
-    state = StateDir.open(path).read_state() if is_state_dir(path) else read_state(path)
+    state = Estimator.load(path, device="cpu").state_dict(copy=False)  # what `run` starts from, as it loads it
     for key in sorted(state):
         _feed(h, key, state[key])
 
