@@ -133,12 +133,20 @@ def saving_along_ds(runs, name: str, fractions=(0.25, 0.5, 0.75, 1.0), key: str 
 def equal_steps_vs_ds(runs, name: str, key: str = "heldout_acc", ds: str = "ds") -> list[dict]:
     """Per seed, the DS family's comparison at equal training steps (how GRESO and MoPPS report it: both
     trained for the same steps): DS's total rollouts / ``name``'s, ``name``'s fitted final ``key`` minus DS's,
-    and whether ``name``'s curve reached DS's fitted final value."""
+    and whether ``name``'s curve reached DS's fitted final value. A run of the uncensored regime, longer than
+    DS's, is read at DS's last step (its rows up to it are those of a run of DS's length), which it must have
+    evaluated; a run shorter than DS's cannot be compared at equal steps."""
     rows = []
     for seed in sorted(set(runs.get(ds, {})) & set(runs.get(name, {}))):
         d, x = runs[ds][seed], runs[name][seed]
-        if d[-1]["step"] != x[-1]["step"]:
-            raise InvalidArgumentError(f"{name} seed {seed} ran {x[-1]['step']} steps and {ds} {d[-1]['step']}: "
+        last = d[-1]["step"]
+        if x[-1]["step"] > last:
+            x = [r for r in x if r["step"] <= last]
+            if not any(r["step"] == last and key in r for r in x):
+                raise InvalidArgumentError(f"{name} seed {seed} was not evaluated at step {last}, {ds}'s last: "
+                                           "it cannot be read at equal steps (eval_every must divide DS's steps)")
+        if last != x[-1]["step"]:
+            raise InvalidArgumentError(f"{name} seed {seed} ran {x[-1]['step']} steps and {ds} {last}: "
                                        "an equal-steps comparison needs runs of the same length")
         level = final(d, key)
         rows.append({"seed": seed, "rollout_ratio": d[-1]["cum_rollouts"] / max(1, x[-1]["cum_rollouts"]),

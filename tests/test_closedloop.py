@@ -657,6 +657,13 @@ def test_scores_guard_falling_ds_unequal_steps_and_unfinished_runs(tmp_path):
     assert along[0.5][0] == pytest.approx(own / 1200.0)  # the arm reaches 0.585 at its third evaluation
     with pytest.raises(InvalidArgumentError, match="same length"):
         scores.equal_steps_vs_ds({"ds": {0: lucky}, "arm": {0: rows([0.4, 0.5], 600)}}, "arm")
+    # an uncensored run (longer than DS's) is read at DS's last step, where it was evaluated
+    longer = rows([0.40, 0.50, 0.585, 0.60, 0.62, 0.70, 0.71], 600)
+    eq = scores.equal_steps_vs_ds({"ds": {0: lucky}, "arm": {0: longer}}, "arm")
+    assert eq == scores.equal_steps_vs_ds({"ds": {0: lucky}, "arm": {0: arm}}, "arm")  # its first 40 steps: arm
+    unevaluated = [r for r in longer if r["step"] != 40]
+    with pytest.raises(InvalidArgumentError, match="not evaluated at step 40"):
+        scores.equal_steps_vs_ds({"ds": {0: lucky}, "arm": {0: unevaluated}}, "arm")
     # unfinished runs are skipped by the report's reader
     for name, done in (("ds", True), ("arm", False)):
         d = tmp_path / name / "s0"
