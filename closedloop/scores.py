@@ -331,10 +331,9 @@ def live_targets(runs, share_rows: list[dict], key: str = "heldout_acc") -> list
         if shares:
             cost[name] = shares
     if cost:
-        worst = max(cost, key=lambda n: max(cost[n]))
         out.append({"id": "overhead", "target": "every graphdiff arm's estimator, live features included, <= 10% of its step",
                     "measured": "; ".join(f"{n} {np.mean(v):.1%} (max {max(v):.1%})" for n, v in sorted(cost.items())),
-                    "met": (max(cost[worst]) <= 0.10)
+                    "met": (max(max(v) for v in cost.values()) <= 0.10)
                     if min(len(v) for v in cost.values()) >= MIN_SEEDS else None,
                     "per_arm": cost})
     return out

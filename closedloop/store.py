@@ -116,14 +116,15 @@ def reuse(store, scheduler: str, seed: int, config: dict, inputs: dict, out_dir)
                       if (stored.get("inputs") or {}).get(k) != inputs.get(k))
         return False, (f"the kept run in {kept} started from other inputs ({', '.join(diff) or 'none recorded'}): "
                        "running it again")
+    from graphdiff_cli.io.atomic import atomic_write
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").unlink(missing_ok=True)  # its presence marks a run finished: not until the copy is
-    for name in RUN_FILES[::-1]:  # summary.json last, each file written whole (a copy renamed into place)
+    for name in RUN_FILES[::-1]:  # summary.json last, each file written whole
         if (kept / name).is_file():
-            tmp = out_dir / f".{name}.reuse"
-            shutil.copyfile(kept / name, tmp)
-            os.replace(tmp, out_dir / name)
+            with (kept / name).open("rb") as src, atomic_write(out_dir / name, binary=True) as dst:
+                shutil.copyfileobj(src, dst)
         else:  # a file of an earlier run in out_dir that the kept run does not have is not the kept run's
             (out_dir / name).unlink(missing_ok=True)
     return True, f"reused the kept run in {kept} (same configuration and inputs; kept at {stored.get('commit') or '?'})"
