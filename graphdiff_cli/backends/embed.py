@@ -95,6 +95,11 @@ def locate_encoder(model: str) -> str:
     whose weights are missing (an interrupted download). Hub names are looked up where
     sentence-transformers looks: ``SENTENCE_TRANSFORMERS_HOME`` when set, and the Hugging Face cache."""
     target, local = resolve_model(model)
+    if local and openvino_export(target):
+        from .openvino import read_manifest
+
+        read_manifest(target)
+        return target
     if local:
         folder = Path(target)
         if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
@@ -182,6 +187,14 @@ def encoder_identity(model: str, device: str) -> dict:
     from .device import resolve_device
 
     folder = Path(locate_encoder(model))
+    if openvino_export(folder):  # backends.openvino: its files, the manifest's precision, OpenVINO's version
+        from .openvino import read_manifest, runtime_libraries
+
+        meta = read_manifest(folder)
+        return {"model": str(folder), "backend": "openvino", "recipe": ENCODE_RECIPE,
+                "files": _folder_digest(str(folder), _model_files(folder)), "max_seq_length": meta["max_seq_length"],
+                "device": "cpu", "dtype": "float32", "precision": meta.get("inference_precision"),
+                "libraries": runtime_libraries()}
     config = folder / "sentence_bert_config.json"
     try:
         max_seq_length = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
@@ -196,6 +209,24 @@ def encoder_identity(model: str, device: str) -> dict:
     return {"model": model if model == BUNDLED else str(folder), "recipe": ENCODE_RECIPE,
             "files": _folder_digest(str(folder), _model_files(folder)), "max_seq_length": max_seq_length,
             "device": resolve_device(device).type, "dtype": "float32", "libraries": libraries}
+
+
+def openvino_export(folder) -> bool:
+    """Whether a model folder is an OpenVINO export (``graphdiff export-encoder``, ``backends.openvino``)."""
+    from .openvino import is_export
+
+    return is_export(folder)
+
+
+def open_encoder(model: str = BUNDLED, device: str = "auto"):
+    """The encoder of ``model``: an OpenVINO export folder on OpenVINO's CPU runtime, anything else on
+    sentence-transformers (``Encoder``). Both have ``encode``, ``dim_`` and ``device``."""
+    target, local = resolve_model(model)
+    if local and openvino_export(target):
+        from .openvino import OpenVinoEncoder
+
+        return OpenVinoEncoder(target, device)
+    return Encoder(model, device)
 
 
 @lru_cache(maxsize=4)

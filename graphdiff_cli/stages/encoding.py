@@ -91,11 +91,11 @@ class TextBatch:
     def load(self) -> int | None:
         """The encoder's native dimension: the model is loaded only if some text is missing (else the cached
         vectors' width; None with no texts at all)."""
-        from ..backends.embed import Encoder
+        from ..backends.embed import open_encoder
 
         if self.native_dim is None and self.missing.size:
             tl = time.perf_counter()
-            self._encoder = Encoder(self.model, self.device)
+            self._encoder = open_encoder(self.model, self.device)
             self.load_s = time.perf_counter() - tl
             self.device_used, self.native_dim = self._encoder.device, self._encoder.dim_
         elif self.native_dim is None and self.hit_vectors is not None:

@@ -136,7 +136,7 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     needs every row (the merged artifact gets them from an embed of the whole file onto it, every row reused).
     """
     from ..backends.device import check_device_name
-    from ..backends.embed import DEFAULT_INSTRUCTION, Encoder, format_text, text_hash
+    from ..backends.embed import DEFAULT_INSTRUCTION, format_text, open_encoder, text_hash
     from ..core.graph import truncate_matryoshka
     from ..io.tables import read_file_once, read_prompts
     from .covariates import CovariateFields, artifact_parts, embed_covariates
@@ -197,7 +197,7 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     native_dim = cache.attr("native_dim") if cache is not None else None
     encoder_dim = batch.load()
     if native_dim is None:
-        native_dim = encoder_dim if encoder_dim is not None else Encoder(model, device).dim_
+        native_dim = encoder_dim if encoder_dim is not None else open_encoder(model, device).dim_
     if dim is not None and dim > native_dim:
         raise InvalidArgumentError(f"--dim {dim} is larger than the model's embedding size {native_dim}")
     out_dim = native_dim if dim is None else dim
