@@ -24,7 +24,11 @@ INFERENCE_NUM_THREADS). Backends, each where its packages import:
 - openvino-int8: that IR with static int8 quantization (NNCF post-training quantization, transformer model
   type, as `export_static_quantized_openvino_model` does), calibrated on --calibration MATH prompts that are NOT
   among the measured ones (the last rows of --prompts, or of --calibration-prompts; one unpadded prompt per
-  calibration sample).
+  calibration sample);
+- export, export-int8: graphdiff's own path, which needs no optimum-intel and runs in graphdiff's venv with the
+  `openvino` extra: `graphdiff export-encoder` (float32, or int8 calibrated on the same --calibration prompts),
+  then `embed`'s encoder for an export folder (`backends.embed.open_encoder`: OpenVINO's runtime pinned to f32
+  inference precision, the tokenizer and the model's pooling and normalization in numpy).
 
 Timing: after one untimed warm-up pass over the first chunk, --rounds rounds in which every backend embeds
 all --n prompts in turn (A B C ... A B C ...), so background load falls on all alike; per backend the median
@@ -51,7 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
 from bench.common import SHARED_DATA, emit  # noqa: E402
 
-BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8")
+BACKENDS = ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8", "export", "export-int8")
 CHUNK_BATCHES = 4  # as graphdiff_cli.backends.embed.CHUNK_BATCHES
 
 
@@ -69,7 +73,10 @@ def read_texts(path: Path, rows: range, instruction: str | None) -> list[str]:
 
 
 def encode(model, texts: list[str], batch_size: int):
-    """graphdiff's Encoder.encode loop: longest first, chunks of CHUNK_BATCHES batches, input order out."""
+    """graphdiff's Encoder.encode loop: longest first, chunks of CHUNK_BATCHES batches, input order out (an
+    `export-encoder` folder: graphdiff's own OpenVinoEncoder.encode, the same loop)."""
+    if hasattr(model, "dim_"):
+        return model.encode(texts, batch_size=batch_size)
     import numpy as np
     import torch
 
@@ -91,6 +98,27 @@ def load(name: str, folder: Path, args, calibration: list[str]):
     from sentence_transformers import SentenceTransformer
 
     common = {"device": "cpu", "local_files_only": True}
+    if name in ("export", "export-int8"):  # graphdiff's own path: `graphdiff export-encoder`, then embed's encoder
+        import json
+        import subprocess
+
+        from graphdiff_cli.backends.embed import open_encoder
+
+        out = folder.parent / name
+        if not out.exists():
+            cmd = [str(Path(sys.executable).parent / "graphdiff"), "-q", "export-encoder", "--out", str(out)]
+            if name == "export":
+                cmd += ["--quantize", "none"]
+            else:  # the calibration prompts as a prompts file; embed's instruction is export-encoder's default
+                cal = folder.parent / "calibration.jsonl"
+                cal.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
+                                       for i, t in enumerate(args.calibration_raw)), encoding="utf-8")
+                cmd += ["--calibration", str(cal), "--calibration-size", str(len(args.calibration_raw))]
+                if args.no_instruction:
+                    cmd.append("--no-instruction")
+            subprocess.run(cmd, check=True)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+        return open_encoder(str(out), "cpu")
     if name == "torch":
         return SentenceTransformer(str(folder), **common)
     if name in ("onnx", "onnx-int8"):
@@ -187,6 +215,7 @@ def main() -> None:
     if calibration_file.resolve() == args.prompts.resolve() and total - args.calibration < args.n:
         raise SystemExit(f"--n {args.n} + --calibration {args.calibration} exceed the file's {total} rows")
     calibration = read_texts(calibration_file, range(total - args.calibration, total), instruction)
+    args.calibration_raw = read_texts(calibration_file, range(total - args.calibration, total), None)
 
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
     if "torch" not in wanted:

@@ -206,6 +206,24 @@ def test_a_missing_encoder_is_refused_at_plan_time(tmp_path):
         "local Hugging Face cache" in out and "hf download someone/not-downloaded-model" in out, out
 
 
+def test_the_openvino_backend_exports_once_and_every_embed_job_loads_the_export(tmp_path):
+    override = write_yaml(tmp_path / "ov.yaml", {"run": "ov", "embed": {"backend": "openvino-int8"},
+                                                 "embed_shards": 3})
+    res = smk(tmp_path, override, args=["-n", "-p"])
+    out = res.stdout + res.stderr
+    counts = job_counts(res)
+    assert counts["export_encoder"] == 1 and counts["embed_shard"] == 3
+    export = [line for line in out.splitlines() if " export-encoder " in line]
+    assert len(export) == 1 and "--out artifacts/ov/encoder/openvino-int8" in export[0]
+    assert "--calibration artifacts/ov/data/prompts.jsonl" in export[0] and "--model bundled" in export[0]
+    embeds = [line for line in out.splitlines() if " embed " in line and "--shard" in line]
+    assert len(embeds) == 3 and all("--model artifacts/ov/encoder/openvino-int8" in c for c in embeds)
+    # the GPU is refused at plan time, in one line
+    cuda = write_yaml(tmp_path / "cuda.yaml", {"embed": {"backend": "openvino-int8", "device": "cuda"}})
+    res = smk(tmp_path, cuda, args=["-n"], check=False)
+    assert res.returncode != 0 and "embed.backend openvino-int8 runs on the CPU" in res.stdout + res.stderr
+
+
 def test_dry_run_with_the_slurm_profile(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm", reason="snakemake-executor-plugin-slurm not installed")
     res = smk(tmp_path, CONFIGS / "grid.yaml", args=["-n", "--profile", CONFIGS / "profiles" / "slurm"])

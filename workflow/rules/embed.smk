@@ -10,18 +10,49 @@ _E = config["embed"]
 if _E["check_model"]:
     check_encoder(_E["model"])
 _ID, _TEXT = id_text_fields()
+INSTRUCTION_ARGS = " ".join(
+    ([f"--instruction {shlex.quote(_E['instruction'])}"] if _E["instruction"] else [])
+    + (["--no-instruction"] if _E["no_instruction"] else [])
+)
+# embed.backend openvino-int8: the model is exported once (graphdiff export-encoder, int8 calibrated on this
+# run's prompts with embed's instruction) and every embed job loads the export instead of the model
+ENCODER = f"{ART}/encoder/openvino-int8" if _E["backend"] == "openvino-int8" else None
+if ENCODER and _E["device"] == "cuda":
+    raise WorkflowError("embed.backend openvino-int8 runs on the CPU: set embed.device to auto or cpu, or "
+                        "embed.backend to torch for the GPU")
 EMBED_ARGS = " ".join(
     [
-        f"--model {shlex.quote(_E['model'])}",
+        f"--model {shlex.quote(ENCODER or _E['model'])}",
         f"--batch-size {_E['batch_size']}",
         f"--device {_E['device']}",
         f"--id-field {shlex.quote(_ID)}",
         f"--text-field {shlex.quote(_TEXT)}",
+        INSTRUCTION_ARGS,
     ]
-    + ([f"--instruction {shlex.quote(_E['instruction'])}"] if _E["instruction"] else [])
-    + (["--no-instruction"] if _E["no_instruction"] else [])
     + ([f"--dim {_E['dim']}"] if _E["dim"] else [])
 )
+
+if ENCODER:
+
+    rule export_encoder:
+        input:
+            prompts_file(),
+        output:
+            directory(ENCODER),
+        log:
+            f"{LOGS}/export-encoder.log",
+        params:
+            gd=GD,
+            args=(f"--model {shlex.quote(_E['model'])} --id-field {shlex.quote(_ID)} "
+                  f"--text-field {shlex.quote(_TEXT)} {INSTRUCTION_ARGS}"),
+        conda:
+            ENV
+        threads: THREADS["embed"]
+        shell:
+            "OMP_NUM_THREADS={threads} {params.gd} export-encoder --out {output:q} --calibration {input:q} "
+            "{params.args} 2> {log:q}"
+
+
 COVARIATE_ARGS = " ".join(
     [f"--covariate {shlex.quote(f)}" for f in _E["covariates"]]
     + [f"--category {shlex.quote(f)}" for f in _E["categories"]]
@@ -37,7 +68,8 @@ if SHARDS == 1:
 
     rule embed:
         input:
-            prompts_file(),
+            prompts=prompts_file(),
+            **({"encoder": ENCODER} if ENCODER else {}),
         output:
             directory(EMBEDDINGS),
         log:
@@ -49,15 +81,16 @@ if SHARDS == 1:
             ENV
         threads: THREADS["embed"]
         resources:
-            **gpu_resources("embed"),
+            **(cpu_resources("embed") if ENCODER else gpu_resources("embed")),
         shell:
-            "OMP_NUM_THREADS={threads} {params.gd} embed {input:q} --out {output:q} {params.args} 2> {log:q}"
+            "OMP_NUM_THREADS={threads} {params.gd} embed {input.prompts:q} --out {output:q} {params.args} 2> {log:q}"
 
 else:
 
     rule embed_shard:
         input:
-            prompts_file(),
+            prompts=prompts_file(),
+            **({"encoder": ENCODER} if ENCODER else {}),
         output:
             directory(f"{ART}/embeddings/shard-{{i}}-of-{{n}}.zarr"),
         log:
@@ -69,9 +102,9 @@ else:
             ENV
         threads: THREADS["embed"]
         resources:
-            **gpu_resources("embed"),
+            **(cpu_resources("embed") if ENCODER else gpu_resources("embed")),
         shell:
-            "OMP_NUM_THREADS={threads} {params.gd} embed {input:q} --out {output:q} --shard {wildcards.i}/{wildcards.n} "
+            "OMP_NUM_THREADS={threads} {params.gd} embed {input.prompts:q} --out {output:q} --shard {wildcards.i}/{wildcards.n} "
             "{params.args} 2> {log:q}"
 
     rule merge_embeddings:

@@ -32,8 +32,8 @@ def export_encoder(
     text_field: str = typer.Option("prompt", "--text-field", help="Column holding the prompt text (as embed's)."),
     messages: str = typer.Option("user", "--messages", help="How a chat-list prompt becomes text (as embed's)."),
 ):
-    """Export an embedding model to OpenVINO's CPU runtime (needs the openvino extra:
-    pip install 'graphdiff-rl[openvino]'). Vectors differ slightly from the torch model's (int8: cosine >= 0.99
+    """Export an embedding model to OpenVINO's CPU runtime, int8 by default, for embed --model FOLDER (needs the
+    openvino extra of graphdiff-rl). Its vectors differ slightly from the torch model's (int8: cosine >= 0.99
     measured on MATH and DeepScaleR), so the embedding cache keeps them apart."""
     from ...stages.export_encoder import export_encoder as run
 
