@@ -50,8 +50,8 @@ def prompts(tmp_path_factory) -> Path:
 def exports(tmp_path_factory, prompts) -> dict:
     base = tmp_path_factory.mktemp("exports")
     gd("export-encoder", "--out", base / "float", "--quantize", "none")
-    gd("export-encoder", "--out", base / "int8", "--calibration", prompts, "--calibration-size", 30)
-    return {"float": base / "float", "int8": base / "int8"}
+    res = gd("export-encoder", "--out", base / "int8", "--calibration", prompts, "--calibration-size", 30)
+    return {"float": base / "float", "int8": base / "int8", "int8_stderr": res.stderr}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,10 @@ def test_the_int8_export_is_quantized_and_close(exports, torch_vectors):
     manifest = json.loads((exports["int8"] / ovb.MANIFEST).read_text())
     assert manifest["quantize"] == "int8" and manifest["calibration"]["texts"] == 30
     assert manifest["pooling"] == "mean" and manifest["normalize"] is True and manifest["inference_precision"] == "f32"
+    # checked on the 10 prompts it was not calibrated on; 30 calibration prompts are said to be few
+    assert manifest["check"]["texts"] == 10 and manifest["check"]["of"] == "held-out prompts"
+    assert manifest["check"]["cosine_min"] >= 0.98
+    assert "calibrated on 30 prompts only" in exports["int8_stderr"]
     # int8 weights: the model file is about a quarter of the float one's
     assert (exports["int8"] / "openvino_model.bin").stat().st_size < 0.5 * (exports["float"] / "openvino_model.bin").stat().st_size
     got = open_encoder(str(exports["int8"]), "cpu").encode(TEXTS)
@@ -165,6 +169,41 @@ def test_without_openvino_the_error_names_the_extra(tmp_path, exports, prompts, 
     res = gd("export-encoder", "--out", tmp_path / "f", "--quantize", "none", code=8)
     assert "graphdiff-rl[openvino]" in res.stderr
     assert not (tmp_path / "e.zarr").exists() and not (tmp_path / "f").exists()
+
+
+def test_an_export_that_does_not_reproduce_the_model_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+    """The check before the export appears: a pooling re-implemented wrongly (CLS for mean) is caught."""
+    real = ovb.pool
+    monkeypatch.setattr(ovb, "pool", lambda hidden, mask, mode, normalize: real(hidden, mask, "cls", normalize))
+    res = gd("export-encoder", "--out", tmp_path / "bad", "--quantize", "none", code=8)
+    assert "does not reproduce the model" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rows_are_not_reused_from_an_export_replaced_in_place(tmp_path, exports, prompts):
+    """embed records the encoder's files: the same path holding another export is another encoder."""
+    import shutil
+
+    here = tmp_path / "encoder"
+    shutil.copytree(exports["int8"], here)
+    gd("embed", prompts, "--out", tmp_path / "e.zarr", "--model", here, "--no-cache")
+    first = read_artifact(tmp_path / "e.zarr", "embeddings")
+    assert first.params["encoder_files"] == encoder_identity(str(exports["int8"]), "cpu")["files"]
+    again = json.loads(gd("embed", prompts, "--out", tmp_path / "e.zarr", "--model", here, "--json").stdout)
+    assert again["cached"] == len(PROMPT_ROWS)  # the same files: every row reused
+    shutil.rmtree(here)
+    shutil.copytree(exports["float"], here)  # re-exported in place
+    res = json.loads(gd("embed", prompts, "--out", tmp_path / "e.zarr", "--model", here, "--no-cache",
+                        "--json").stdout)
+    assert res["embedded"] == len(PROMPT_ROWS)  # --no-cache: the rows are embedded again whatever the files
+    res = json.loads(gd("embed", prompts, "--out", tmp_path / "e.zarr", "--model", here, "--json",
+                        "--cache-dir", tmp_path / "c").stdout)
+    assert res["cached"] == len(PROMPT_ROWS)  # made just now with these files
+    shutil.rmtree(here)
+    shutil.copytree(exports["int8"], here)
+    res = json.loads(gd("embed", prompts, "--out", tmp_path / "e.zarr", "--model", here, "--json",
+                        "--cache-dir", tmp_path / "c").stdout)
+    assert res["cached"] == 0 and "files changed" in res["cache"]
 
 
 def test_an_interrupted_export_leaves_nothing(tmp_path, monkeypatch):

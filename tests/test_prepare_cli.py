@@ -106,7 +106,10 @@ def test_embed_artifact_schema(embedded):
     assert emb.dtype == np.float32 and emb.shape == (40, 384)
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-6)
     assert list(th) == [text_hash(r["prompt"]) for r in PROMPT_ROWS]
-    assert art.params == {"model": "bundled", "instruction": DEFAULT_INSTRUCTION, "dim": 384, "batch_size": 16,
+    from graphdiff_cli.backends.embed import encoder_identity
+
+    assert art.params == {"model": "bundled", "encoder_files": encoder_identity("bundled", "cpu")["files"],
+                          "instruction": DEFAULT_INSTRUCTION, "dim": 384, "batch_size": 16,
                           "shard": None, "id_field": "id", "text_field": "prompt",
                           "messages": "user",
                           "covariates": {"numeric": [], "categorical": [], "reference": None, "attempts": None,

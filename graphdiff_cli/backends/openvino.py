@@ -7,10 +7,12 @@ pooling and normalization it ends with, the quantization and its calibration tex
 Encoding follows ``backends.embed.Encoder``: the same longest-first batches, the model's tokenizer with its
 ``max_seq_length``, then the source model's pooling (mean, CLS or max over the tokens) and its L2 normalization in
 float32. OpenVINO runs with ``INFERENCE_PRECISION_HINT=f32`` (its CPU default is bf16 where the CPU has it, which
-would give different vectors on different CPUs) and ``OMP_NUM_THREADS`` threads where that is set.
+would move the vectors by far more than rounding on some CPUs and not others) and ``OMP_NUM_THREADS`` threads where that is set.
 
-Why: on a 2-core CPU the int8 export embeds 3.9x as many prompts per CPU second as the torch float32 model, each
-vector at cosine >= 0.99 to the float one (docs/results.md). openvino and nncf are an optional extra
+Why: on a 2-core CPU the int8 export of the bundled MiniLM embeds 3.8-4.1x as many prompts per CPU second as the
+torch float32 model, each vector at cosine >= 0.993 to the float one with 300 in-domain calibration prompts
+(docs/results.md). f32 kernels still round differently across instruction sets (AVX2, AVX-512, VNNI), so vectors
+agree across CPUs to rounding, as torch's do. openvino and nncf are an optional extra
 (``pip install 'graphdiff-rl[openvino]'``); without them an export folder is refused with that line, never run by
 another backend (its vectors would differ).
 """
@@ -53,6 +55,9 @@ def read_manifest(folder) -> dict:
         raise BackendError(f"{path}: unreadable ({exc.__class__.__name__}); export the encoder again") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise BackendError(f"{path} is not a graphdiff OpenVINO encoder manifest")
+    missing = [k for k in ("inputs", "pooling", "normalize", "max_seq_length", "dim") if k not in meta]
+    if missing:
+        raise BackendError(f"{path}: no {', '.join(missing)}; export the encoder again")
     if meta.get("version") != FORMAT_VERSION:
         raise BackendError(f"{path}: format version {meta.get('version')}, this graphdiff reads {FORMAT_VERSION}; "
                            "export the encoder again")
@@ -68,6 +73,15 @@ def import_openvino():
     except ImportError:
         raise BackendError(f"the OpenVINO encoder needs the openvino package: {EXTRA}") from None
     return openvino
+
+
+def import_nncf():
+    """The nncf module (int8 quantization), or the one-line error naming the extra."""
+    try:
+        import nncf
+    except ImportError:
+        raise BackendError(f"int8 quantization needs the nncf package: {EXTRA}") from None
+    return nncf
 
 
 def texts_digest(texts: Sequence[str]) -> str:
@@ -132,10 +146,7 @@ def export(st, folder, *, quantize: str, calibration: Sequence[str], source: dic
         model = ov.convert_model(st[0].auto_model, example_input=dict(example))
     inputs = sorted(p.get_any_name() for p in model.inputs)
     if quantize == "int8":
-        try:
-            import nncf
-        except ImportError:
-            raise BackendError(f"int8 quantization needs the nncf package: {EXTRA}") from None
+        nncf = import_nncf()
         log(f"quantizing to int8 on {len(calibration):,} calibration prompts")
         items = []
         for text in calibration:
@@ -167,8 +178,13 @@ def export(st, folder, *, quantize: str, calibration: Sequence[str], source: dic
                                 if quantize == "int8" else None),
                 "inputs": inputs, "pooling": mode, "normalize": normalize, "max_seq_length": max_len, "dim": dim,
                 "inference_precision": PRECISION, "exported_with": libraries}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_manifest(folder, manifest)
     return manifest
+
+
+def write_manifest(folder, manifest: dict) -> None:
+    """The manifest, written last: a folder without it is not an export."""
+    (Path(folder) / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def runtime_libraries() -> dict:
@@ -220,9 +236,10 @@ class OpenVinoEncoder:
             config["INFERENCE_NUM_THREADS"] = str(threads())
         try:
             self.model_ = ov.Core().compile_model(str(folder / IR), "CPU", config)
-        except Exception as exc:  # noqa: BLE001
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise BackendError(f"cannot load the OpenVINO model in {folder} ({exc.__class__.__name__}: {first})") from None
+        except Exception as exc:  # noqa: BLE001 - OpenVINO's first line is its source location: the last says why
+            last = ([line.strip() for line in str(exc).splitlines() if line.strip()] or [""])[-1][:200]
+            raise BackendError(f"cannot load the OpenVINO model in {folder} ({exc.__class__.__name__}: {last}); "
+                               "export the encoder again") from None
         self.name = str(folder)
         self.device = "cpu"
         self.dim_ = int(self.meta["dim"])

@@ -89,8 +89,23 @@ def _model_key(model: str) -> str:
     return str(path.resolve()) if path.exists() else model
 
 
-def _open_cache(out: Path, model: str, instruction: str | None, dim: int | None):
-    """(cached artifact or None, why not) for --out; refuses to overwrite something that is not embeddings."""
+def _encoder_files(model: str, device: str) -> str | None:
+    """The digest of the encoder's files (``backends.embed.encoder_identity``'s "files"), recorded in every
+    embeddings artifact so that rows are reused, and ``extend`` embeds, only with the same model files even when a
+    folder is replaced in place (a re-exported encoder); None where the model cannot be found here (an embed that
+    needs it fails on loading it, in its own words)."""
+    from ..backends.embed import encoder_identity
+    from ..errors import BackendError
+
+    try:
+        return encoder_identity(model, device)["files"]
+    except BackendError:
+        return None
+
+
+def _open_cache(out: Path, model: str, instruction: str | None, dim: int | None, files: str | None = None):
+    """(cached artifact or None, why not) for --out; refuses to overwrite something that is not embeddings.
+    ``files``: the encoder's files digest now (``_encoder_files``); rows made with other files are not reused."""
     if not out.exists():
         return None, "no previous artifact"
     if not out.is_dir() or not (out / "zarr.json").is_file():
@@ -103,6 +118,8 @@ def _open_cache(out: Path, model: str, instruction: str | None, dim: int | None)
     native = art.attr("native_dim")
     if p.get("model") != model:
         return None, f"model changed ({p.get('model')} -> {model})"
+    if files is not None and p.get("encoder_files") not in (None, files):
+        return None, f"the model's files changed since {out} was made (a model folder replaced in place)"
     if p.get("instruction") != instruction:
         return None, "instruction changed"
     want_dim = native if dim is None or (native is not None and dim >= native) else dim
@@ -182,7 +199,8 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
     hashes = [text_hash(t) for t in texts]
     t_read = time.perf_counter()
 
-    cache, cache_note = _open_cache(out, model_key, instr, dim)
+    files = _encoder_files(model, device)
+    cache, cache_note = _open_cache(out, model_key, instr, dim, files)
     if not use_cache:
         cache, cache_note = None, "the cache is off (--no-cache)"
     cached_rows: dict[str, int] = {}
@@ -215,7 +233,10 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
         emb[reuse] = cache.array("embeddings")[src[reuse]]
 
     ids_arr = ids_for_hash(ids)
-    params = {"model": model_key, "instruction": instr, "dim": int(out_dim), "batch_size": int(batch_size),
+    if files is None and cache is not None:
+        files = cache.params.get("encoder_files")
+    params = {"model": model_key, "encoder_files": files, "instruction": instr, "dim": int(out_dim),
+              "batch_size": int(batch_size),
               "shard": None if shard_spec is None else f"{shard_spec[0]}/{shard_spec[1]}",
               "id_field": id_field, "text_field": text_field, "messages": messages,
               "covariates": fields.as_dict() if spec is not None else None}
@@ -249,7 +270,7 @@ def embed_prompts(prompts, out, *, model: str = "bundled", instruction: str | No
 
 # ---------------------------------------------------------------------------------- merge-embeddings
 
-_SAME_KEYS = ("model", "instruction", "dim", "id_field", "text_field", "messages")
+_SAME_KEYS = ("model", "encoder_files", "instruction", "dim", "id_field", "text_field", "messages")
 
 
 def merge_embeddings(shards: Sequence, out, progress: Progress = no_progress) -> dict:
@@ -314,7 +335,7 @@ def merge_embeddings(shards: Sequence, out, progress: Progress = no_progress) ->
     ids_arr = ids_for_hash(ids)
     params = {key: first.params.get(key) for key in _SAME_KEYS}
     params.update(batch_size=first.params.get("batch_size"), shard=None)
-    params = {k: params[k] for k in ("model", "instruction", "dim", "batch_size", "shard", "id_field",
+    params = {k: params[k] for k in ("model", "encoder_files", "instruction", "dim", "batch_size", "shard", "id_field",
                                      "text_field", "messages")}
     params["covariates"] = None  # a shard has none: embed the whole file onto the merged artifact to add them
     content_hash = hash_arrays(ids_arr, emb)

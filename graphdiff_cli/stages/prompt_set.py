@@ -141,10 +141,23 @@ def _embed_new(model: _Model, texts: list[str], device: str, batch_size: int, pr
     from .encoding import TextBatch
 
     p = model.params
+    changed = []
+    recorded = p.get("encoder_files")
+    if recorded is not None:
+        from ..backends.embed import encoder_identity, openvino_export, resolve_model
+
+        if encoder_identity(p["model"], device)["files"] != recorded:
+            target, local = resolve_model(p["model"])
+            if local and openvino_export(target):  # re-exported in place: int8 vectors of another calibration
+                raise DataError(f"the encoder at {p['model']} is not the export the STATE's prompts were embedded "
+                                "with (re-exported in place?); put that export back there, or embed the new prompts "
+                                "with it and pass the embeddings artifact")
+            changed.append(f"the encoder's files at {p['model']} changed since the STATE's prompts were embedded "
+                           "(an upgraded or replaced model): the new prompts' vectors may differ slightly")
     batch = TextBatch.plan([format_text(t, p.get("instruction")) for t in texts], model=p["model"], device=device,
                            cache_dir=cache_dir, use_cache=use_cache)
     raw = batch.encode(batch_size, progress)
-    return truncate_matryoshka(raw, int(p["dim"])), batch.summary(), list(batch.warnings)
+    return truncate_matryoshka(raw, int(p["dim"])), batch.summary(), changed + list(batch.warnings)
 
 
 def _check_new(model: _Model, path, ids: list[str], hashes: list[str]) -> None:
@@ -175,7 +188,9 @@ def _embedded(model: _Model, path) -> tuple[list[str], list[str], np.ndarray]:
     from ..io.readers import read_embeddings
 
     art = read_embeddings(path)
-    for key in ("model", "instruction", "dim"):
+    for key in ("model", "instruction", "dim", "encoder_files"):
+        if key == "encoder_files" and None in (art.params.get(key), model.params.get(key)):
+            continue  # made before graphdiff recorded it
         if art.params.get(key) != model.params.get(key):
             raise DataError(f"{path}: made with {key} {art.params.get(key)!r}, but the STATE's prompts were embedded "
                             f"with {model.params.get(key)!r}; embed the new prompts as the STATE's were")

@@ -48,6 +48,8 @@ if ENCODER:
         conda:
             ENV
         threads: THREADS["embed"]
+        resources:
+            **cpu_resources("embed"),
         shell:
             "OMP_NUM_THREADS={threads} {params.gd} export-encoder --out {output:q} --calibration {input:q} "
             "{params.args} 2> {log:q}"
@@ -111,6 +113,7 @@ else:
         input:
             shards=expand(f"{ART}/embeddings/shard-{{i}}-of-{SHARDS}.zarr", i=range(SHARDS)),
             prompts=prompts_file(),
+            **({"encoder": ENCODER} if ENCODER else {}),
         output:
             directory(EMBEDDINGS),
         log:
@@ -118,8 +121,8 @@ else:
         params:
             gd=GD,
             # the covariates over all the prompts, onto the merged artifact (every embedding reused)
-            covariates=lambda wildcards, input, output: (
-                f"&& {GD} embed {shlex.quote(str(input.prompts))} --out {shlex.quote(str(output[0]))} {EMBED_ARGS} "
+            covariates=lambda wildcards, input, output, threads: (
+                f"&& OMP_NUM_THREADS={threads} {GD} embed {shlex.quote(str(input.prompts))} --out {shlex.quote(str(output[0]))} {EMBED_ARGS} "
                 f"{COVARIATE_ARGS}" if ANY_COVARIATES else ""
             ),
         conda:

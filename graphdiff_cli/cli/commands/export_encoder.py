@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..common import command, emit, progress
+from ..common import command, emit, progress, warn
 from ..options import IdFieldOption
 
 
@@ -41,6 +41,10 @@ def export_encoder(
         res = run(out, model=model, quantize=quantize, calibration=calibration, calibration_size=calibration_size,
                   instruction=instruction, use_instruction=not no_instruction, id_field=id_field,
                   text_field=text_field, messages=messages, progress=update)
-    cal = res["calibration"]
-    emit(res, f"{res['model']} -> {res['out']} (OpenVINO, {'int8 calibrated on ' + format(cal['texts'], ',') + ' prompts' if cal else 'float32'}, "
-              f"{res['dim']}-d, {res['seconds']:.1f} s); embed with --model {res['out']}")
+    for line in res["warnings"]:
+        warn(line)
+    cal, check = res["calibration"], res["check"]
+    kind = f"int8 calibrated on {cal['texts']:,} prompts" if cal else "float32"
+    emit(res, f"{res['model']} -> {res['out']} (OpenVINO, {kind}, {res['dim']}-d; cosine to the model >= "
+              f"{check['cosine_min']:.4f} on {check['texts']} {check['of']}; {res['seconds']:.1f} s); embed with "
+              f"--model {res['out']}")
