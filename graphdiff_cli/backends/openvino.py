@@ -10,8 +10,8 @@ float32. OpenVINO runs with ``INFERENCE_PRECISION_HINT=f32`` (its CPU default is
 would move the vectors by far more than rounding on some CPUs and not others) and ``OMP_NUM_THREADS`` threads where that is set.
 
 Why: on a 2-core CPU the int8 export of the bundled MiniLM embeds 3.8-4.1x as many prompts per CPU second as the
-torch float32 model, each vector at cosine >= 0.993 to the float one with 300 in-domain calibration prompts
-(docs/results.md). f32 kernels still round differently across instruction sets (AVX2, AVX-512, VNNI), so vectors
+torch float32 model, with cosine >= 0.993 to the float vectors on MATH and DeepScaleR samples and 0.986 at worst
+on One-Shot's prompts, each calibrated on 300 of its own set (docs/results.md). f32 kernels still round differently across instruction sets (AVX2, AVX-512, VNNI), so vectors
 agree across CPUs to rounding, as torch's do. openvino and nncf are an optional extra
 (``pip install 'graphdiff-rl[openvino]'``); without them an export folder is refused with that line, never run by
 another backend (its vectors would differ).
