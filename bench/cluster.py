@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
-from bench.common import emit, synthetic_embeddings, synthetic_graph  # noqa: E402
+from bench.common import adjusted_rand, emit, synthetic_embeddings, synthetic_graph  # noqa: E402
 
 
 def build_graph(args) -> dict:
@@ -53,15 +53,6 @@ def build_graph(args) -> dict:
     if nbr is not None:
         np.save(args.out + ".nbr.npy", nbr)
     return {"n": args.n, "planted": args.planted, "edges": int(w.nnz // 2), "build_s": seconds, "out": args.out}
-
-
-def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
-    """Adjusted Rand index of two labelings (1: the same partition; ~0: chance agreement)."""
-    c = sp.coo_matrix((np.ones(a.size), (a, b))).tocsr()
-    comb = lambda x: float(np.sum(x * (x - 1) / 2))  # noqa: E731
-    s_ij, s_a, s_b = comb(c.data), comb(np.asarray(c.sum(axis=1)).ravel()), comb(np.asarray(c.sum(axis=0)).ravel())
-    expected = s_a * s_b / comb(np.array([a.size]))
-    return (s_ij - expected) / (0.5 * (s_a + s_b) - expected)
 
 
 def load(args):

@@ -135,6 +135,17 @@ def step_scores(step, p, r, sel):
 
 # --- graph and clusters artifacts, real or planted ---
 
+def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
+    """Adjusted Rand index of two labelings (1: the same partition; ~0: chance agreement)."""
+    import scipy.sparse as sp
+
+    c = sp.coo_matrix((np.ones(a.size), (a, b))).tocsr()
+    comb = lambda x: float(np.sum(x * (x - 1) / 2))  # noqa: E731
+    s_ij, s_a, s_b = comb(c.data), comb(np.asarray(c.sum(axis=1)).ravel()), comb(np.asarray(c.sum(axis=0)).ravel())
+    expected = s_a * s_b / comb(np.array([a.size]))
+    return (s_ij - expected) / (0.5 * (s_a + s_b) - expected)
+
+
 def read_artifacts(graph: Path, clusters: Path):
     """ids, labels and W of existing graph and clusters artifacts (the clusters' order mapped to the graph's)."""
     from graphdiff_cli import load_graph

@@ -26,18 +26,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
-from bench.common import ROOT, emit, round0_steps, run_file, run_inputs, run_log, step_scores  # noqa: E402
+from bench.common import ROOT, adjusted_rand, emit, round0_steps, run_file, run_inputs, run_log, step_scores  # noqa: E402
 
-
-def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
-    """Adjusted Rand index of two labelings (1: the same partition; ~0: chance agreement)."""
-    import scipy.sparse as sp
-
-    c = sp.coo_matrix((np.ones(a.size), (a, b))).tocsr()
-    comb = lambda x: float(np.sum(x * (x - 1) / 2))  # noqa: E731
-    s_ij, s_a, s_b = comb(c.data), comb(np.asarray(c.sum(axis=1)).ravel()), comb(np.asarray(c.sum(axis=0)).ravel())
-    expected = s_a * s_b / comb(np.array([a.size]))
-    return (s_ij - expected) / (0.5 * (s_a + s_b) - expected)
 
 
 def interval(d: dict) -> dict:
