@@ -217,3 +217,30 @@ def test_an_interrupted_export_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         export_encoder(tmp_path / "m", quantize="none")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_extend_refuses_an_export_replaced_in_place_and_uses_the_one_it_was_built_with(tmp_path, exports):
+    """A STATE embedded with an export: extend embeds new prompts with it, and refuses another export put at its
+    path (its vectors would not be the STATE's), leaving the STATE as it was."""
+    import shutil
+
+    here = tmp_path / "encoder"
+    shutil.copytree(exports["int8"], here)
+    old, new = PROMPT_ROWS[:32], PROMPT_ROWS[32:]
+    write_jsonl(tmp_path / "old.jsonl", old)
+    write_jsonl(tmp_path / "new.jsonl", new)
+    gd("embed", tmp_path / "old.jsonl", "--out", tmp_path / "e.zarr", "--model", here, "--no-cache", "-q")
+    gd("build-graph", tmp_path / "e.zarr", "--k-nn", 5, "--out", tmp_path / "g.zarr", "-q")
+    gd("cluster", tmp_path / "g.zarr", "--out", tmp_path / "c.zarr", "--states", 4, "-q")
+    gd("init", "--graph", tmp_path / "g.zarr", "--clusters", tmp_path / "c.zarr", "--out", tmp_path / "S", "-q")
+    before = sorted(p.relative_to(tmp_path / "S") for p in (tmp_path / "S").rglob("*"))
+    shutil.rmtree(here)
+    shutil.copytree(exports["float"], here)
+    res = gd("extend", "--state", tmp_path / "S", "--prompts", tmp_path / "new.jsonl", "--no-cache", code=1)
+    assert "not the export the STATE's prompts were embedded with" in res.stderr
+    assert sorted(p.relative_to(tmp_path / "S") for p in (tmp_path / "S").rglob("*")) == before
+    shutil.rmtree(here)
+    shutil.copytree(exports["int8"], here)
+    out = json.loads(gd("extend", "--state", tmp_path / "S", "--prompts", tmp_path / "new.jsonl", "--no-cache",
+                        "--json").stdout)
+    assert out["added"] == len(new) and out["encoding"]["embedded"] == len(new)
