@@ -90,10 +90,10 @@ def test_the_calibration_sample_does_not_depend_on_row_order(tmp_path, prompts):
     rows = list(PROMPT_ROWS)
     random.Random(3).shuffle(rows)
     shuffled = write_jsonl(tmp_path / "shuffled.jsonl", rows)
-    kw = dict(size=12, instruction=DEFAULT_INSTRUCTION, id_field="id", text_field="prompt", messages="user")
-    from graphdiff_cli.stages.export_encoder import calibration_texts
+    kw = dict(instruction=DEFAULT_INSTRUCTION, id_field="id", text_field="prompt", messages="user")
+    from graphdiff_cli.stages.export_encoder import sample_texts
 
-    a, b = calibration_texts(prompts, **kw), calibration_texts(shuffled, **kw)
+    a, b = sample_texts(prompts, **kw)[:12], sample_texts(shuffled, **kw)[:12]  # the first 12 calibrate
     assert a == b and len(a) == 12 and set(a) <= set(TEXTS)
 
 

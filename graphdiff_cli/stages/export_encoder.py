@@ -48,13 +48,6 @@ def sample_texts(prompts, *, instruction: str | None, id_field: str, text_field:
     return sorted(distinct, key=lambda t: hashlib.sha256(t.encode("utf-8")).digest())
 
 
-def calibration_texts(prompts, *, size: int, instruction: str | None, id_field: str, text_field: str,
-                      messages: str) -> list[str]:
-    """The ``size`` distinct formatted texts of ``prompts`` with the smallest sha256 (all of them if fewer)."""
-    return sample_texts(prompts, instruction=instruction, id_field=id_field, text_field=text_field,
-                        messages=messages)[:size]
-
-
 def export_encoder(out, *, model: str = "bundled", quantize: str = "int8", calibration=None,
                    calibration_size: int = 300, instruction: str | None = None, use_instruction: bool = True,
                    id_field: str = "id", text_field: str = "prompt", messages: str = "user",
