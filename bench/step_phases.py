@@ -71,6 +71,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--without-propagation", action="store_true",
+                    help="a third variant: the default without label propagation (--label-propagation 0)")
+    ap.add_argument("--embeddings", type=Path, default=None,
+                    help="the embeddings artifact the graph was built from (init --embeddings)")
     ap.add_argument("--work", type=Path, required=True, help="the STATEs go here (made once, reused when present)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -79,13 +83,17 @@ def main() -> None:
 
     ids, labels, _w = read_artifacts(args.graph, args.clusters)
     n = len(ids)
-    variants = {"default": [], f"field every {args.every}": ["--propagation-every", args.every]}
+    variants = {"default": ([], "S_default"),
+                f"field every {args.every}": (["--propagation-every", args.every], f"S_every{args.every}")}
+    if args.without_propagation:
+        variants["without label propagation"] = (["--label-propagation", 0], "S_nolp")
+    emb = ["--embeddings", args.embeddings] if args.embeddings else []
     states = {}
-    for name, flags in variants.items():
-        path = args.work / ("S_default" if not flags else f"S_every{args.every}")
+    for name, (flags, folder) in variants.items():
+        path = args.work / folder
         if not path.is_dir():
             run_graphdiff("init", "--graph", args.graph, "--clusters", args.clusters, "--out", path,
-                          "--max-iters", 50, "--device", "cpu", *flags)
+                          "--max-iters", 50, "--device", "cpu", *emb, *flags)
         states[name] = State.open(path, device="cpu")
         states[name].estimator()
     start = {name: h.step for name, h in states.items()}
