@@ -38,6 +38,20 @@ from bench.common import emit, read_artifacts, run_graphdiff  # noqa: E402
 PHASES = defaultdict(float)  # seconds per phase in the step being measured
 
 
+def sequential_fsync_tree(root: Path) -> None:
+    """io.staging.fsync_tree as it was: every file, then its folder, one fsync at a time."""
+    from graphdiff_cli.io.atomic import fsync_dir
+
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
+
+
 def timed(fn, name):
     def wrapper(*a, **k):
         t0 = time.perf_counter()
@@ -73,6 +87,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--without-propagation", action="store_true",
                     help="a third variant: the default without label propagation (--label-propagation 0)")
+    ap.add_argument("--sequential-fsync", action="store_true",
+                    help="a fourth variant: the default with its commit's files fsynced one after another (as before "
+                         "io.staging.fsync_tree issued them together)")
     ap.add_argument("--embeddings", type=Path, default=None,
                     help="the embeddings artifact the graph was built from (init --embeddings)")
     ap.add_argument("--work", type=Path, required=True, help="the STATEs go here (made once, reused when present)")
@@ -80,6 +97,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from graphdiff_cli import State
+    from graphdiff_cli.io import staging
+
+    parallel_fsync_tree = staging.fsync_tree
 
     ids, labels, _w = read_artifacts(args.graph, args.clusters)
     n = len(ids)
@@ -87,6 +107,8 @@ def main() -> None:
                 f"field every {args.every}": (["--propagation-every", args.every], f"S_every{args.every}")}
     if args.without_propagation:
         variants["without label propagation"] = (["--label-propagation", 0], "S_nolp")
+    if args.sequential_fsync:
+        variants["default, fsync one by one"] = ([], "S_default_seqfsync")
     emb = ["--embeddings", args.embeddings] if args.embeddings else []
     states = {}
     for name, (flags, folder) in variants.items():
@@ -112,6 +134,7 @@ def main() -> None:
         pool = args.work / "pool.txt"
         pool.write_text("".join(str(ids[i]) + "\n" for i in rng.choice(n, size=args.batch, replace=False)))
         for name, h in states.items():
+            staging.fsync_tree = sequential_fsync_tree if name == "default, fsync one by one" else parallel_fsync_tree
             PHASES.clear()
             t0 = time.perf_counter()
             res = h.update(t, outcomes)

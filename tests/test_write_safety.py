@@ -285,3 +285,37 @@ def test_an_atomic_write_over_a_link_replaces_the_link_not_its_target(state, tmp
     assert State.open(state).predict(out)["rows"] == 40
     assert not out.is_symlink() and out.read_text().count("\n") == 40
     assert outside.read_text() == "the user's own file\n"
+
+
+def test_fsync_tree_syncs_every_file_and_folder_and_raises_the_first_error(tmp_path, monkeypatch):
+    """A staged artifact's files and folders are fsynced together from a pool of threads (one journal commit for
+    many files): every one of them is still fsynced before fsync_tree returns, and an error on any one file is
+    raised, not lost in a worker thread."""
+    from graphdiff_cli.io.staging import FSYNC_THREADS, fsync_tree
+
+    root = tmp_path / "tree"
+    for d in range(3):
+        for f in range(FSYNC_THREADS + 5):  # more files than threads in each folder
+            (root / f"a{d}" / "b").mkdir(parents=True, exist_ok=True)
+            (root / f"a{d}" / "b" / f"f{f}").write_bytes(b"x" * f)
+    expected = {os.stat(p).st_ino for p in [root, *root.rglob("*")]}
+    real, seen = os.fsync, set()
+
+    def fsync(fd):
+        seen.add(os.fstat(fd).st_ino)
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    fsync_tree(root)
+    assert seen == expected
+
+    bad = os.stat(root / "a1" / "b" / "f7").st_ino
+
+    def failing(fd):
+        if os.fstat(fd).st_ino == bad:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        fsync_tree(root)

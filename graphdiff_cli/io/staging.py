@@ -10,22 +10,44 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .atomic import fsync_dir, make_dirs
 from .debris import is_stale, owner, sweep, temp_name
 
 
+FSYNC_THREADS = 16
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_tree(root: Path) -> None:
-    """fsync every file and folder under ``root`` (errors raised: ``atomic.fsync_dir``)."""
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(dirpath))
+    """fsync every file and folder under ``root``; returns when all are durable (the first error raised:
+    ``atomic.fsync_dir``'s rule for folders).
+
+    The fsyncs are issued together from up to ``FSYNC_THREADS`` threads (fsync releases the GIL): a journaling
+    file system then makes them durable in a few journal commits instead of one per file (ext4: a step
+    artifact's 111 files and folders took 0.37 s one after another and 0.011 s together, docs/lab/performance.md).
+    A pool per call: one kept across calls would hang in a forked child, which has none of its threads."""
+    files, folders = [], []
+    for dirpath, _, names in os.walk(root):
+        files += [os.path.join(dirpath, name) for name in names]
+        folders.append(Path(dirpath))
+    jobs = [(_fsync_file, f) for f in files] + [(fsync_dir, d) for d in folders]
+    if len(jobs) <= 2:
+        for fn, arg in jobs:
+            fn(arg)
+        return
+    with ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(jobs))) as pool:
+        for _ in pool.map(lambda job: job[0](job[1]), jobs):  # re-raises the first job's error
+            pass
 
 
 def replace_dir(src: Path, dst: Path) -> None:
