@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--without-propagation", action="store_true",
-                    help="a third variant: the default without label propagation (--label-propagation 0)")
+                    help="a third variant: the default without label propagation (--label-propagation none)")
     ap.add_argument("--sequential-fsync", action="store_true",
                     help="a fourth variant: the default with its commit's files fsynced one after another (as before "
                          "io.staging.fsync_tree issued them together)")
@@ -106,7 +106,7 @@ def main() -> None:
     variants = {"default": ([], "S_default"),
                 f"field every {args.every}": (["--propagation-every", args.every], f"S_every{args.every}")}
     if args.without_propagation:
-        variants["without label propagation"] = (["--label-propagation", 0], "S_nolp")
+        variants["without label propagation"] = (["--label-propagation", "none"], "S_nolp")
     if args.sequential_fsync:
         variants["default, fsync one by one"] = ([], "S_default_seqfsync")
     emb = ["--embeddings", args.embeddings] if args.embeddings else []
