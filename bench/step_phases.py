@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
 """Where a resident step goes, by source and phase: the default preset beside the default with label propagation's
-field solved only every m-th step (``propagation_every``), stepped alternately on the same batches in one process.
+field solved only every m-th step (``propagation_every``), and optionally beside the default without label
+propagation (``--without-propagation``: ``--label-propagation none``; a weight of 0 would keep its solve) and the
+default with its commit's fsyncs issued one by one (``--sequential-fsync``: ``io.staging.fsync_tree`` as it was),
+stepped in turn on the same batches in one process.
 
-On a graph and clusters artifact (the 150,000-prompt mutual-kNN graph of docs/lab/performance.md: ``graphdiff
-build-graph --k-nn 80`` and ``graphdiff cluster --states 320`` on the 150,000 clustered 384-d vectors of
-``bench/extend.py``'s ``synthetic_embeddings``), one STATE per variant is made by ``graphdiff init`` (--max-iters
-50), both opened resident (``State.open``, CPU); then each step, the same batch of ``--batch`` prompts (8 rollouts at
-their cluster's rate) goes to one variant then the other through ``State.update``, and the predictions of the next
-``--batch`` prompts are read (``State.predict``). Timed inside the step by wrapping the code's own functions (no
-profiler): the estimator's update, its mean-field residual update, the online choices' scoring (``Mix.score``, the
-sources' estimates for the batch included), each source's ``observe`` (label propagation's solve is its), every
-source's estimates (in the scoring and in the next batch's read), then ``State.update``'s own phases (the step's
-inference, its commit: ``write_s``) and the read. The first ``--warmup`` steps (q relaxing from the prior) are run
-but not counted; medians over the rest. Prints the load average before and after.
+On a graph and clusters artifact (the 150,000-prompt graph of ``bench/text_to_state.py``, or ``graphdiff build-graph
+--k-nn 80`` and ``graphdiff cluster --states 320`` on the 150,000 clustered 384-d vectors of ``bench/extend.py``'s
+``synthetic_embeddings``), one STATE per variant is made by ``graphdiff init`` (--max-iters 50; ``--embeddings`` for
+the read-out of the embedding), all opened resident (``State.open``, CPU); then each step, the same batch of
+``--batch`` prompts (8 rollouts at their cluster's rate) goes to each variant in turn through ``State.update``, and
+the predictions of the next ``--batch`` prompts are read (``State.predict``). Timed inside the step by wrapping the
+code's own functions (no profiler): the estimator's update, its mean-field residual update, the online choices'
+scoring (``Mix.score``, the sources' estimates for the batch included), each source's ``observe`` (label
+propagation's solve is its), every source's estimates (in the scoring and in the next batch's read), then
+``State.update``'s own phases (the step's inference, its commit: ``write_s``) and the read. The first ``--warmup``
+steps (q relaxing from the prior) are run but not counted; medians over the rest. Prints the load average before
+and after. A STATE in ``--work`` is reused by a later run with the same variant and ``--embeddings`` (its folder
+name says both).
 
-    .venv/bin/python bench/step_phases.py W/old_g.zarr W/old_c.zarr --every 4 --steps 12 --work /tmp/phases
+    .venv/bin/python bench/step_phases.py W/graph.zarr W/clusters.zarr --embeddings W/embeddings.zarr \
+        --every 4 --without-propagation --sequential-fsync --steps 12 --warmup 3 --work /tmp/phases
 """
 
 from __future__ import annotations
@@ -106,13 +112,13 @@ def main() -> None:
     variants = {"default": ([], "S_default"),
                 f"field every {args.every}": (["--propagation-every", args.every], f"S_every{args.every}")}
     if args.without_propagation:
-        variants["without label propagation"] = (["--label-propagation", "none"], "S_nolp")
+        variants["without label propagation"] = (["--label-propagation", "none"], "S_lp_none")
     if args.sequential_fsync:
         variants["default, fsync one by one"] = ([], "S_default_seqfsync")
     emb = ["--embeddings", args.embeddings] if args.embeddings else []
     states = {}
     for name, (flags, folder) in variants.items():
-        path = args.work / folder
+        path = args.work / (folder + ("_emb" if args.embeddings else ""))  # a STATE is reused only with its flags
         if not path.is_dir():
             run_graphdiff("init", "--graph", args.graph, "--clusters", args.clusters, "--out", path,
                           "--max-iters", 50, "--device", "cpu", *emb, *flags)

@@ -110,30 +110,36 @@ def _stage(name: str, argv: list[str]) -> dict:
 
 
 def _stamps(name: str, res: dict) -> dict:
-    """What a stage's result says of its quality and size (the keys each command prints)."""
-    keys = {"export-encoder": ("precision", "cosine_min", "cosine_mean", "check_prompts", "calibration_prompts"),
-            "embed": ("prompts", "embedded", "cached", "dim", "prompts_per_s"),
-            "build-graph": ("n_nodes", "n_edges", "mean_degree", "components", "index", "recall"),
-            "cluster": ("states", "eigen_solver", "eigen_residual", "kmeans", "kmeans_inertia"),
-            "init": ("prompts", "states", "preset")}[name]
+    """What a stage's --json result says of its quality and size."""
+    get = lambda d, *keys: [d := (d or {}).get(k) for k in keys][-1]  # noqa: E731  a nested key, or None
+    picks = {
+        "export-encoder": {"quantize": ("quantize",), "calibration_texts": ("calibration", "texts"),
+                           "check_texts": ("check", "texts"), "check_of": ("check", "of"),
+                           "cosine_min": ("check", "cosine_min"), "cosine_mean": ("check", "cosine_mean")},
+        "embed": {"n_prompts": ("n_prompts",), "embedded": ("embedded",), "cached": ("cached",), "dim": ("dim",),
+                  "prompts_per_s": ("prompts_per_s",)},
+        "build-graph": {"n_nodes": ("summary", "n_nodes"), "n_edges": ("summary", "n_edges"),
+                        "mean_degree": ("summary", "mean_degree"), "components": ("summary", "components"),
+                        "isolated": ("summary", "isolated"), "index": ("index",), "recall": ("recall",)},
+        "cluster": {"states": ("states",), "eigen_solver": ("spectral", "eigen_solver"),
+                    "eigen_residual": ("spectral", "eigen_residual"), "kmeans": ("spectral", "kmeans"),
+                    "kmeans_inertia": ("spectral", "kmeans_inertia"), "sizes": ("sizes",)},
+        "init": {"n_prompts": ("n_prompts",), "states": ("states",), "edges": ("edges",), "readout": ("readout",)},
+    }[name]
+    return {k: v for k, path in picks.items() if (v := get(res, *path)) is not None}
 
-    def find(d, key):
-        if isinstance(d, dict):
-            if key in d:
-                return d[key]
-            for v in d.values():
-                if (hit := find(v, key)) is not None:
-                    return hit
-        return None
 
-    return {k: v for k in keys if (v := find(res, k)) is not None}
+MARKER = ".text_to_state"
 
 
 def run(args) -> dict:
     work = Path(args.work)
-    if work.exists():
+    if work.exists() and any(work.iterdir()):
+        if not (work / MARKER).exists():
+            raise SystemExit(f"{work}: not empty and not a folder this script made; give an empty or new --work")
         shutil.rmtree(work)
-    work.mkdir(parents=True)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / MARKER).write_text("made by bench/text_to_state.py run; emptied by its next run\n")
     prompts_file = Path(args.prompts).resolve()
     n = sum(1 for _ in open(prompts_file, encoding="utf-8"))
     fields = ["--id-field", "id", "--text-field", "problem"]
@@ -179,7 +185,8 @@ def main() -> None:
     p.add_argument("--out", required=True)
     r = sub.add_parser("run", help="text -> STATE, timed by stage")
     r.add_argument("--prompts", required=True)
-    r.add_argument("--work", required=True, help="folder for the artifacts (emptied first)")
+    r.add_argument("--work", required=True, help="folder for the artifacts: new, empty, or one an earlier run made "
+                   "(emptied first)")
     r.add_argument("--backend", choices=["torch", "openvino-int8"], default="openvino-int8")
     r.add_argument("--k-nn", type=int, default=80)
     r.add_argument("--states", default="320")

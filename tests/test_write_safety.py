@@ -289,8 +289,11 @@ def test_an_atomic_write_over_a_link_replaces_the_link_not_its_target(state, tmp
 
 def test_fsync_tree_syncs_every_file_and_folder_and_raises_the_first_error(tmp_path, monkeypatch):
     """A staged artifact's files and folders are fsynced together from a pool of threads (one journal commit for
-    many files): every one of them is still fsynced before fsync_tree returns, and an error on any one file is
-    raised, not lost in a worker thread."""
+    many files): every one of them is still fsynced before fsync_tree returns; of two failing files, the error of
+    the first in walk order is raised, not lost in a worker thread; where no thread can be started, every one is
+    fsynced one after another."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from graphdiff_cli.io.staging import FSYNC_THREADS, fsync_tree
 
     root = tmp_path / "tree"
@@ -309,13 +312,25 @@ def test_fsync_tree_syncs_every_file_and_folder_and_raises_the_first_error(tmp_p
     fsync_tree(root)
     assert seen == expected
 
-    bad = os.stat(root / "a1" / "b" / "f7").st_ino
+    walked = [os.path.join(dp, n) for dp, _, names in os.walk(root) for n in names]
+    first, second = walked[7], walked[-3]  # the first and a later file in walk order
+    errors = {os.stat(first).st_ino: errno.EIO, os.stat(second).st_ino: errno.ENOSPC}
 
     def failing(fd):
-        if os.fstat(fd).st_ino == bad:
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        err = errors.get(os.fstat(fd).st_ino)
+        if err:
+            raise OSError(err, os.strerror(err))
         return real(fd)
 
     monkeypatch.setattr(os, "fsync", failing)
     with pytest.raises(OSError, match="Input/output error"):
         fsync_tree(root)
+
+    def no_threads(self, *a, **k):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", no_threads)
+    seen.clear()
+    fsync_tree(root)
+    assert seen == expected
