@@ -276,3 +276,18 @@ def seeds_of(text: str) -> list[int]:
         elif part:
             out.append(int(part))
     return out
+
+
+def fsync_tree_one_by_one(root) -> None:
+    """``io.staging.fsync_tree`` as it was before it issued the fsyncs together: every file, then its folder, one
+    fsync at a time (what bench/fsync_tree.py and bench/step_phases.py compare it with)."""
+    from graphdiff_cli.io.atomic import fsync_dir
+
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))

@@ -19,7 +19,7 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
-from bench.common import emit  # noqa: E402
+from bench.common import emit, fsync_tree_one_by_one  # noqa: E402
 
 
 def main() -> None:
@@ -31,19 +31,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from graphdiff_cli.io import staging
-    from graphdiff_cli.io.atomic import fsync_dir
-
-    def one_by_one(root: Path) -> None:
-        for dirpath, _, files in os.walk(root):
-            for name in files:
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            fsync_dir(Path(dirpath))
-
-    ways = {"one by one": one_by_one, "together": staging.fsync_tree}
+    ways = {"one by one": fsync_tree_one_by_one, "together": staging.fsync_tree}
     times = {w: [] for w in ways}
     entries = sum(len(d) + len(f) for _, d, f in os.walk(args.artifact)) + 1
     load_before = os.getloadavg()

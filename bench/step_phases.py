@@ -39,23 +39,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
-from bench.common import emit, read_artifacts, run_graphdiff  # noqa: E402
+from bench.common import emit, fsync_tree_one_by_one, read_artifacts, run_graphdiff  # noqa: E402
 
 PHASES = defaultdict(float)  # seconds per phase in the step being measured
-
-
-def sequential_fsync_tree(root: Path) -> None:
-    """io.staging.fsync_tree as it was: every file, then its folder, one fsync at a time."""
-    from graphdiff_cli.io.atomic import fsync_dir
-
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(dirpath))
 
 
 def timed(fn, name):
@@ -140,7 +126,7 @@ def main() -> None:
         pool = args.work / "pool.txt"
         pool.write_text("".join(str(ids[i]) + "\n" for i in rng.choice(n, size=args.batch, replace=False)))
         for name, h in states.items():
-            staging.fsync_tree = sequential_fsync_tree if name == "default, fsync one by one" else parallel_fsync_tree
+            staging.fsync_tree = fsync_tree_one_by_one if name == "default, fsync one by one" else parallel_fsync_tree
             PHASES.clear()
             t0 = time.perf_counter()
             res = h.update(t, outcomes)
