@@ -214,7 +214,8 @@ def write_inputs(folder: Path, n, k, deg):
 
 def run_graphdiff(*args) -> tuple[dict, float]:
     """Run one graphdiff command; its --json result (plus "peak_rss_mb": the process's own maximum resident set,
-    from wait4) and its wall time. Exits with the command's error when it fails."""
+    and "cpu_s": its user + system CPU seconds, both from wait4) and its wall time. Exits with the command's error
+    when it fails."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as errf:
         proc = subprocess.Popen([str(GRAPHDIFF), *map(str, args), "--json"], stdout=subprocess.PIPE,
@@ -229,6 +230,7 @@ def run_graphdiff(*args) -> tuple[dict, float]:
             sys.exit(f"{args[0]} failed: {errf.read()}")
     res = json.loads(out)
     res["peak_rss_mb"] = usage.ru_maxrss / 1024
+    res["cpu_s"] = usage.ru_utime + usage.ru_stime
     return res, wall
 
 

@@ -32,7 +32,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
-from bench.common import GRAPHDIFF, SHARED_DATA, emit  # noqa: E402
+from bench.common import SHARED_DATA, emit, run_graphdiff  # noqa: E402
 
 INTEGER = re.compile(r"\d+")
 
@@ -90,23 +89,6 @@ def prompts(args) -> dict:
     return {"out": str(out), "prompts": len(texts), "real": min(len(real), args.n),
             "variants": max(0, len(texts) - len(real)), "max_variant": v - 1 if len(texts) > len(real) else 0,
             "chars_median": lengths[len(lengths) // 2], "chars_p99": lengths[int(0.99 * (len(lengths) - 1))]}
-
-
-def _stage(name: str, argv: list[str]) -> dict:
-    """Run one graphdiff command with --json; its result, wall and CPU seconds, and peak resident set."""
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as errf:
-        proc = subprocess.Popen([str(GRAPHDIFF), *argv, "--json"], stdout=subprocess.PIPE, stderr=errf, text=True)
-        out = proc.stdout.read()
-        proc.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        if os.waitstatus_to_exitcode(status) != 0:
-            errf.seek(0)
-            raise SystemExit(f"{name} failed: {errf.read()[-2000:]}")
-    res = json.loads(out)
-    return {"stage": name, "wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024), "result": res}
 
 
 def _stamps(name: str, res: dict) -> dict:
@@ -164,8 +146,9 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     stages = []
     for name, argv in plan:
-        st = _stage(name, argv)
-        st["stamps"] = _stamps(name, st.pop("result"))
+        res, wall = run_graphdiff(*argv)
+        st = {"stage": name, "wall_s": round(wall, 1), "cpu_s": round(res["cpu_s"], 1),
+              "peak_rss_mb": round(res["peak_rss_mb"]), "stamps": _stamps(name, res)}
         stages.append(st)
         print(f"{name}: {st['wall_s']} s wall, {st['cpu_s']} CPU s, {st['stamps']}", file=sys.stderr)
     total = time.perf_counter() - t0

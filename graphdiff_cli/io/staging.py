@@ -33,10 +33,8 @@ def fsync_tree(root: Path) -> None:
     first failed one in walk order (``atomic.fsync_dir``'s rule for folders).
 
     The fsyncs are issued together from up to ``FSYNC_THREADS`` threads (fsync releases the GIL): a journaling
-    file system then makes them durable in a few journal commits instead of one per file. Idle, this changes
-    nothing measurable; with other processes writing to the disk (the closed-loop grid beside it on ext4), a
-    3,000-prompt step artifact's 111 files and folders took 0.37 s one after another and 0.011 s together
-    (docs/lab/performance.md). A pool per call: one kept across calls would hang in a forked child, which has none
+    file system then makes them durable in a few journal commits instead of one per file (what it saves, idle and
+    beside other writers: docs/lab/performance.md, bench/fsync_tree.py). A pool per call: one kept across calls would hang in a forked child, which has none
     of its threads; where no thread can be started (interpreter shutdown), one after another."""
     files, folders = [], []
     for dirpath, _, names in os.walk(root):
