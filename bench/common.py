@@ -293,3 +293,23 @@ def fsync_tree_one_by_one(root) -> None:
             finally:
                 os.close(fd)
         fsync_dir(Path(dirpath))
+
+
+def write_group_one_by_one(folder, arrays, attributes, *, in_flight) -> None:
+    """``io.artifacts.write_group`` as it was before it wrote a group's arrays together: through zarr's synchronous
+    API, each array created and then written a slab at a time, one array after another, the attributes last (what
+    bench/artifact_write.py and bench/step_phases.py compare it with; ``in_flight`` is ignored)."""
+    import zarr
+    from zarr.storage import LocalStore
+
+    from graphdiff_cli.io import artifacts
+
+    group = zarr.open_group(LocalStore(folder), mode="w")
+    for name, arr in arrays.items():
+        if arr.dtype.kind in "UOT":
+            z = group.create_array(name, shape=arr.shape, dtype=str, chunks=artifacts._chunks(arr, itemsize=64))
+        else:
+            z = group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=artifacts._chunks(arr))
+        for sel, values, _bytes in artifacts._slabs(arr):
+            z[sel] = values
+    group.attrs.update(attributes())

@@ -2,8 +2,9 @@
 """Where a resident step goes, by source and phase: the default preset beside the default with label propagation's
 field solved only every m-th step (``propagation_every``), and optionally beside the default without label
 propagation (``--without-propagation``: ``--label-propagation none``; a weight of 0 would keep its solve) and the
-default with its commit's fsyncs issued one by one (``--sequential-fsync``: ``io.staging.fsync_tree`` as it was),
-stepped in turn on the same batches in one process.
+default with its commit's fsyncs issued one by one (``--sequential-fsync``: ``io.staging.fsync_tree`` as it was) and
+the default with its commit's arrays written one after another (``--sequential-writes``: ``io.artifacts.write_group``
+as it was), stepped in turn on the same batches in one process.
 
 On a graph and clusters artifact (the 150,000-prompt graph of ``bench/text_to_state.py``, or ``graphdiff build-graph
 --k-nn 80`` and ``graphdiff cluster --states 320`` on the 150,000 clustered 384-d vectors of ``bench/extend.py``'s
@@ -20,7 +21,7 @@ and after. A STATE in ``--work`` is reused by a later run with the same variant 
 name says both).
 
     .venv/bin/python bench/step_phases.py W/graph.zarr W/clusters.zarr --embeddings W/embeddings.zarr \
-        --every 4 --without-propagation --sequential-fsync --steps 12 --warmup 3 --work /tmp/phases
+        --every 4 --without-propagation --sequential-fsync --sequential-writes --steps 12 --warmup 3 --work /tmp/phases
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
-from bench.common import emit, fsync_tree_one_by_one, read_artifacts, run_graphdiff  # noqa: E402
+from bench.common import (emit, fsync_tree_one_by_one, read_artifacts, run_graphdiff,  # noqa: E402
+                          write_group_one_by_one)
 
 PHASES = defaultdict(float)  # seconds per phase in the step being measured
 
@@ -82,6 +84,9 @@ def main() -> None:
     ap.add_argument("--sequential-fsync", action="store_true",
                     help="a fourth variant: the default with its commit's files fsynced one after another (as before "
                          "io.staging.fsync_tree issued them together)")
+    ap.add_argument("--sequential-writes", action="store_true",
+                    help="a fifth variant: the default with its commit's arrays written one after another (as before "
+                         "io.artifacts.write_group wrote them together)")
     ap.add_argument("--embeddings", type=Path, default=None,
                     help="the embeddings artifact the graph was built from (init --embeddings)")
     ap.add_argument("--work", type=Path, required=True, help="the STATEs go here (made once, reused when present)")
@@ -89,9 +94,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from graphdiff_cli import State
-    from graphdiff_cli.io import staging
+    from graphdiff_cli.io import artifacts, staging
 
-    parallel_fsync_tree = staging.fsync_tree
+    parallel_fsync_tree, concurrent_write_group = staging.fsync_tree, artifacts.write_group
 
     ids, labels, _w = read_artifacts(args.graph, args.clusters)
     n = len(ids)
@@ -101,6 +106,8 @@ def main() -> None:
         variants["without label propagation"] = (["--label-propagation", "none"], "S_lp_none")
     if args.sequential_fsync:
         variants["default, fsync one by one"] = ([], "S_default_seqfsync")
+    if args.sequential_writes:
+        variants["default, arrays one by one"] = ([], "S_default_seqwrites")
     emb = ["--embeddings", args.embeddings] if args.embeddings else []
     states = {}
     for name, (flags, folder) in variants.items():
@@ -127,6 +134,8 @@ def main() -> None:
         pool.write_text("".join(str(ids[i]) + "\n" for i in rng.choice(n, size=args.batch, replace=False)))
         for name, h in states.items():
             staging.fsync_tree = fsync_tree_one_by_one if name == "default, fsync one by one" else parallel_fsync_tree
+            artifacts.write_group = (write_group_one_by_one if name == "default, arrays one by one"
+                                     else concurrent_write_group)
             PHASES.clear()
             t0 = time.perf_counter()
             res = h.update(t, outcomes)

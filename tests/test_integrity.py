@@ -43,7 +43,8 @@ def state(tmp_path, inputs):
 
 
 def _chunks(array_dir: Path) -> list[Path]:
-    return sorted(p for p in (array_dir / "c").rglob("*") if p.is_file())
+    """The chunk files of an array: c.0.0 beside its zarr.json (c/0/0 in artifacts written before 2026-11-29)."""
+    return sorted(p for p in array_dir.rglob("*") if p.is_file() and p.name != "zarr.json")
 
 
 def _delete_chunk(rel):

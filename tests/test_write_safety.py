@@ -1,7 +1,7 @@
 """Durability and links (the issue items "Writes through links" and "Durability gaps"), in process: fsync
 errors are raised, never swallowed (EINVAL on a folder excepted), and once CURRENT is renamed a failed folder
 fsync is "committed, durability unknown"; every folder a command creates is fsynced with its parent; nothing
-is written through a planted link.
+is written through a planted link; an artifact's arrays written together end before its staging folder is removed.
 
 fsync failures are simulated by replacing ``os.fsync``; which folders were fsynced is read from the inode of
 each descriptor given to it."""
@@ -11,7 +11,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from _handoff_fixtures import make_inputs, step_rows, write_outcomes
@@ -334,3 +336,96 @@ def test_fsync_tree_syncs_every_file_and_folder_and_raises_the_first_error(tmp_p
     seen.clear()
     fsync_tree(root)
     assert seen == expected
+
+
+def test_arrays_written_together_read_back_and_match_a_one_at_a_time_write(tmp_path):
+    """write_artifact writes a group's arrays concurrently on zarr's event loop: every kind of array (a multi-chunk
+    float array written in slabs, text, a 0-d and an empty array) reads back exactly, its chunk files lie beside its
+    ``zarr.json`` (separator "."), and every chunk file and array ``zarr.json`` is byte for byte what a write of one
+    slab at a time (a budget of 0) makes."""
+    from graphdiff_cli.io import artifacts
+    from graphdiff_cli.io.artifacts import read_artifact, write_artifact
+
+    rng = np.random.default_rng(0)
+    arrays = {"q": rng.random((9000, 1000), dtype=np.float32),  # 36 MB: three 16 MiB chunk rows
+              "ids": np.array([f"p{i}" for i in range(3000)]), "t": np.array(7), "none": np.zeros((0, 3)),
+              **{f"c{i}": rng.integers(0, 9, 5000) for i in range(20)}}
+    together = write_artifact(tmp_path / "together", "test", arrays, attrs={"step": 3})
+    budget = artifacts._write_budget
+    try:
+        artifacts._write_budget = lambda: 0
+        alone = write_artifact(tmp_path / "alone", "test", arrays, attrs={"step": 3})
+    finally:
+        artifacts._write_budget = budget
+    art = read_artifact(together, "test")
+    assert art.names == tuple(sorted(arrays)) and art.attr("step") == 3
+    for name, arr in arrays.items():
+        got = art.array(name)
+        assert got.shape == arr.shape and (got.astype(arr.dtype) == arr).all(), name
+    files = sorted(p.relative_to(together) for p in together.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(alone) for p in alone.rglob("*") if p.is_file())
+    assert [f.name for f in files if f.parts[0] == "q"] == ["c.0.0", "c.1.0", "c.2.0", "zarr.json"]  # no c/ folders
+    for f in files:
+        if f != Path("zarr.json"):  # the group's holds the stamp's creation time
+            assert (together / f).read_bytes() == (alone / f).read_bytes(), f
+
+
+def test_a_failed_array_write_waits_for_the_others_and_leaves_nothing(tmp_path, monkeypatch):
+    """One array's write failing fails the artifact with that error, but only once every other array's writes have
+    ended: nothing is still writing into the staging folder when it is removed, and neither the destination nor any
+    staging folder is left."""
+    import asyncio
+
+    import zarr.core.array
+
+    from graphdiff_cli.io.artifacts import write_artifact
+
+    real, ended = zarr.core.array.AsyncArray.setitem, []
+
+    async def setitem(self, selection, value, *a, **k):
+        if self.basename == "bad":
+            raise ValueError("the disk said no")
+        await asyncio.sleep(0.05)  # every other write still running when the bad one fails
+        await real(self, selection, value, *a, **k)
+        ended.append(self.basename)
+
+    monkeypatch.setattr(zarr.core.array.AsyncArray, "setitem", setitem)
+    arrays = {"bad": np.arange(10), **{f"a{i}": np.arange(100) + i for i in range(8)}}
+    with pytest.raises(ValueError, match="the disk said no"):
+        write_artifact(tmp_path / "out", "test", arrays)
+    assert sorted(ended) == sorted(f"a{i}" for i in range(8))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_byte_budget_bounds_the_writes_in_flight():
+    """At most ``limit`` bytes of writes run at once; a write larger than the budget runs alone; 0 is one at a time."""
+    import asyncio
+
+    from graphdiff_cli.io.artifacts import _ByteBudget
+
+    def run(limit, costs):
+        state = {"now": 0, "n": 0, "peak": 0, "most": 0, "big_alone": []}
+
+        async def work(cost):
+            state["now"] += cost
+            state["n"] += 1
+            state["peak"], state["most"] = max(state["peak"], state["now"]), max(state["most"], state["n"])
+            await asyncio.sleep(0.002)
+            if cost > limit:
+                state["big_alone"].append(state["n"] == 1)
+            state["now"] -= cost
+            state["n"] -= 1
+
+        async def main():
+            budget = _ByteBudget(limit)
+            await asyncio.gather(*(budget.run(c, work(c)) for c in costs))
+
+        asyncio.run(main())
+        return state
+
+    assert (run(100, [30] * 10)["peak"], run(100, [30] * 10)["most"]) == (90, 3)
+    mixed = run(100, [30, 500, 30, 30, 60])
+    assert mixed["big_alone"] == [True] and mixed["most"] >= 2
+    assert max(mixed["peak"] - 500, 0) == 0
+    none = run(0, [5] * 6)
+    assert (none["peak"], none["most"]) == (5, 1)

@@ -28,6 +28,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -220,47 +221,129 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
     ``before_replace(path)`` runs just before the rename (``staging.staged_dir``): a writer that may
     replace only some things checks ``path`` there.
     """
-    import zarr
-    from zarr.storage import LocalStore
-
     path = Path(path)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphdiff-hash") as hasher, \
             staged_dir(path, replace=True, durable=durable, before_replace=before_replace) as staging:
         # the content hash beside the chunks' encoding and writes (sha256 releases the GIL): 0.77 s of a
         # million-prompt step's 2.7 s write that no longer adds to it
         content = None if content_hash else hasher.submit(hash_arrays, *arrays.values(), extra=kind)
-        group = zarr.open_group(LocalStore(staging), mode="w")
+        arrays = {name: np.asarray(arr) for name, arr in arrays.items()}
         checksums = {}
         for name, arr in arrays.items():
-            arr = np.asarray(arr)
-            if arr.dtype.kind in "UOT":  # text (prompt ids): Zarr v3 variable-length strings
-                z = group.create_array(name, shape=arr.shape, dtype=str, chunks=_chunks(arr, itemsize=64))
-                z[...] = arr.astype(object)
+            if arr.dtype.kind in "UOT":
                 checksums[name] = {"rows": 0, "crc": chunk_checksums(arr, 0)}
-            else:  # a few chunk rows at a time: zarr would encode every chunk at once (see Artifact.array)
-                chunks = _chunks(arr)
-                rows = chunks[0] if arr.ndim else 0
+            else:
+                rows = _chunks(arr)[0] if arr.ndim else 0
                 checksums[name] = {"rows": int(rows), "crc": chunk_checksums(arr, rows)}
-                z = group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks)
-                if arr.ndim == 0:
-                    z[...] = arr
-                else:
-                    slab = chunks[0] * _write_slab_chunks()
-                    for start in range(0, arr.shape[0], slab):
-                        z[start:start + slab] = arr[start:start + slab]
-        stamp = {
-            "kind": kind,
-            "format_version": encoding_version(kind),
-            "graphdiff_version": graphdiff_version(),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "params": _jsonable(params or {}),
-            "inputs": _jsonable(inputs or {}),
-            "content_hash": content_hash if content is None else content.result(),
-            "checksums": {"algorithm": CHECKSUM, "arrays": checksums},
-            "attrs_hash": attrs_hash(_jsonable(attrs or {})),
-        }
-        group.attrs.update({STAMP_KEY: stamp, **_jsonable(attrs or {})})
+
+        def attributes() -> dict:  # once the chunks are written: the content hash may still be running
+            stamp = {
+                "kind": kind,
+                "format_version": encoding_version(kind),
+                "graphdiff_version": graphdiff_version(),
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "params": _jsonable(params or {}),
+                "inputs": _jsonable(inputs or {}),
+                "content_hash": content_hash if content is None else content.result(),
+                "checksums": {"algorithm": CHECKSUM, "arrays": checksums},
+                "attrs_hash": attrs_hash(_jsonable(attrs or {})),
+            }
+            return {STAMP_KEY: stamp, **_jsonable(attrs or {})}
+
+        write_group(staging, arrays, attributes, in_flight=_write_budget())
     return path
+
+
+def write_group(folder: Path, arrays: dict[str, np.ndarray], attributes: Callable[[], dict], *,
+                in_flight: int) -> None:
+    """Write ``arrays`` as the arrays of a new Zarr v3 group in the empty ``folder``, all of them together.
+
+    One coroutine on zarr's event loop creates every array and writes their chunks concurrently, so a step's
+    ~30 small arrays cost one round trip to that loop instead of two or more each (at 150,000 prompts about
+    0.1 s of a 0.15 s commit went to those round trips, one after another). ``in_flight`` bounds the bytes
+    handed to zarr at once: a large array goes in slabs of whole chunk rows (zarr encodes a selection's chunks
+    all at once, each a copy), small ones share the budget; 0 writes one slab after another, as a plain
+    ``z[a:b] = ...`` loop would. ``attributes()`` (the group's, called in a worker thread once every chunk
+    is written, so it may wait for work running beside the writes) goes into the group's ``zarr.json`` last.
+    """
+    import asyncio
+
+    import zarr.api.asynchronous as azarr
+    from zarr.core.sync import sync
+    from zarr.storage import LocalStore
+
+    async def write() -> None:
+        group = await azarr.open_group(store=LocalStore(folder), mode="w")
+        made = await _all(_create(group, name, arr) for name, arr in arrays.items())
+        budget = _ByteBudget(in_flight)
+        units = [(z, sel, values, cost) for z, arr in zip(made, arrays.values()) for sel, values, cost in _slabs(arr)]
+        await _all(budget.run(cost, z.setitem(sel, values)) for z, sel, values, cost in units)
+        await group.update_attributes(await asyncio.to_thread(attributes))
+
+    async def _all(coros):  # every write finished (none left running into a staging folder being removed)
+        results = await asyncio.gather(*coros, return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return results
+
+    sync(write())
+
+
+# chunk files named c.0.0 beside the array's zarr.json, not c/0/0: no folders of folders to create, fsync and remove
+# (a 150,000-prompt step's commit 0.129 s against 0.160 s with "/", 116 -> 82 entries; a reader follows whichever
+# separator an array's metadata names, so artifacts written with "/" read as before)
+CHUNK_KEYS = {"name": "default", "separator": "."}
+
+
+async def _create(group, name: str, arr: np.ndarray):
+    if arr.dtype.kind in "UOT":  # text (prompt ids): Zarr v3 variable-length strings
+        return await group.create_array(name, shape=arr.shape, dtype=str, chunks=_chunks(arr, itemsize=64),
+                                        chunk_key_encoding=CHUNK_KEYS)
+    return await group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=_chunks(arr),
+                                    chunk_key_encoding=CHUNK_KEYS)
+
+
+def _slabs(arr: np.ndarray):
+    """(selection, values, bytes) of the writes of ``arr``: a few chunk rows at a time (``_write_slab_chunks``);
+    none for an empty array."""
+    if arr.dtype.kind in "UOT":
+        yield Ellipsis, arr.astype(object), 64 * max(1, arr.size)
+    elif arr.ndim == 0:
+        yield Ellipsis, arr, arr.nbytes
+    else:
+        slab = _chunks(arr)[0] * _write_slab_chunks()
+        row_bytes = arr.nbytes // max(1, arr.shape[0])
+        for start in range(0, arr.shape[0], slab):
+            stop = min(start + slab, arr.shape[0])
+            yield slice(start, stop), arr[start:stop], (stop - start) * row_bytes
+
+
+class _ByteBudget:
+    """At most ``limit`` bytes of writes handed to zarr at once (one write at a time when 0; a write larger
+    than the budget waits until it is alone)."""
+
+    def __init__(self, limit: int):
+        import asyncio
+
+        self.limit, self.used, self.busy = limit, 0, 0
+        self.cond = asyncio.Condition()
+
+    async def run(self, cost: int, coro):
+        async with self.cond:
+            await self.cond.wait_for(lambda: self.busy == 0 or (self.limit and self.used + cost <= self.limit))
+            self.used, self.busy = self.used + cost, self.busy + 1
+        try:
+            await coro
+        finally:
+            async with self.cond:
+                self.used, self.busy = self.used - cost, self.busy - 1
+                self.cond.notify_all()
+
+
+def _write_budget() -> int:
+    """Bytes of array writes in flight at once: as many as ``_write_slab_chunks`` chunks of 16 MiB."""
+    return _write_slab_chunks() * (16 << 20)
 
 
 def _write_slab_chunks() -> int:
