@@ -1,7 +1,8 @@
 """Durability and links (the issue items "Writes through links" and "Durability gaps"), in process: fsync
 errors are raised, never swallowed (EINVAL on a folder excepted), and once CURRENT is renamed a failed folder
 fsync is "committed, durability unknown"; every folder a command creates is fsynced with its parent; nothing
-is written through a planted link; an artifact's arrays written together end before its staging folder is removed.
+is written through a planted link; an artifact's arrays written together end before its staging folder is removed,
+also when the writer is interrupted.
 
 fsync failures are simulated by replacing ``os.fsync``; which folders were fsynced is read from the inode of
 each descriptor given to it."""
@@ -429,3 +430,39 @@ def test_the_byte_budget_bounds_the_writes_in_flight():
     assert max(mixed["peak"] - 500, 0) == 0
     none = run(0, [5] * 6)
     assert (none["peak"], none["most"]) == (5, 1)
+
+
+def test_an_interrupted_write_starts_no_more_writes_and_leaves_nothing(tmp_path, monkeypatch):
+    """ctrl-C or SIGTERM (a KeyboardInterrupt in the thread waiting on zarr's loop) stops the group's writes: the
+    coroutine on zarr's loop would otherwise go on after the staging folder is removed, making it again (LocalStore
+    makes a chunk's parent folders) with every array and the stamp in it. None starts after the interrupt, the
+    ones running end before it is raised, and neither the destination nor any staging folder is left."""
+    import asyncio
+    import signal
+    import threading
+    import time
+
+    import zarr.core.array
+
+    from graphdiff_cli.io import artifacts
+    from graphdiff_cli.io.artifacts import write_artifact
+
+    real, main, log = zarr.core.array.AsyncArray.setitem, threading.main_thread().ident, []
+
+    async def setitem(self, selection, value, *a, **k):
+        log.append(("start", self.basename))
+        if self.basename == "a0":
+            signal.pthread_kill(main, signal.SIGINT)  # what ctrl-C does to the thread waiting in sync()
+        await asyncio.sleep(0.05)
+        await real(self, selection, value, *a, **k)
+        log.append(("end", self.basename))
+
+    monkeypatch.setattr(zarr.core.array.AsyncArray, "setitem", setitem)
+    monkeypatch.setattr(artifacts, "_write_budget", lambda: 0)  # one write at a time: the others still to start
+    arrays = {f"a{i}": np.arange(100) + i for i in range(8)}
+    with pytest.raises(KeyboardInterrupt):
+        write_artifact(tmp_path / "out", "test", arrays)
+    at_raise = list(log)
+    time.sleep(0.5)  # what a coroutine left running would write meanwhile
+    assert log == at_raise == [("start", "a0"), ("end", "a0")]
+    assert list(tmp_path.iterdir()) == []

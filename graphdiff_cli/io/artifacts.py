@@ -265,20 +265,38 @@ def write_group(folder: Path, arrays: dict[str, np.ndarray], attributes: Callabl
     all at once, each a copy), small ones share the budget; 0 writes one slab after another, as a plain
     ``z[a:b] = ...`` loop would. ``attributes()`` (the group's, called in a worker thread once every chunk
     is written, so it may wait for work running beside the writes) goes into the group's ``zarr.json`` last.
+    Whatever ends the wait in this thread (ctrl-C, SIGTERM) stops the writes not yet started and is raised once
+    those running have ended, so nothing writes into the folder after this returns or raises.
     """
     import asyncio
+    import threading
 
     import zarr.api.asynchronous as azarr
     from zarr.core.sync import sync
     from zarr.storage import LocalStore
 
+    # set by this thread when it stops waiting (ctrl-C, SIGTERM: a KeyboardInterrupt in sync()); the coroutine
+    # would otherwise go on writing after the staging folder is removed, making it again (LocalStore makes a
+    # chunk's parent folders) with every array and the stamp in it
+    stop, started, ended = threading.Event(), threading.Event(), threading.Event()
+
     async def write() -> None:
-        group = await azarr.open_group(store=LocalStore(folder), mode="w")
-        made = await _all(_create(group, name, arr) for name, arr in arrays.items())
-        budget = _ByteBudget(in_flight)
-        units = [(z, sel, values, cost) for z, arr in zip(made, arrays.values()) for sel, values, cost in _slabs(arr)]
-        await _all(budget.run(cost, z.setitem(sel, values)) for z, sel, values, cost in units)
-        await group.update_attributes(await asyncio.to_thread(attributes))
+        try:
+            started.set()
+            if stop.is_set():  # interrupted before it began
+                raise _Stopped()
+            group = await azarr.open_group(store=LocalStore(folder), mode="w")
+            made = await _all(_create(group, name, arr) for name, arr in arrays.items())
+            budget = _ByteBudget(in_flight, stop)
+            units = [(z, sel, values, cost) for z, arr in zip(made, arrays.values())
+                     for sel, values, cost in _slabs(arr)]
+            await _all(budget.run(cost, z.setitem(sel, values)) for z, sel, values, cost in units)
+            attrs = await asyncio.to_thread(attributes)
+            if stop.is_set():
+                raise _Stopped()
+            await group.update_attributes(attrs)
+        finally:
+            ended.set()
 
     async def _all(coros):  # every write finished (none left running into a staging folder being removed)
         results = await asyncio.gather(*coros, return_exceptions=True)
@@ -287,7 +305,17 @@ def write_group(folder: Path, arrays: dict[str, np.ndarray], attributes: Callabl
             raise failed
         return results
 
-    sync(write())
+    try:
+        sync(write())
+    except BaseException:
+        stop.set()  # no write starts after this (write() and _ByteBudget look), and those running end first
+        if started.is_set():
+            ended.wait()  # a second ctrl-C ends the wait
+        raise
+
+
+class _Stopped(Exception):
+    """The thread waiting on ``write_group``'s coroutine stopped waiting: no further write is started."""
 
 
 # chunk files named c.0.0 beside the array's zarr.json, not c/0/0: no folders of folders to create, fsync and remove
@@ -321,17 +349,20 @@ def _slabs(arr: np.ndarray):
 
 class _ByteBudget:
     """At most ``limit`` bytes of writes handed to zarr at once (one write at a time when 0; a write larger
-    than the budget waits until it is alone)."""
+    than the budget waits until it is alone); once ``stop`` (a ``threading.Event``) is set, none is started."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, stop=None):
         import asyncio
 
-        self.limit, self.used, self.busy = limit, 0, 0
+        self.limit, self.used, self.busy, self.stop = limit, 0, 0, stop
         self.cond = asyncio.Condition()
 
     async def run(self, cost: int, coro):
         async with self.cond:
             await self.cond.wait_for(lambda: self.busy == 0 or (self.limit and self.used + cost <= self.limit))
+            if self.stop is not None and self.stop.is_set():  # the writer was interrupted: start nothing more
+                coro.close()
+                raise _Stopped()
             self.used, self.busy = self.used + cost, self.busy + 1
         try:
             await coro
