@@ -266,7 +266,8 @@ def write_group(folder: Path, arrays: dict[str, np.ndarray], attributes: Callabl
     ``z[a:b] = ...`` loop would. ``attributes()`` (the group's, called in a worker thread once every chunk
     is written, so it may wait for work running beside the writes) goes into the group's ``zarr.json`` last.
     Whatever ends the wait in this thread (ctrl-C, SIGTERM) stops the writes not yet started and is raised once
-    those running have ended, so nothing writes into the folder after this returns or raises.
+    those running have ended. One gap is zarr's: a call whose chunk write fails raises at once (its gather) while
+    that call's other chunks may still be being written, and may remake the folder after it is removed.
     """
     import asyncio
     import threading
