@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 from pathlib import Path
 
 import numpy as np
@@ -371,30 +372,33 @@ def test_arrays_written_together_read_back_and_match_a_one_at_a_time_write(tmp_p
             assert (together / f).read_bytes() == (alone / f).read_bytes(), f
 
 
-def test_a_failed_array_write_waits_for_the_others_and_leaves_nothing(tmp_path, monkeypatch):
-    """One array's write failing fails the artifact with that error, but only once every other array's writes have
-    ended: nothing is still writing into the staging folder when it is removed, and neither the destination nor any
-    staging folder is left."""
+def test_a_failed_chunk_write_waits_for_the_others_and_leaves_nothing(tmp_path, monkeypatch):
+    """One chunk's write failing (the second chunk of a three-chunk array; the store says ENOSPC) fails the artifact
+    with that error, but only once every other chunk's write has ended, its own array's included: nothing is still
+    writing into the staging folder when it is removed, and neither the destination nor any staging folder is left."""
     import asyncio
 
-    import zarr.core.array
+    import zarr.storage._local as local
 
     from graphdiff_cli.io.artifacts import write_artifact
 
-    real, ended = zarr.core.array.AsyncArray.setitem, []
+    real, ended = local.LocalStore.set, []
 
-    async def setitem(self, selection, value, *a, **k):
-        if self.basename == "bad":
-            raise ValueError("the disk said no")
-        await asyncio.sleep(0.05)  # every other write still running when the bad one fails
-        await real(self, selection, value, *a, **k)
-        ended.append(self.basename)
+    async def set_(self, key, value, *a, **k):
+        if key == "q/c.1.0":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if key.startswith(("q/c", "a")) and not key.endswith("zarr.json"):
+            await asyncio.sleep(0.2)  # still writing when the failed chunk raises
+            ended.append(key)
+        return await real(self, key, value, *a, **k)
 
-    monkeypatch.setattr(zarr.core.array.AsyncArray, "setitem", setitem)
-    arrays = {"bad": np.arange(10), **{f"a{i}": np.arange(100) + i for i in range(8)}}
-    with pytest.raises(ValueError, match="the disk said no"):
+    monkeypatch.setattr(local.LocalStore, "set", set_)
+    rows = (16 << 20) // (1000 * 4)  # one 16 MiB chunk row
+    arrays = {"q": np.ones((3 * rows, 1000), np.float32), **{f"a{i}": np.arange(100) + i for i in range(8)}}
+    with pytest.raises(OSError, match="No space left"):
         write_artifact(tmp_path / "out", "test", arrays)
-    assert sorted(ended) == sorted(f"a{i}" for i in range(8))
+    assert sorted(ended) == sorted(["q/c.0.0", "q/c.2.0", *(f"a{i}/c.0" for i in range(8))])
+    time.sleep(0.5)  # nothing left running remakes the staging folder
     assert list(tmp_path.iterdir()) == []
 
 

@@ -259,15 +259,14 @@ def write_group(folder: Path, arrays: dict[str, np.ndarray], attributes: Callabl
     """Write ``arrays`` as the arrays of a new Zarr v3 group in the empty ``folder``, all of them together.
 
     One coroutine on zarr's event loop creates every array and writes their chunks concurrently, so a step's
-    ~30 small arrays cost one round trip to that loop instead of two or more each (at 150,000 prompts about
-    0.1 s of a 0.15 s commit went to those round trips, one after another). ``in_flight`` bounds the bytes
-    handed to zarr at once: a large array goes in slabs of whole chunk rows (zarr encodes a selection's chunks
-    all at once, each a copy), small ones share the budget; 0 writes one slab after another, as a plain
-    ``z[a:b] = ...`` loop would. ``attributes()`` (the group's, called in a worker thread once every chunk
-    is written, so it may wait for work running beside the writes) goes into the group's ``zarr.json`` last.
-    Whatever ends the wait in this thread (ctrl-C, SIGTERM) stops the writes not yet started and is raised once
-    those running have ended. One gap is zarr's: a call whose chunk write fails raises at once (its gather) while
-    that call's other chunks may still be being written, and may remake the folder after it is removed.
+    ~30 small arrays cost one round trip to that loop instead of two or more each (the commit's time:
+    docs/lab/performance.md, "The commit's arrays written together"). Every write is one chunk, so a failed one
+    raises only once every other has ended. ``in_flight`` bounds the bytes handed to zarr at once (a chunk larger
+    than it runs alone; 0: one chunk after another). ``attributes()`` (the group's, called in a worker thread once
+    every chunk is written, so it may wait for work running beside the writes, but must not call zarr: it holds
+    one of zarr's loop's workers) goes into the group's ``zarr.json`` last. Whatever ends the wait in this thread
+    (ctrl-C, SIGTERM) stops the writes not yet started and is raised once those running have ended, so nothing
+    writes into ``folder`` after this returns or raises.
     """
     import asyncio
     import threading
@@ -289,9 +288,8 @@ def write_group(folder: Path, arrays: dict[str, np.ndarray], attributes: Callabl
             group = await azarr.open_group(store=LocalStore(folder), mode="w")
             made = await _all(_create(group, name, arr) for name, arr in arrays.items())
             budget = _ByteBudget(in_flight, stop)
-            units = [(z, sel, values, cost) for z, arr in zip(made, arrays.values())
-                     for sel, values, cost in _slabs(arr)]
-            await _all(budget.run(cost, z.setitem(sel, values)) for z, sel, values, cost in units)
+            units = [(z, arr, sel, cost) for z, arr in zip(made, arrays.values()) for sel, cost in _pieces(arr)]
+            await _all(budget.run(cost, _put(z, arr, sel)) for z, arr, sel, cost in units)
             attrs = await asyncio.to_thread(attributes)
             if stop.is_set():
                 raise _Stopped()
@@ -320,8 +318,8 @@ class _Stopped(Exception):
 
 
 # chunk files named c.0.0 beside the array's zarr.json, not c/0/0: no folders of folders to create, fsync and remove
-# (a 150,000-prompt step's commit 0.129 s against 0.160 s with "/", 116 -> 82 entries; a reader follows whichever
-# separator an array's metadata names, so artifacts written with "/" read as before)
+# (a 150,000-prompt step artifact: 82 files and folders instead of 116); a reader follows whichever separator an
+# array's metadata names, so artifacts written with "/" read as before
 CHUNK_KEYS = {"name": "default", "separator": "."}
 
 
@@ -333,19 +331,24 @@ async def _create(group, name: str, arr: np.ndarray):
                                     chunk_key_encoding=CHUNK_KEYS)
 
 
-def _slabs(arr: np.ndarray):
-    """(selection, values, bytes) of the writes of ``arr``: a few chunk rows at a time (``_write_slab_chunks``);
-    none for an empty array."""
-    if arr.dtype.kind in "UOT":
-        yield Ellipsis, arr.astype(object), 64 * max(1, arr.size)
-    elif arr.ndim == 0:
-        yield Ellipsis, arr, arr.nbytes
-    else:
-        slab = _chunks(arr)[0] * _write_slab_chunks()
-        row_bytes = arr.nbytes // max(1, arr.shape[0])
-        for start in range(0, arr.shape[0], slab):
-            stop = min(start + slab, arr.shape[0])
-            yield slice(start, stop), arr[start:stop], (stop - start) * row_bytes
+def _pieces(arr: np.ndarray):
+    """(selection, bytes) of the writes of ``arr``: one chunk each (its first axis's chunk rows), none for an
+    empty array. One chunk a write: zarr raises a write's first failed chunk at once, while its others go on."""
+    if arr.ndim == 0:
+        yield Ellipsis, max(1, arr.nbytes)
+        return
+    text = arr.dtype.kind in "UOT"
+    rows = _chunks(arr, itemsize=64 if text else None)[0]
+    row_bytes = 64 * max(1, arr.size // max(1, arr.shape[0])) if text else arr.nbytes // max(1, arr.shape[0])
+    for start in range(0, arr.shape[0], rows):
+        stop = min(start + rows, arr.shape[0])
+        yield slice(start, stop), (stop - start) * row_bytes
+
+
+async def _put(z, arr: np.ndarray, sel) -> None:
+    """Write ``arr[sel]`` into ``z`` (text as the object array of ``str`` zarr takes, made only now)."""
+    values = arr[sel]
+    await z.setitem(sel, values.astype(object) if arr.dtype.kind in "UOT" else values)
 
 
 class _ByteBudget:
@@ -379,8 +382,8 @@ def _write_budget() -> int:
 
 
 def _write_slab_chunks() -> int:
-    """Chunk rows handed to zarr at once when writing: zarr encodes them concurrently (a 320 MB float32 array:
-    0.89 s one at a time, 0.68-0.80 s two, 0.62 s four on the 2-core VM), one more 16 MiB chunk held each.
+    """16 MiB chunks handed to zarr at once when writing: zarr encodes them concurrently (a 320 MB float32 array:
+    0.89 s one at a time, 0.68-0.80 s two, 0.62 s four on the 2-core VM), one more chunk held each.
     The CPUs this process may use, at most 4."""
     from ..core.graph import usable_cpus
 
