@@ -308,14 +308,14 @@ def write_group_one_by_one(folder, arrays, attributes, *, in_flight) -> None:
     group = zarr.open_group(LocalStore(folder), mode="w")
     for name, arr in arrays.items():
         if arr.dtype.kind in "UOT":
-            z = group.create_array(name, shape=arr.shape, dtype=str, chunks=artifacts._chunks(arr, itemsize=64))
+            z = group.create_array(name, shape=arr.shape, dtype=str, chunks=artifacts.chunk_shape(arr, itemsize=64))
             z[...] = arr.astype(object)
             continue
-        z = group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=artifacts._chunks(arr))
+        z = group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=artifacts.chunk_shape(arr))
         if arr.ndim == 0:
             z[...] = arr
             continue
-        slab = artifacts._chunks(arr)[0] * artifacts._write_slab_chunks()
+        slab = artifacts.chunk_shape(arr)[0] * artifacts.write_slab_chunks()
         for start in range(0, arr.shape[0], slab):
             z[start:start + slab] = arr[start:start + slab]
     group.attrs.update(attributes())

@@ -463,9 +463,15 @@ def test_an_interrupted_write_starts_no_more_writes_and_leaves_nothing(tmp_path,
 
     monkeypatch.setattr(zarr.core.array.AsyncArray, "setitem", setitem)
     monkeypatch.setattr(artifacts, "_write_budget", lambda: 0)  # one write at a time: the others still to start
+    # ctrl-C raises KeyboardInterrupt, even where this process was started with SIGINT ignored (a background job of
+    # a non-interactive shell, as CI may start it: Python then installs no handler of its own)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     arrays = {f"a{i}": np.arange(100) + i for i in range(8)}
-    with pytest.raises(KeyboardInterrupt):
-        write_artifact(tmp_path / "out", "test", arrays)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            write_artifact(tmp_path / "out", "test", arrays)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     at_raise = list(log)
     time.sleep(0.5)  # what a coroutine left running would write meanwhile
     assert log == at_raise == [("start", "a0"), ("end", "a0")]

@@ -233,7 +233,7 @@ def write_artifact(path, kind: str, arrays: dict[str, np.ndarray], *, params: di
             if arr.dtype.kind in "UOT":
                 checksums[name] = {"rows": 0, "crc": chunk_checksums(arr, 0)}
             else:
-                rows = _chunks(arr)[0] if arr.ndim else 0
+                rows = chunk_shape(arr)[0] if arr.ndim else 0
                 checksums[name] = {"rows": int(rows), "crc": chunk_checksums(arr, rows)}
 
         def attributes() -> dict:  # once the chunks are written: the content hash may still be running
@@ -325,9 +325,9 @@ CHUNK_KEYS = {"name": "default", "separator": "."}
 
 async def _create(group, name: str, arr: np.ndarray):
     if arr.dtype.kind in "UOT":  # text (prompt ids): Zarr v3 variable-length strings
-        return await group.create_array(name, shape=arr.shape, dtype=str, chunks=_chunks(arr, itemsize=64),
+        return await group.create_array(name, shape=arr.shape, dtype=str, chunks=chunk_shape(arr, itemsize=64),
                                         chunk_key_encoding=CHUNK_KEYS)
-    return await group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=_chunks(arr),
+    return await group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunk_shape(arr),
                                     chunk_key_encoding=CHUNK_KEYS)
 
 
@@ -338,7 +338,7 @@ def _pieces(arr: np.ndarray):
         yield Ellipsis, max(1, arr.nbytes)
         return
     text = arr.dtype.kind in "UOT"
-    rows = _chunks(arr, itemsize=64 if text else None)[0]
+    rows = chunk_shape(arr, itemsize=64 if text else None)[0]
     row_bytes = 64 * max(1, arr.size // max(1, arr.shape[0])) if text else arr.nbytes // max(1, arr.shape[0])
     for start in range(0, arr.shape[0], rows):
         stop = min(start + rows, arr.shape[0])
@@ -377,11 +377,11 @@ class _ByteBudget:
 
 
 def _write_budget() -> int:
-    """Bytes of array writes in flight at once: as many as ``_write_slab_chunks`` chunks of 16 MiB."""
-    return _write_slab_chunks() * (16 << 20)
+    """Bytes of array writes in flight at once: as many as ``write_slab_chunks`` chunks of 16 MiB."""
+    return write_slab_chunks() * (16 << 20)
 
 
-def _write_slab_chunks() -> int:
+def write_slab_chunks() -> int:
     """16 MiB chunks handed to zarr at once when writing: zarr encodes them concurrently (a 320 MB float32 array:
     0.89 s one at a time, 0.68-0.80 s two, 0.62 s four on the 2-core VM), one more chunk held each.
     The CPUs this process may use, at most 4."""
@@ -390,7 +390,7 @@ def _write_slab_chunks() -> int:
     return min(usable_cpus(), 4)
 
 
-def _chunks(arr: np.ndarray, itemsize: int | None = None):
+def chunk_shape(arr: np.ndarray, itemsize: int | None = None):
     """Chunks of about 16 MiB along the first axis: few files, cheap partial reads."""
     if arr.ndim == 0:
         return ()
