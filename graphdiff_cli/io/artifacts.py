@@ -28,9 +28,9 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -323,11 +323,13 @@ class _Stopped(Exception):
 CHUNK_KEYS = {"name": "default", "separator": "."}
 
 
+def _is_text(arr: np.ndarray) -> bool:
+    return arr.dtype.kind in "UOT"  # text (prompt ids): Zarr v3 variable-length strings, 64 bytes a row counted
+
+
 async def _create(group, name: str, arr: np.ndarray):
-    if arr.dtype.kind in "UOT":  # text (prompt ids): Zarr v3 variable-length strings
-        return await group.create_array(name, shape=arr.shape, dtype=str, chunks=chunk_shape(arr, itemsize=64),
-                                        chunk_key_encoding=CHUNK_KEYS)
-    return await group.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunk_shape(arr),
+    return await group.create_array(name, shape=arr.shape, dtype=str if _is_text(arr) else arr.dtype,
+                                    chunks=chunk_shape(arr, itemsize=64 if _is_text(arr) else None),
                                     chunk_key_encoding=CHUNK_KEYS)
 
 
@@ -337,7 +339,7 @@ def _pieces(arr: np.ndarray):
     if arr.ndim == 0:
         yield Ellipsis, max(1, arr.nbytes)
         return
-    text = arr.dtype.kind in "UOT"
+    text = _is_text(arr)
     rows = chunk_shape(arr, itemsize=64 if text else None)[0]
     row_bytes = 64 * max(1, arr.size // max(1, arr.shape[0])) if text else arr.nbytes // max(1, arr.shape[0])
     for start in range(0, arr.shape[0], rows):
@@ -348,7 +350,7 @@ def _pieces(arr: np.ndarray):
 async def _put(z, arr: np.ndarray, sel) -> None:
     """Write ``arr[sel]`` into ``z`` (text as the object array of ``str`` zarr takes, made only now)."""
     values = arr[sel]
-    await z.setitem(sel, values.astype(object) if arr.dtype.kind in "UOT" else values)
+    await z.setitem(sel, values.astype(object) if _is_text(arr) else values)
 
 
 class _ByteBudget:
